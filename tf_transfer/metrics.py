@@ -1,0 +1,66 @@
+"""GLUE metrics, thin over scikit-learn and SciPy.
+
+Example:
+
+>>> from tf_transfer import metrics
+>>> metrics.compute(["accuracy", "f1"], labels=[0, 1, 1], predictions=[0, 1, 0])
+{'accuracy': 0.6666666666666666, 'f1': 0.6666666666666666}
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+from sklearn import metrics as skm
+
+
+def accuracy(labels, predictions) -> float:
+    return float(skm.accuracy_score(labels, predictions))
+
+
+def f1(labels, predictions) -> float:
+    """F1 of the positive class (label 1), as GLUE reports it for MRPC and QQP."""
+    return float(skm.f1_score(labels, predictions, pos_label=1, average="binary", zero_division=0.0))
+
+
+def mcc(labels, predictions) -> float:
+    """Matthews correlation (CoLA); 0 when one side is constant."""
+    return float(skm.matthews_corrcoef(labels, predictions))
+
+
+def _correlation(function, labels, predictions) -> float:
+    labels, predictions = np.asarray(labels, np.float64), np.asarray(predictions, np.float64)
+    if np.ptp(labels) == 0 or np.ptp(predictions) == 0:
+        return float("nan")  # undefined, and reported as such rather than as a number
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(function(labels, predictions)[0])
+
+
+def pearson(labels, predictions) -> float:
+    return _correlation(stats.pearsonr, labels, predictions)
+
+
+def spearman(labels, predictions) -> float:
+    return _correlation(stats.spearmanr, labels, predictions)
+
+
+METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman}
+
+
+def compute(names, labels, predictions) -> dict:
+    """Returns `{name: value}` for each metric name; NaN where a metric is undefined."""
+    return {name: METRICS[name](labels, predictions) for name in names}
+
+
+def is_better(value, best, min_delta: float = 0.0) -> bool:
+    """True when `value` improves on `best` by more than `min_delta` (all GLUE metrics: higher is better).
+
+    An undefined value (NaN) never improves; anything finite improves on no value yet.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return best is None or value > best + min_delta

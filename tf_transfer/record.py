@@ -1,0 +1,105 @@
+"""What a run leaves behind: `summary.json` (rewritten atomically) and TensorBoard scalars plus HParams.
+
+Schema of `summary.json` (see README "Outputs"): `task`, `preset`, `preset_source`, `num_layers`,
+`trainable_layers`, `lr`, `batch_size`, `seed`, `metric`, `trainable_params`, `total_params`, `compile_time_s`,
+`epochs` (list of `{epoch, epoch_time_s, train_time_s, loss, val: {metric: value}, test: {metric: value}}`, for
+MNLI `test` is `{dev_matched: {...}, dev_mismatched: {...}}`), `best_epoch`, `stopped_early`, `completed`, and
+`config` (every setting of the run). Undefined metric values (a constant prediction's correlation) are `null`.
+
+Example:
+
+>>> from tf_transfer import record
+>>> record.write_json_atomic("/tmp/summary.json", {"completed": False})
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+SUMMARY = "summary.json"
+
+
+def _finite_or_none(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    """Writes `data` as JSON to a temporary file beside `path`, syncs it, then renames it over `path`.
+
+    A crash or a full disk leaves either the old file or the new one, never half of one.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(_finite_or_none(data), f, indent=2, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+
+
+def read_summary(output_dir: str):
+    path = os.path.join(output_dir, SUMMARY)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def flatten_scores(prefix: str, scores: dict) -> dict:
+    """`{"dev": {"accuracy": 1}}` -> `{"test/dev/accuracy": 1}`; single-test-set tasks drop the set's name."""
+    flat = {}
+    for key, value in scores.items():
+        if isinstance(value, dict):
+            flat.update(flatten_scores(f"{prefix}/{key}", value))
+        else:
+            flat[f"{prefix}/{key}"] = value
+    return flat
+
+
+class TensorBoardRecorder:
+    """Per-epoch scalars and one HParams entry per run, for `tensorboard --logdir runs/`.
+
+    Keras' own TensorBoard callback writes neither epoch times nor HParams, hence this small writer.
+    """
+
+    def __init__(self, logdir: str, hparams: dict, run_name: str):
+        import tensorflow as tf
+        from tensorboard.plugins.hparams import api as hp
+
+        self._tf = tf
+        self.writer = tf.summary.create_file_writer(logdir)
+        with self.writer.as_default():
+            hp.hparams({k: _hparam_value(v) for k, v in hparams.items()}, trial_id=run_name)
+        self.writer.flush()
+
+    def scalars(self, step: int, values: dict) -> None:
+        with self.writer.as_default():
+            for tag, value in values.items():
+                if value is not None and math.isfinite(float(value)):
+                    self._tf.summary.scalar(tag, float(value), step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _hparam_value(value):
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -1,0 +1,272 @@
+"""The GLUE tasks, described once, and the readers that turn their files into examples.
+
+Every task is one row of `TASKS`: where its files are, which columns hold the texts and the label, the label
+values in TensorFlow Datasets' index order, and its metrics (the first is the primary metric the paper reports).
+Readers return plain Python/NumPy `Examples` or raise `TransferError`; they never touch TensorFlow.
+
+Example:
+
+>>> from tf_transfer import tasks
+>>> task = tasks.get_task("rte")
+>>> examples = tasks.read_glue_split(task, "../shared/data/glue", "train")  # doctest: +SKIP
+>>> train, validation = tasks.train_validation_split(examples, fraction=0.1, seed=0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+from tf_transfer.errors import TransferError
+
+# Quoting is disabled (QUOTE_NONE) for every GLUE file: QQP, MNLI and QNLI contain lone quote characters that a
+# quoting reader would swallow together with the tabs and newlines that follow. Fields can be long (QNLI paragraphs).
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One GLUE task: files, columns, labels and metrics.
+
+    Attributes:
+      name: the `--task` value.
+      folder: the task's folder under a GLUE directory (`$GLUE_DIR/<folder>/train.tsv`).
+      test_files: the GLUE dev files used as test sets, by the name under which they are reported.
+      text_columns: header names of the one or two text columns.
+      label_column: header name of the label column.
+      column_names: names for a file without header row (CoLA); `None` when the file has a header.
+      labels: label values as written in the TSV, in TensorFlow Datasets' index order; `None` for regression.
+      metrics: metrics to compute; the first is the primary metric (the one the paper reports).
+      tfds_text_fields: the same texts' feature names in TFDS `glue/<name>`.
+      tfds_test_splits: TFDS split names for `test_files`, in the same order.
+    """
+
+    name: str
+    folder: str
+    test_files: dict
+    text_columns: tuple
+    label_column: str
+    labels: Optional[tuple]
+    metrics: tuple
+    tfds_text_fields: tuple
+    tfds_test_splits: tuple
+    column_names: Optional[tuple] = None
+    train_file: str = "train.tsv"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def primary_metric(self) -> str:
+        return self.metrics[0]
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+
+_BINARY = ("0", "1")
+_NLI2 = ("entailment", "not_entailment")
+
+TASKS = {
+    t.name: t
+    for t in [
+        Task("cola", "CoLA", {"dev": "dev.tsv"}, ("sentence",), "label", _BINARY, ("mcc", "accuracy"),
+             ("sentence",), ("validation",), column_names=("source", "label", "original_label", "sentence")),
+        Task("sst2", "SST-2", {"dev": "dev.tsv"}, ("sentence",), "label", _BINARY, ("accuracy",),
+             ("sentence",), ("validation",)),
+        Task("mrpc", "MRPC", {"dev": "dev.tsv"}, ("#1 String", "#2 String"), "Quality", _BINARY, ("f1", "accuracy"),
+             ("sentence1", "sentence2"), ("validation",)),
+        Task("stsb", "STS-B", {"dev": "dev.tsv"}, ("sentence1", "sentence2"), "score", None, ("spearman", "pearson"),
+             ("sentence1", "sentence2"), ("validation",)),
+        Task("qqp", "QQP", {"dev": "dev.tsv"}, ("question1", "question2"), "is_duplicate", _BINARY, ("f1", "accuracy"),
+             ("question1", "question2"), ("validation",)),
+        Task("mnli", "MNLI", {"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
+             ("sentence1", "sentence2"), "gold_label", ("entailment", "neutral", "contradiction"), ("accuracy",),
+             ("premise", "hypothesis"), ("validation_matched", "validation_mismatched")),
+        Task("qnli", "QNLI", {"dev": "dev.tsv"}, ("question", "sentence"), "label", _NLI2, ("accuracy",),
+             ("question", "sentence"), ("validation",)),
+        Task("rte", "RTE", {"dev": "dev.tsv"}, ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",),
+             ("sentence1", "sentence2"), ("validation",)),
+        Task("wnli", "WNLI", {"dev": "dev.tsv"}, ("sentence1", "sentence2"), "label", _BINARY, ("accuracy",),
+             ("sentence1", "sentence2"), ("validation",)),
+    ]
+}
+
+
+def get_task(name: str) -> Task:
+    """Returns the task called `name`, or raises `TransferError` naming the known ones."""
+    try:
+        return TASKS[name.lower()]
+    except KeyError:
+        raise TransferError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}") from None
+
+
+@dataclasses.dataclass
+class Examples:
+    """Texts and labels of one split. `labels` is int64 (class index) or float32 (regression)."""
+
+    text_a: list
+    text_b: Optional[list]
+    labels: np.ndarray
+    source: str = ""
+    skipped_rows: int = 0
+
+    def __len__(self) -> int:
+        return len(self.text_a)
+
+    def take(self, indices: Sequence[int]) -> "Examples":
+        indices = list(indices)
+        return Examples(
+            [self.text_a[i] for i in indices],
+            None if self.text_b is None else [self.text_b[i] for i in indices],
+            self.labels[indices],
+            self.source,
+            self.skipped_rows,
+        )
+
+
+def _parse_label(task: Task, value: str):
+    value = value.strip()
+    if task.is_regression:
+        number = float(value)  # ValueError is reported by the caller with file and line
+        if not np.isfinite(number):
+            raise ValueError(value)
+        return number
+    return task.labels.index(value)  # ValueError likewise
+
+
+def read_tsv(task: Task, path: str, skip_bad_rows: bool = False) -> Examples:
+    """Reads one GLUE TSV file of `task` (train or dev layout).
+
+    A row with too few columns, an empty text or an unknown label raises `TransferError` naming the file and line,
+    unless `skip_bad_rows`, which skips and counts it (`Examples.skipped_rows`).
+    """
+    if not os.path.isfile(path):
+        raise TransferError(
+            f"missing data file {path}: --data_dir must be a GLUE folder in the original TSV layout "
+            f"(it needs {task.folder}/{os.path.basename(path)})"
+        )
+    text_a, text_b, labels, skipped = [], [], [], 0
+    try:
+        # utf-8-sig drops the byte-order mark that starts MRPC's header.
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            if task.column_names is None:
+                header = next(rows, None)
+                if header is None:
+                    raise TransferError(f"{path}: the file is empty; expected a header row")
+                line_offset = 2
+            else:
+                header = list(task.column_names)
+                line_offset = 1
+            wanted = list(task.text_columns) + [task.label_column]
+            missing = [name for name in wanted if name not in header]
+            if missing:
+                raise TransferError(
+                    f"{path}:1: header lacks column(s) {', '.join(missing)} needed by task {task.name} "
+                    f"(found: {', '.join(header)})"
+                )
+            positions = [header.index(name) for name in wanted]
+            needed = max(positions) + 1
+            for line_no, row in enumerate(rows, start=line_offset):
+                if not row or row == [""]:
+                    continue  # blank line (e.g. at the end of a file)
+                problem = None
+                if len(row) < needed:
+                    problem = f"expected at least {needed} tab-separated columns, found {len(row)}"
+                else:
+                    texts = [row[p] for p in positions[:-1]]
+                    if any(not t.strip() for t in texts):
+                        problem = "empty text"
+                    else:
+                        try:
+                            label = _parse_label(task, row[positions[-1]])
+                        except ValueError:
+                            expected = "a number" if task.is_regression else "one of " + ", ".join(task.labels)
+                            problem = f"label {row[positions[-1]]!r} is not {expected}"
+                if problem:
+                    if skip_bad_rows:
+                        skipped += 1
+                        continue
+                    raise TransferError(f"{path}:{line_no}: {problem} (or pass --skip_bad_rows to skip such rows)")
+                text_a.append(texts[0])
+                if task.is_pair:
+                    text_b.append(texts[1])
+                labels.append(label)
+    except UnicodeDecodeError as e:
+        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
+    except csv.Error as e:
+        raise TransferError(f"{path}: unreadable TSV ({e})") from None
+    if not labels:
+        raise TransferError(f"{path}: no usable rows")
+    dtype = np.float32 if task.is_regression else np.int64
+    return Examples(text_a, text_b if task.is_pair else None, np.asarray(labels, dtype=dtype), path, skipped)
+
+
+def read_glue_split(task: Task, data_dir: str, split: str, skip_bad_rows: bool = False) -> Examples:
+    """Reads `split` ("train" or a key of `task.test_files`) from a GLUE folder in the original layout."""
+    folder = os.path.join(data_dir, task.folder)
+    if not os.path.isdir(data_dir):
+        raise TransferError(f"data folder {data_dir} does not exist: point --data_dir (or $GLUE_DIR) at a GLUE folder")
+    if not os.path.isdir(folder):
+        raise TransferError(f"{data_dir} has no {task.folder}/ folder for task {task.name}")
+    file_name = task.train_file if split == "train" else task.test_files[split]
+    return read_tsv(task, os.path.join(folder, file_name), skip_bad_rows)
+
+
+def read_tfds_split(task: Task, split: str, data_dir: Optional[str] = None) -> Examples:
+    """Reads `split` ("train" or a key of `task.test_files`) from TensorFlow Datasets `glue/<task>`."""
+    import tensorflow_datasets as tfds  # heavy; only this path needs it
+
+    if split == "train":
+        tfds_split = "train"
+    else:
+        tfds_split = task.tfds_test_splits[list(task.test_files).index(split)]
+    try:
+        dataset = tfds.load(f"glue/{task.name}", split=tfds_split, data_dir=data_dir, shuffle_files=False)
+    except Exception as e:  # TFDS raises many types (download, missing builder); all mean "not available"
+        raise TransferError(
+            f"could not load tensorflow-datasets glue/{task.name} ({type(e).__name__}: {str(e).splitlines()[0]}); "
+            "offline, pass --data_dir (or set $GLUE_DIR) to a GLUE folder in the original TSV layout"
+        ) from None
+    fields = task.tfds_text_fields
+    text_a, text_b, labels = [], [], []
+    for row in tfds.as_numpy(dataset):
+        text_a.append(row[fields[0]].decode("utf-8"))
+        if task.is_pair:
+            text_b.append(row[fields[1]].decode("utf-8"))
+        labels.append(row["label"])
+    dtype = np.float32 if task.is_regression else np.int64
+    return Examples(text_a, text_b if task.is_pair else None, np.asarray(labels, dtype=dtype), f"tfds:glue/{task.name}")
+
+
+def load_task_data(task: Task, data_dir: Optional[str], skip_bad_rows: bool = False):
+    """Returns `(train, {test name: Examples})` from a GLUE folder, or from TFDS when `data_dir` is None."""
+    if data_dir:
+        read = lambda split: read_glue_split(task, data_dir, split, skip_bad_rows)  # noqa: E731
+    else:
+        read = lambda split: read_tfds_split(task, split)  # noqa: E731
+    return read("train"), {name: read(name) for name in task.test_files}
+
+
+def train_validation_split(examples: Examples, fraction: float, seed: int):
+    """Splits off a seeded random `fraction` of `examples` as validation (the paper: 10% of GLUE train)."""
+    if not 0.0 < fraction < 1.0:
+        raise TransferError(f"--validation_fraction must be between 0 and 1 (exclusive), got {fraction}")
+    n = len(examples)
+    n_validation = int(round(n * fraction))
+    if n_validation < 1 or n_validation >= n:
+        raise TransferError(f"{n} training rows cannot be split with --validation_fraction={fraction}")
+    order = np.random.default_rng(seed).permutation(n)
+    return examples.take(np.sort(order[n_validation:])), examples.take(np.sort(order[:n_validation]))

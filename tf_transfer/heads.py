@@ -55,9 +55,14 @@ def backbone_inputs():
     }
 
 
-def build_classifier(backbone, num_outputs: int, dropout: float = 0.1) -> keras.Model:
+def pooled_head(num_outputs: int, dropout: float = 0.1) -> PooledHead:
+    """The classification/regression head; float32 even under mixed precision, so logits and losses are."""
+    return PooledHead(num_outputs, dropout, dtype="float32", name="head")
+
+
+def build_classifier(backbone, num_outputs: int, dropout: float = 0.1, head=None) -> keras.Model:
     """A functional model: backbone -> pooled [CLS] -> `PooledHead`. Outputs float32 logits (or the score)."""
     inputs = backbone_inputs()
     pooled = backbone(inputs)["pooled_output"]
-    outputs = PooledHead(num_outputs, dropout, dtype="float32", name="head")(pooled)
+    outputs = (head or pooled_head(num_outputs, dropout))(pooled)
     return keras.Model(inputs, outputs, name="classifier")

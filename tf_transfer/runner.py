@@ -36,16 +36,33 @@ def load_data(config: RunConfig):
     return train, validation, tests, skipped
 
 
-def predict_scores(model, encoded, task, eval_batch_size: int, padding: str, bucket_step: int) -> dict:
-    """Scores `encoded` in inference mode with every metric of `task`."""
-    from tf_transfer import inputs, metrics
+def scores(feed, model, task, split: str) -> dict:
+    """Scores one split in inference mode with every metric of `task`."""
+    from tf_transfer import metrics
 
-    plan = inputs.plan_eval_batches(encoded.lengths, eval_batch_size, padding)
-    outputs = model.predict(inputs.to_dataset(encoded, plan, padding, bucket_step, with_labels=False), verbose=0)
-    ordered = np.empty_like(outputs)
-    ordered[np.concatenate(plan)] = outputs
-    predictions = ordered[:, 0] if task.is_regression else ordered.argmax(axis=-1)
-    return metrics.compute(task.metrics, encoded.labels, predictions)
+    outputs = feed.predict(model, split)
+    predictions = outputs[:, 0] if task.is_regression else outputs.argmax(axis=-1)
+    return metrics.compute(task.metrics, feed.labels(split), predictions)
+
+
+def _cached_feed(config: RunConfig, backbone, encoded: dict):
+    """Builds (or reuses) the frozen-prefix cache of every split; returns the feed and the seconds it took."""
+    from tf_transfer import cache, feeds
+
+    prefix = cache.prefix_model(backbone, config.trainable_layers)
+    depth = cache.frozen_depth(config.trainable_layers, backbone.num_layers)
+    cls_only = depth == backbone.num_layers
+    cached, seconds = {}, 0.0
+    for name, split in encoded.items():
+        key = cache.cache_key(config.preset, config.task, name, split, depth, cls_only, config.precision)
+        cached[name], spent, reused = cache.build(prefix, split, key, cls_only, config.cache_dir,
+                                                  config.eval_batch_size, config.bucket_step)
+        seconds += spent
+        logging.info("frozen-prefix cache of %s: %s (%.1f MB)", name, "reused" if reused else f"built in {spent:.1f} s",
+                     cached[name].nbytes / 1e6)
+    feed = feeds.CachedFeed(cached, config.batch_size, config.seed, config.bucket_step, config.max_seq_length,
+                            config.eval_batch_size, config.jit)
+    return feed, seconds
 
 
 def _scores_to_scalars(val: dict, test: dict, single_test: bool) -> dict:
@@ -71,7 +88,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     import keras
     import tensorflow as tf
 
-    from tf_transfer import backbones, freezing, heads, inputs, train
+    from tf_transfer import backbones, cache, feeds, freezing, heads, inputs, train
 
     keras.utils.set_random_seed(config.seed)
     if strategy is None:
@@ -83,29 +100,36 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
 
         raise TransferError(f"--batch_size={config.batch_size} is smaller than the "
                             f"{strategy.num_replicas_in_sync} replicas of --distribution={config.distribution}")
+    # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
+    keras.mixed_precision.set_global_policy(config.precision)
     with strategy.scope():
         loaded = backbones.load_preset(config.preset, dropout=config.dropout)
         backbone = loaded.backbone
         freezing.check_trainable_layers(config.trainable_layers, backbone.num_layers)
         logging.info("preset %s: weights from %s", config.preset, loaded.source)
 
-    encode = lambda examples: inputs.encode(examples, loaded.tokenizer, config.max_seq_length)  # noqa: E731
-    encoded_train = encode(train_examples)
-    encoded_validation = encode(validation_examples)
-    encoded_tests = {name: encode(examples) for name, examples in test_examples.items()}
-
-    first_plan = inputs.plan_train_batches(encoded_train.lengths, config.batch_size, config.seed, 1,
-                                           config.padding, config.max_seq_length, config.bucket_step)
-    steps_per_epoch = len(first_plan)
+    splits = {"train": train_examples, "validation": validation_examples, **test_examples}
+    encoded = {name: inputs.encode(examples, loaded.tokenizer, config.max_seq_length)
+               for name, examples in splits.items()}
     with strategy.scope():
-        model = heads.build_classifier(backbone, task.num_labels, config.dropout)
+        head = heads.pooled_head(task.num_labels, config.dropout)
         freezing.set_trainable_layers(backbone, config.trainable_layers)
+        cache_time_s = 0.0
+        if config.cache_frozen:
+            feed, cache_time_s = _cached_feed(config, backbone, encoded)
+            model = cache.suffix_classifier(backbone, config.trainable_layers, head)
+        else:
+            feed = feeds.TokenFeed(encoded, config.batch_size, config.seed, config.padding, config.bucket_step,
+                                   config.eval_batch_size, config.jit)
+            model = heads.build_classifier(backbone, task.num_labels, config.dropout, head=head)
+        steps_per_epoch = feed.steps_per_epoch
         optimizer = train.build_optimizer(
             config.lr, config.lr_schedule, steps_per_epoch * config.max_epochs, config.warmup_proportion,
             config.weight_decay, config.clip_norm, config.adam_epsilon)
         loss = (keras.losses.MeanSquaredError() if task.is_regression
                 else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        model.compile(optimizer=optimizer, loss=loss)
+        model.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit,
+                      steps_per_execution=config.steps_per_execution)
 
     table = freezing.parameter_table(model, backbone)
     print(f"trainable parameters per block ({config.task}, trainable_layers={config.trainable_layers}):")
@@ -126,11 +150,14 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "trainable_params": trainable_params,
         "total_params": total_params,
         "parameter_table": [{"part": p, "trainable": t, "total": n} for p, t, n in table],
-        "examples": {"train": len(encoded_train), "validation": len(encoded_validation),
-                     **{f"test/{name}": len(e) for name, e in encoded_tests.items()}},
+        "examples": {"train": len(encoded["train"]), "validation": len(encoded["validation"]),
+                     **{f"test/{name}": len(encoded[name]) for name in test_examples}},
         "skipped_rows": skipped,
-        "padding_efficiency": inputs.padding_efficiency(encoded_train, first_plan, config.padding,
-                                                         config.bucket_step),
+        "padding_efficiency": feed.padding_efficiency,
+        "cache_frozen": config.cache_frozen,
+        "cache_time_s": cache_time_s,
+        "precision": config.precision,
+        "jit_compile": config.jit_compile,
         "compile_time_s": None,
         "epochs": [],
         "best_epoch": None,
@@ -145,23 +172,17 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
 
     hparams = {"task": config.task, "preset": config.preset, "trainable_layers": str(config.trainable_layers),
                "lr": config.lr, "batch_size": config.batch_size, "seed": config.seed, "padding": config.padding,
-               "max_seq_length": config.max_seq_length, "lr_schedule": config.lr_schedule}
+               "max_seq_length": config.max_seq_length, "lr_schedule": config.lr_schedule,
+               "cache_frozen": config.cache_frozen, "precision": config.precision}
     recorder = record.TensorBoardRecorder(output_dir, hparams, f"{config.task}/{config.run_name()}/seed{config.seed}")
 
-    warmup_plan = inputs.distinct_shapes(encoded_train, first_plan, config.padding, config.bucket_step)
     with strategy.scope():  # the optimizer's slots are built here and must be mirrored like the weights
-        summary["compile_time_s"] = train.compile_steps(
-            model, inputs.to_dataset(encoded_train, warmup_plan, config.padding, config.bucket_step))
-    logging.info("compiled %d batch shape(s) in %.1f s", len(warmup_plan), summary["compile_time_s"])
-
-    def make_train_dataset(epoch):
-        return inputs.train_dataset(encoded_train, config.batch_size, config.seed, epoch, config.padding,
-                                    config.bucket_step)
+        summary["compile_time_s"] = train.compile_steps(model, feed.warmup_dataset())
+    logging.info("compiled the training step in %.1f s", summary["compile_time_s"])
 
     def evaluate():
-        score = lambda encoded: predict_scores(model, encoded, task, config.eval_batch_size,  # noqa: E731
-                                               config.padding, config.bucket_step)
-        return score(encoded_validation), {name: score(encoded) for name, encoded in encoded_tests.items()}
+        return (scores(feed, model, task, "validation"),
+                {name: scores(feed, model, task, name) for name in test_examples})
 
     loop = train.EpochLoop(model, config.metric_name, config.max_epochs, config.patience, config.min_delta)
 
@@ -183,7 +204,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
                      epoch_record["epoch_time_s"], epoch_record["train_time_s"], epoch_record["loss"], val_text)
 
     try:
-        loop.run(make_train_dataset, evaluate, on_epoch_end, steps_per_epoch, len(encoded_train))
+        loop.run(feed.train_dataset, evaluate, on_epoch_end, steps_per_epoch, len(encoded["train"]))
     finally:
         recorder.close()
     summary["stopped_early"] = loop.stopped_early

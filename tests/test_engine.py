@@ -1,0 +1,116 @@
+"""Bucketing and the frozen-prefix cache change what is computed by no more than float rounding."""
+
+import numpy as np
+import pytest
+
+from tf_transfer import cache, freezing, heads, inputs, runner, tasks
+from tf_transfer.config import RunConfig
+
+from conftest import NUM_LAYERS, make_tiny_backbone, make_tiny_tokenizer
+
+MAX_LEN = 64
+
+
+@pytest.fixture(scope="module")
+def encoded_rte(glue_dir):
+    examples = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "train")
+    return inputs.encode(examples, make_tiny_tokenizer(), MAX_LEN)
+
+
+def test_packing_is_cls_a_sep_b_sep_with_segments(encoded_rte):
+    tokenizer = make_tiny_tokenizer()
+    row_ids, row_segments, length = encoded_rte.token_ids[0], encoded_rte.segment_ids[0], encoded_rte.lengths[0]
+    a = list(tokenizer("the cat is happy"))
+    assert row_ids[0] == tokenizer.cls_token_id
+    assert list(row_ids[1:1 + len(a)]) == a and row_ids[1 + len(a)] == tokenizer.sep_token_id
+    assert row_ids[length - 1] == tokenizer.sep_token_id and (row_ids[length:] == tokenizer.pad_token_id).all()
+    assert (row_segments[:len(a) + 2] == 0).all() and (row_segments[len(a) + 2:length] == 1).all()
+
+
+def test_truncation_to_max_seq_length():
+    examples = tasks.Examples(["the cat " * 40], ["a dog " * 40], np.array([0]))
+    encoded = inputs.encode(examples, make_tiny_tokenizer(), 16)
+    assert encoded.lengths[0] == 16 and encoded.token_ids.shape == (1, 16)
+    # Round robin keeps both segments: 7 tokens each plus [CLS] and two [SEP].
+    assert (encoded.segment_ids[0] == 1).sum() == 7
+
+
+def test_plans_are_seeded_complete_and_bounded(encoded_rte):
+    plan = inputs.plan_train_batches(encoded_rte.lengths, 4, seed=1, epoch=2, padding="bucket",
+                                     max_seq_length=MAX_LEN, bucket_step=16)
+    again = inputs.plan_train_batches(encoded_rte.lengths, 4, seed=1, epoch=2, padding="bucket",
+                                      max_seq_length=MAX_LEN, bucket_step=16)
+    other_epoch = inputs.plan_train_batches(encoded_rte.lengths, 4, seed=1, epoch=3, padding="bucket",
+                                            max_seq_length=MAX_LEN, bucket_step=16)
+    assert all((a == b).all() for a, b in zip(plan, again)) and len(plan) == len(again)
+    assert any(len(a) != len(b) or (a != b).any() for a, b in zip(plan, other_epoch))
+    assert sorted(np.concatenate(plan).tolist()) == list(range(len(encoded_rte)))
+    lengths = {inputs.padded_length(encoded_rte.lengths[b], "bucket", MAX_LEN, 16) for b in plan}
+    assert lengths <= {16, 32, 48, 64}
+    for batch in plan:  # every example fits its batch's padded length
+        assert encoded_rte.lengths[batch].max() <= inputs.padded_length(encoded_rte.lengths[batch], "bucket",
+                                                                        MAX_LEN, 16)
+
+
+def test_bucket_padding_gives_the_same_logits_as_fixed(encoded_rte):
+    backbone = make_tiny_backbone()
+    model = heads.build_classifier(backbone, 2)
+    indices = np.arange(8)
+    bucket = next(inputs.batches(encoded_rte, [indices], "bucket", 16, with_labels=False))
+    fixed = next(inputs.batches(encoded_rte, [indices], "fixed", 16, with_labels=False))
+    assert bucket["token_ids"].shape[1] < fixed["token_ids"].shape[1] == MAX_LEN
+    np.testing.assert_allclose(model(bucket, training=False), model(fixed, training=False), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [0, 1, NUM_LAYERS])
+def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
+    cache.clear_memory()
+    backbone = make_tiny_backbone()
+    head = heads.pooled_head(2)
+    full = heads.build_classifier(backbone, 2, head=head)
+    freezing.set_trainable_layers(backbone, k)
+    prefix = cache.prefix_model(backbone, k)
+    depth = NUM_LAYERS - k
+    key = cache.cache_key("tiny", "rte", "train", encoded_rte, depth, cls_only=k == 0)
+    cached, seconds, reused = cache.build(prefix, encoded_rte, key, cls_only=k == 0, cache_dir=str(tmp_path))
+    assert seconds > 0 and not reused
+    assert cached.hidden.dtype == np.float16
+    assert cached.hidden.shape[0] == (len(encoded_rte) if k == 0 else encoded_rte.lengths.sum())
+    suffix = cache.suffix_classifier(backbone, k, head)
+    assert {id(v) for v in suffix.trainable_variables} <= {id(v) for v in full.variables}
+
+    plan = inputs.plan_eval_batches(encoded_rte.lengths, 16, "bucket")
+    expected = np.concatenate([full(f, training=False) for f in
+                               inputs.batches(encoded_rte, plan, "bucket", 16, with_labels=False)])
+    got = np.concatenate([suffix(f, training=False) for f in
+                          cache.batches(cached, plan, 16, MAX_LEN, with_labels=False)])
+    # The cache stores float16: agreement is to float16 rounding of the hidden states.
+    np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-3)
+
+    again, seconds, reused = cache.build(prefix, encoded_rte, key, cls_only=k == 0, cache_dir=str(tmp_path))
+    assert reused and seconds == 0.0 and again is cached
+    cache.clear_memory()
+    from_disk, seconds, reused = cache.build(prefix, encoded_rte, key, cls_only=k == 0, cache_dir=str(tmp_path))
+    assert reused and isinstance(from_disk.hidden, np.memmap)
+    np.testing.assert_array_equal(np.asarray(from_disk.hidden), cached.hidden)
+
+
+def test_cache_key_depends_on_depth_and_data(encoded_rte):
+    key = cache.cache_key("p", "rte", "train", encoded_rte, 2, False)
+    assert key != cache.cache_key("p", "rte", "train", encoded_rte, 1, False)
+    assert key != cache.cache_key("p", "rte", "train", inputs.subset(encoded_rte, np.arange(5)), 2, False)
+    assert key == cache.cache_key("p", "rte", "train", encoded_rte, 2, False)
+
+
+def test_run_with_cache_records_and_reuses_it(glue_dir, tiny_preset, tmp_path):
+    cache.clear_memory()
+    settings = dict(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
+                    data_dir=glue_dir, max_seq_length=32, cache_frozen=True)
+    first = runner.run_glue(RunConfig(**settings), str(tmp_path / "a"))
+    second = runner.run_glue(RunConfig(**settings, seed=1), str(tmp_path / "b"))
+    assert first["completed"] and first["cache_frozen"] is True and first["cache_time_s"] > 0
+    assert first["trainable_params"] < first["total_params"]
+    # seed 1 splits train/validation differently, so those caches are built anew.
+    assert second["cache_time_s"] > 0
+    third = runner.run_glue(RunConfig(**{**settings, "lr": 2e-3}), str(tmp_path / "c"))
+    assert third["cache_time_s"] == 0.0

@@ -1,0 +1,193 @@
+"""The frozen-prefix cache: run the frozen embeddings and blocks once per split, train only what is above them.
+
+With `trainable_layers=k`, the embeddings and blocks 0..L-k-1 never change, so their output for an example is the
+same in every epoch. It is computed once per split in inference mode (no dropout), stored as float16 (only the
+real tokens: a flat `[sum of lengths, hidden]` array plus offsets), and the training model is the last k blocks,
+the pooler and the head applied to it. With k=0 only the [CLS] row is stored, since only it reaches the pooler.
+
+Deviation from the transfer-learning paper: there, dropout stayed active inside the frozen blocks; here they run in
+inference mode. `--cache_frozen` is therefore off by default and off in the paper's flagfiles.
+
+Caches are keyed by preset, task, split, sequence length, the exact token ids (so tokenizer and data are covered),
+frozen depth and precision; they are kept in memory for the process (a learning-rate or seed sweep pays once) and,
+with `cache_dir`, on disk as `.npy` files loaded by memory map (for tasks too large for memory).
+
+Example:
+
+>>> from tf_transfer import cache
+>>> prefix = cache.prefix_model(backbone, trainable_layers=2)  # doctest: +SKIP
+>>> cached, seconds, reused = cache.build(prefix, encoded, key)  # doctest: +SKIP
+>>> model = cache.suffix_classifier(backbone, trainable_layers=2, head=head)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Optional
+
+import numpy as np
+
+from tf_transfer import inputs
+from tf_transfer.errors import TransferError
+
+_MEMORY: dict = {}
+
+
+@dataclasses.dataclass
+class CachedSplit:
+    """Frozen-prefix outputs of one split: `hidden[offsets[i]:offsets[i+1]]` is example i's `[length, H]` rows."""
+
+    hidden: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    labels: np.ndarray
+    regression: bool
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def hidden_dim(self) -> int:
+        return self.hidden.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.hidden.nbytes)
+
+
+def frozen_depth(trainable_layers, num_layers: int) -> int:
+    """How many encoder blocks are frozen below the trained ones; `TransferError` when nothing is frozen."""
+    if trainable_layers == "all":
+        raise TransferError("--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'")
+    return num_layers - int(trainable_layers)
+
+
+def cache_key(preset: str, task: str, split: str, encoded: inputs.Encoded, depth: int, cls_only: bool,
+              precision: str = "float32") -> str:
+    digest = hashlib.sha256()
+    for part in (preset, task, split, str(encoded.max_seq_length), str(depth), str(cls_only), precision):
+        digest.update(part.encode() + b"\0")
+    digest.update(np.ascontiguousarray(encoded.token_ids).tobytes())
+    digest.update(np.ascontiguousarray(encoded.segment_ids).tobytes())
+    return f"{task}-{split}-d{depth}-{digest.hexdigest()[:16]}"
+
+
+def prefix_model(backbone, trainable_layers):
+    """A Keras model from the backbone's inputs to the output of the last frozen block (or the embeddings)."""
+    import keras
+
+    depth = frozen_depth(trainable_layers, backbone.num_layers)
+    if depth == 0:
+        output = backbone.get_layer("embeddings_dropout").output
+    else:
+        output = backbone.transformer_layers[depth - 1].output
+    return keras.Model(backbone.input, output, name="frozen_prefix")
+
+
+def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cache_dir: Optional[str] = None,
+          batch_size: int = 64, bucket_step: int = 16):
+    """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix`."""
+    if key in _MEMORY:
+        return _MEMORY[key], 0.0, True
+    if cache_dir:
+        loaded = _load(os.path.join(cache_dir, key), encoded)
+        if loaded is not None:
+            _MEMORY[key] = loaded
+            return loaded, 0.0, True
+    start = time.perf_counter()
+    lengths = np.ones_like(encoded.lengths) if cls_only else encoded.lengths.copy()
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    hidden_dim = int(prefix.output.shape[-1])
+    folder = tmp = None
+    if cache_dir:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir)
+        hidden = np.lib.format.open_memmap(os.path.join(tmp, "hidden.npy"), "w+", np.float16,
+                                           (int(offsets[-1]), hidden_dim))
+    else:
+        hidden = np.empty((int(offsets[-1]), hidden_dim), np.float16)
+    plan = inputs.plan_eval_batches(encoded.lengths, batch_size, "bucket")
+    for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", bucket_step, with_labels=False)):
+        output = np.asarray(prefix(features, training=False))
+        for row, index in enumerate(indices):
+            n = lengths[index]
+            hidden[offsets[index]:offsets[index] + n] = output[row, :n]
+    cached = CachedSplit(hidden, offsets, lengths, encoded.labels, encoded.regression)
+    if cache_dir:
+        hidden.flush()
+        np.save(os.path.join(tmp, "offsets.npy"), offsets)
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump({"key": key, "examples": len(lengths), "hidden_dim": hidden_dim}, f)
+        folder = os.path.join(cache_dir, key)
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another process finished the same cache first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        cached = _load(folder, encoded) or cached
+    _MEMORY[key] = cached
+    return cached, time.perf_counter() - start, False
+
+
+def _load(folder: str, encoded: inputs.Encoded) -> Optional[CachedSplit]:
+    if not os.path.exists(os.path.join(folder, "meta.json")):
+        return None
+    offsets = np.load(os.path.join(folder, "offsets.npy"))
+    hidden = np.load(os.path.join(folder, "hidden.npy"), mmap_mode="r")
+    return CachedSplit(hidden, offsets, np.diff(offsets).astype(np.int32), encoded.labels, encoded.regression)
+
+
+def clear_memory() -> None:
+    _MEMORY.clear()
+
+
+def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True):
+    """Yields `({"hidden", "padding_mask"}, labels)` per planned batch, padded to the batch's bucket length."""
+    for indices in plan:
+        length = inputs.padded_length(cached.lengths[indices], "bucket", max_length, bucket_step)
+        hidden = np.zeros((len(indices), length, cached.hidden_dim), np.float16)
+        for row, index in enumerate(indices):
+            start, stop = cached.offsets[index], cached.offsets[index + 1]
+            hidden[row, :stop - start] = cached.hidden[start:stop]
+        mask = (np.arange(length)[None, :] < cached.lengths[indices, None]).astype(np.int32)
+        features = {"hidden": hidden, "padding_mask": mask}
+        if not with_labels:
+            yield features
+            continue
+        labels = cached.labels[indices]
+        yield features, (labels.astype(np.float32)[:, None] if cached.regression else labels.astype(np.int32))
+
+
+def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True):
+    import tensorflow as tf
+
+    features = {"hidden": tf.TensorSpec([None, None, cached.hidden_dim], tf.float16),
+                "padding_mask": tf.TensorSpec([None, None], tf.int32)}
+    label = tf.TensorSpec([None, 1], tf.float32) if cached.regression else tf.TensorSpec([None], tf.int32)
+    signature = (features, label) if with_labels else features
+    dataset = tf.data.Dataset.from_generator(
+        lambda: batches(cached, plan, bucket_step, max_length, with_labels), output_signature=signature)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(plan)))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def suffix_classifier(backbone, trainable_layers, head):
+    """The last k blocks, the pooler and `head` as a model on cached prefix outputs (weights shared with
+    `backbone`, so training it trains the backbone's own blocks)."""
+    import keras
+
+    depth = frozen_depth(trainable_layers, backbone.num_layers)
+    hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype="float16", name="hidden")
+    mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+    x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
+    for block in backbone.transformer_layers[depth:]:
+        x = block(x, padding_mask=mask_input)
+    pooled = backbone.get_layer("pooled_dense")(x[:, 0, :])
+    outputs = head(pooled)
+    return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, outputs, name="cached_classifier")

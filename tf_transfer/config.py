@@ -64,6 +64,9 @@ class RunConfig:
     precision: str = "float32"
     jit_compile: str = "auto"
     steps_per_execution: int = 1
+    init_checkpoint: Optional[str] = None
+    bert_config_file: Optional[str] = None
+    vocab_file: Optional[str] = None
 
     def __post_init__(self):
         task = tasks.get_task(self.task)

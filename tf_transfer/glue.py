@@ -59,6 +59,12 @@ flags.DEFINE_string("precision", "float32", "float32, mixed_bfloat16 or mixed_fl
 flags.DEFINE_string("jit_compile", "auto", "XLA for the training step: auto (Keras decides: off on CPU), true, false.")
 flags.DEFINE_integer("steps_per_execution", 1, "Training steps per call into the compiled function (cuts per-step "
                      "overhead at small batch sizes).")
+flags.DEFINE_string("init_checkpoint", None,
+                    "Original Google BERT (TF1) checkpoint prefix, e.g. .../bert_model.ckpt; used instead of --preset "
+                    "together with --bert_config_file and --vocab_file, as in Google's run_classifier.py.")
+flags.DEFINE_string("bert_config_file", None, "bert_config.json of --init_checkpoint.")
+flags.DEFINE_string("vocab_file", None,
+                    "vocab.txt of --init_checkpoint (uncased: lowercased, accents stripped).")
 flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a completed run.")
 
 
@@ -81,6 +87,8 @@ def config_from_flags():
         eval_batch_size=FLAGS.eval_batch_size, skip_bad_rows=FLAGS.skip_bad_rows,
         cache_frozen=FLAGS.cache_frozen, cache_dir=FLAGS.cache_dir, precision=FLAGS.precision,
         jit_compile=FLAGS.jit_compile, steps_per_execution=FLAGS.steps_per_execution,
+        init_checkpoint=FLAGS.init_checkpoint, bert_config_file=FLAGS.bert_config_file,
+        vocab_file=FLAGS.vocab_file,
     )
 
 

@@ -54,7 +54,7 @@ def _cached_feed(config: RunConfig, backbone, encoded: dict):
     cls_only = depth == backbone.num_layers
     cached, seconds = {}, 0.0
     for name, split in encoded.items():
-        key = cache.cache_key(config.preset, config.task, name, split, depth, cls_only, config.precision)
+        key = cache.cache_key(config.init_checkpoint or config.preset, config.task, name, split, depth, cls_only, config.precision)
         cached[name], spent, reused = cache.build(prefix, split, key, cls_only, config.cache_dir,
                                                   config.eval_batch_size, config.bucket_step)
         seconds += spent
@@ -103,7 +103,13 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(config.precision)
     with strategy.scope():
-        loaded = backbones.load_preset(config.preset, dropout=config.dropout)
+        if config.init_checkpoint:
+            from tf_transfer import tf1_checkpoint
+
+            loaded = tf1_checkpoint.load_tf1_bert(config.init_checkpoint, config.bert_config_file,
+                                                  config.vocab_file, dropout=config.dropout)
+        else:
+            loaded = backbones.load_preset(config.preset, dropout=config.dropout)
         backbone = loaded.backbone
         freezing.check_trainable_layers(config.trainable_layers, backbone.num_layers)
         logging.info("preset %s: weights from %s", config.preset, loaded.source)
@@ -139,7 +145,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     os.makedirs(output_dir, exist_ok=True)
     summary = {
         "task": config.task,
-        "preset": config.preset,
+        "preset": config.init_checkpoint or config.preset,
         "preset_source": loaded.source,
         "num_layers": int(backbone.num_layers),
         "trainable_layers": config.trainable_layers,

@@ -67,3 +67,24 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
                          f"--vocab_file={bert / 'vocab.txt'}", f"--output_dir={tmp_path / 'run2'}")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert len([l for l in missing.stderr.splitlines() if l.startswith("error:")]) == 1
+
+
+def test_bench_prints_one_json_object_last(glue_dir, tiny_preset):
+    done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+                      "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("train_examples_per_s", "tokens_per_s", "padding_efficiency", "gflop_per_s", "peak_rss_mb"):
+        assert result[key] > 0, key
+    assert result["timed_steps"] == 3 and 0 < result["padding_efficiency"] <= 1
+    assert result["settings"]["cache_frozen"] is True and result["settings"]["batch_size"] == 8
+
+
+def test_step_flops_counts_backward_only_through_trained_blocks():
+    from tf_transfer.benchmark import block_flops, step_flops
+
+    one = block_flops(2, 10, 16, 32)
+    assert one == 2 * 2 * 10 * (4 * 16 * 16 + 2 * 16 * 32) + 4 * 2 * 10 * 10 * 16
+    assert step_flops(2, 10, 6, "all", 16, 32, cached=False) == 18 * one
+    assert step_flops(2, 10, 6, 2, 16, 32, cached=False) == (6 + 4) * one
+    assert step_flops(2, 10, 6, 2, 16, 32, cached=True) == 6 * one

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import types
 from typing import Optional
 
 import numpy as np
@@ -71,17 +72,12 @@ def _scores_to_scalars(val: dict, test: dict, single_test: bool) -> dict:
     return scalars
 
 
-def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool = False) -> dict:
-    """Trains and scores one run; returns the final summary (also in `output_dir/summary.json`).
+def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
+    """Reads the data, loads the backbone, encodes every split and builds the compiled model and its feed.
 
-    Raises `TransferError` for bad input before anything is written, or (non-finite loss) after the completed
-    epochs' summary has been written with `completed: false`.
+    Raises `TransferError` for bad input; TensorFlow is imported only after the data has been read, so that bad
+    data fails fast.
     """
-    existing = record.read_summary(output_dir)
-    if existing and existing.get("completed") and not overwrite:
-        logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
-        return existing
-
     task = config.task_spec
     train_examples, validation_examples, test_examples, skipped = load_data(config)
     # TensorFlow is imported only once the data has been read, so that bad data fails fast.
@@ -128,14 +124,35 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
             feed = feeds.TokenFeed(encoded, config.batch_size, config.seed, config.padding, config.bucket_step,
                                    config.eval_batch_size, config.jit)
             model = heads.build_classifier(backbone, task.num_labels, config.dropout, head=head)
-        steps_per_epoch = feed.steps_per_epoch
         optimizer = train.build_optimizer(
-            config.lr, config.lr_schedule, steps_per_epoch * config.max_epochs, config.warmup_proportion,
+            config.lr, config.lr_schedule, feed.steps_per_epoch * config.max_epochs, config.warmup_proportion,
             config.weight_decay, config.clip_norm, config.adam_epsilon)
         loss = (keras.losses.MeanSquaredError() if task.is_regression
                 else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         model.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit,
                       steps_per_execution=config.steps_per_execution)
+
+    return types.SimpleNamespace(task=task, strategy=strategy, loaded=loaded, backbone=backbone, model=model,
+                                 feed=feed, encoded=encoded, cache_time_s=cache_time_s,
+                                 test_names=list(test_examples), skipped=skipped)
+
+
+def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool = False) -> dict:
+    """Trains and scores one run; returns the final summary (also in `output_dir/summary.json`).
+
+    Raises `TransferError` for bad input before anything is written, or (non-finite loss) after the completed
+    epochs' summary has been written with `completed: false`.
+    """
+    existing = record.read_summary(output_dir)
+    if existing and existing.get("completed") and not overwrite:
+        logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
+        return existing
+
+    prepared = prepare(config, strategy)
+    task, strategy, loaded, backbone = prepared.task, prepared.strategy, prepared.loaded, prepared.backbone
+    model, feed, encoded, cache_time_s = prepared.model, prepared.feed, prepared.encoded, prepared.cache_time_s
+    test_examples, skipped, steps_per_epoch = prepared.test_names, prepared.skipped, feed.steps_per_epoch
+    from tf_transfer import freezing, train
 
     table = freezing.parameter_table(model, backbone)
     print(f"trainable parameters per block ({config.task}, trainable_layers={config.trainable_layers}):")

@@ -1,0 +1,47 @@
+"""Benchmark training throughput with the trainer's own flags; the last line printed is one JSON object.
+
+    python -m tf_transfer.bench --task=mrpc --preset=all_minilm_l6_v2_en --data_dir=$GLUE_DIR \
+        --max_train_examples=512 --batch_size=32 --trainable_layers=all
+    python -m tf_transfer.bench ... --trainable_layers=2 --cache_frozen --compare_naive
+
+Only training steps are timed, after --warmup_steps (which include compilation).
+"""
+
+from __future__ import annotations
+
+import json
+
+from absl import flags, logging
+
+from tf_transfer import cli
+from tf_transfer import glue  # noqa: F401  (defines the trainer's flags, which the benchmark shares)
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_integer("steps", 16, "Training steps to time.")
+flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")
+flags.DEFINE_bool("compare_naive", False,
+                  "Also time keras-hub's BertTextClassifier.fit at fixed --max_seq_length with XLA, and add the ratio.")
+
+
+def main(argv):
+    del argv
+    from tf_transfer.errors import TransferError
+
+    if FLAGS.steps < 1 or FLAGS.warmup_steps < 0:
+        raise TransferError("--steps must be >= 1 and --warmup_steps >= 0")
+    config = glue.config_from_flags()
+    logging.set_verbosity(logging.WARNING)
+    from tf_transfer import benchmark
+
+    result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps)
+    if FLAGS.compare_naive:
+        result.update(benchmark.measure_naive(config, FLAGS.steps, FLAGS.warmup_steps))
+        result["speedup_vs_naive"] = result["train_examples_per_s"] / result["naive_train_examples_per_s"]
+    result["settings"] = {k: v for k, v in config.to_dict().items() if v is not None}
+    result["settings"].update(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps)
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    cli.run(main)

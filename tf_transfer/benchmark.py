@@ -1,0 +1,136 @@
+"""Training-throughput measurement behind `python -m tf_transfer.bench`.
+
+Times `steps` training steps after `warmup_steps` (which include compilation), on the run's own feed (bucketed or
+fixed token batches, or the frozen-prefix cache), and counts the floating-point work actually executed.
+
+Example:
+
+>>> from tf_transfer import benchmark
+>>> result = benchmark.measure(config, steps=16, warmup_steps=3)  # doctest: +SKIP
+>>> result["train_examples_per_s"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+
+from tf_transfer import inputs, runner
+from tf_transfer.config import RunConfig
+
+
+def block_flops(batch: int, length: int, hidden: int, intermediate: int) -> float:
+    """Forward FLOPs of one encoder block on a `[batch, length]` input: projections, feed-forward, attention."""
+    dense = 2 * batch * length * (4 * hidden * hidden + 2 * hidden * intermediate)
+    attention = 2 * 2 * batch * length * length * hidden  # QK^T and attention x V
+    return float(dense + attention)
+
+
+def step_flops(batch: int, length: int, num_layers: int, trainable_layers, hidden: int, intermediate: int,
+               cached: bool) -> float:
+    """Executed FLOPs of one training step: forward through the blocks that run, backward (2x forward) through the
+    trained ones. Frozen blocks below every trained one need no backward pass; with the cache they do not run."""
+    trained = num_layers if trainable_layers == "all" else int(trainable_layers)
+    frozen = num_layers - trained
+    one = block_flops(batch, length, hidden, intermediate)
+    return one * (3 * trained + (0 if cached else frozen))
+
+
+def _plan_steps(feed, steps: int) -> list:
+    plan, epoch = [], 1
+    while len(plan) < steps:
+        plan += feed.plan(epoch)
+        epoch += 1
+    return plan[:steps]
+
+
+def measure(config: RunConfig, steps: int, warmup_steps: int) -> dict:
+    """Builds the run's model and feed as `run_glue` does, then times `steps` training steps."""
+    prepared = runner.prepare(config)
+    model, feed, backbone = prepared.model, prepared.feed, prepared.backbone
+    hidden = int(backbone.hidden_dim)
+    intermediate = int(backbone.intermediate_dim)
+    plan = _plan_steps(feed, warmup_steps + steps)
+    # Warm-up compiles every batch shape the timed steps will see (XLA compiles one program per shape).
+    warm, timed = feed.warmup_plan() + plan[:warmup_steps], plan[warmup_steps:]
+    train_fit = lambda p: model.fit(_dataset(feed, p), epochs=1, verbose=0, shuffle=False)  # noqa: E731
+    start = time.perf_counter()
+    if warm:
+        train_fit(warm)
+    warmup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    train_fit(timed)
+    elapsed = time.perf_counter() - start
+    lengths = feed.train.lengths
+    examples = sum(len(b) for b in timed)
+    real_tokens = sum(int(lengths[b].sum()) for b in timed)
+    padded = [(len(b), _padded_length(feed, b)) for b in timed]
+    padded_tokens = sum(n * length for n, length in padded)
+    flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, hidden, intermediate,
+                           config.cache_frozen) for n, length in padded)
+    return {
+        "train_examples_per_s": examples / elapsed,
+        "tokens_per_s": real_tokens / elapsed,
+        "padding_efficiency": real_tokens / padded_tokens,
+        "gflop_per_s": flops / elapsed / 1e9,
+        "step_time_s": elapsed / len(timed),
+        "timed_steps": len(timed),
+        "timed_examples": examples,
+        "warmup_s": warmup_s,
+        "cache_time_s": prepared.cache_time_s,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "num_layers": int(backbone.num_layers),
+        "preset_source": prepared.loaded.source,
+    }
+
+
+def _dataset(feed, plan):
+    from tf_transfer import cache, feeds
+
+    if isinstance(feed, feeds.CachedFeed):
+        return cache.to_dataset(feed.train, plan, feed.bucket_step, feed.max_seq_length)
+    return inputs.to_dataset(feed.train, plan, feed.padding, feed.bucket_step)
+
+
+def _padded_length(feed, indices) -> int:
+    from tf_transfer import feeds
+
+    if isinstance(feed, feeds.CachedFeed):
+        return inputs.padded_length(feed.train.lengths[indices], "bucket", feed.max_seq_length, feed.bucket_step)
+    return inputs.padded_length(feed.train.lengths[indices], feed.padding, feed.train.max_seq_length,
+                                feed.bucket_step)
+
+
+def measure_naive(config: RunConfig, steps: int, warmup_steps: int) -> dict:
+    """keras-hub's own `BertTextClassifier.fit` at fixed length `max_seq_length`, XLA on, same freezing."""
+    import keras
+    import keras_hub
+
+    from tf_transfer import backbones, freezing
+
+    train_examples, _, _, _ = runner.load_data(config)
+    keras.mixed_precision.set_global_policy(config.precision)
+    loaded = backbones.load_preset(config.preset, dropout=config.dropout)
+    encoded = inputs.encode(train_examples, loaded.tokenizer, config.max_seq_length)
+    classifier = keras_hub.models.BertTextClassifier(backbone=loaded.backbone,
+                                                     num_classes=config.task_spec.num_labels, preprocessor=None)
+    freezing.set_trainable_layers(loaded.backbone, config.trainable_layers)
+    classifier.compile(optimizer=keras.optimizers.AdamW(config.lr), jit_compile=True,
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    needed = (warmup_steps + steps) * config.batch_size
+    repeat = int(np.ceil(needed / len(encoded)))
+    index = np.tile(np.arange(len(encoded)), repeat)[:needed]
+    mask = (encoded.token_ids != loaded.tokenizer.pad_token_id).astype("int32")
+    features = {"token_ids": encoded.token_ids[index], "segment_ids": encoded.segment_ids[index],
+                "padding_mask": mask[index]}
+    labels = encoded.labels[index].astype("int32")
+    split = warmup_steps * config.batch_size
+    head = {k: v[:split] for k, v in features.items()}
+    tail = {k: v[split:] for k, v in features.items()}
+    classifier.fit(head, labels[:split], batch_size=config.batch_size, epochs=1, verbose=0, shuffle=False)
+    start = time.perf_counter()
+    classifier.fit(tail, labels[split:], batch_size=config.batch_size, epochs=1, verbose=0, shuffle=False)
+    elapsed = time.perf_counter() - start
+    return {"naive_train_examples_per_s": (needed - split) / elapsed}

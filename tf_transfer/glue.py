@@ -100,6 +100,12 @@ def main(argv):
 
     from tf_transfer import runner
 
+    from tf_transfer import record
+
+    previous = record.read_summary(output_dir)
+    if previous and previous.get("completed") and not FLAGS.overwrite:
+        print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
+        return
     summary = runner.run_glue(config, output_dir, overwrite=FLAGS.overwrite)
     best = summary["best_epoch"]
     if best:

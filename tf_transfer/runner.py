@@ -66,6 +66,20 @@ def _cached_feed(config: RunConfig, backbone, encoded: dict):
     return feed, seconds
 
 
+def _check_same_run(existing: dict, config: RunConfig, output_dir: str) -> None:
+    """An unfinished run is resumed only with the settings it was started with."""
+    from tf_transfer.errors import TransferError
+
+    try:
+        same = (RunConfig(**existing["config"]).fingerprint() == config.fingerprint()
+                and existing["config"]["seed"] == config.seed)
+    except (KeyError, TypeError, TransferError):
+        same = False
+    if not same:
+        raise TransferError(f"{output_dir} holds an unfinished run with other settings: pass --overwrite to replace "
+                            "it, or choose another --output_dir")
+
+
 def _scores_to_scalars(val: dict, test: dict, single_test: bool) -> dict:
     scalars = record.flatten_scores("val", val)
     scalars.update(record.flatten_scores("test", next(iter(test.values())) if single_test else test))
@@ -143,10 +157,15 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     Raises `TransferError` for bad input before anything is written, or (non-finite loss) after the completed
     epochs' summary has been written with `completed: false`.
     """
-    existing = record.read_summary(output_dir)
-    if existing and existing.get("completed") and not overwrite:
+    from tf_transfer import checkpoints
+
+    existing = None if overwrite else record.read_summary(output_dir)
+    if existing and existing.get("completed"):
         logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
         return existing
+    if existing:
+        _check_same_run(existing, config, output_dir)
+    resuming = bool(existing and existing.get("epochs"))
 
     prepared = prepare(config, strategy)
     task, strategy, loaded, backbone = prepared.task, prepared.strategy, prepared.loaded, prepared.backbone
@@ -160,6 +179,8 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     trainable_params, total_params = table[-1][1], table[-1][2]
 
     os.makedirs(output_dir, exist_ok=True)
+    if not resuming:
+        checkpoints.clear(output_dir)
     summary = {
         "task": config.task,
         "preset": config.init_checkpoint or config.preset,
@@ -191,6 +212,9 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     summary_path = os.path.join(output_dir, record.SUMMARY)
+    if resuming:
+        # Keep what the first attempt measured; the work of this attempt is recorded under "resumes".
+        summary = {**existing, "resumes": existing.get("resumes", [])}
     record.write_json_atomic(summary_path, summary)
 
     hparams = {"task": config.task, "preset": config.preset, "trainable_layers": str(config.trainable_layers),
@@ -200,14 +224,25 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     recorder = record.TensorBoardRecorder(output_dir, hparams, f"{config.task}/{config.run_name()}/seed{config.seed}")
 
     with strategy.scope():  # the optimizer's slots are built here and must be mirrored like the weights
-        summary["compile_time_s"] = train.compile_steps(model, feed.warmup_dataset())
-    logging.info("compiled the training step in %.1f s", summary["compile_time_s"])
+        compile_time_s = train.compile_steps(model, feed.warmup_dataset())
+    logging.info("compiled the training step in %.1f s", compile_time_s)
+    loop = train.EpochLoop(model, config.metric_name, config.max_epochs, config.patience, config.min_delta)
+    if resuming:
+        last_epoch = existing["epochs"][-1]["epoch"]
+        with strategy.scope():
+            checkpoints.restore(output_dir, last_epoch, model)
+        loop.resume_from(existing["epochs"], existing["early_stopping"])
+        # Compilation after a resume (and a cache rebuilt in this process) is not training time.
+        summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
+                                   "cache_time_s": cache_time_s, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        record.write_json_atomic(summary_path, summary)
+        logging.info("resuming %s after epoch %d", output_dir, last_epoch)
+    else:
+        summary["compile_time_s"] = compile_time_s
 
     def evaluate():
         return (scores(feed, model, task, "validation"),
                 {name: scores(feed, model, task, name) for name in test_examples})
-
-    loop = train.EpochLoop(model, config.metric_name, config.max_epochs, config.patience, config.min_delta)
 
     def on_epoch_end(epoch_record):
         test = epoch_record["test"]
@@ -215,7 +250,10 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         summary["epochs"] = loop.epochs
         summary["best_epoch"] = loop.stopper.best_epoch
         summary["early_stopping"] = loop.stopper.state()
+        # Checkpoint first, then the summary that refers to it, then drop the older checkpoint.
+        checkpoints.save(output_dir, epoch_record["epoch"], model)
         record.write_json_atomic(summary_path, summary)
+        checkpoints.prune(output_dir, epoch_record["epoch"])
         recorder.scalars(epoch_record["epoch"], {
             "epoch_time_s": epoch_record["epoch_time_s"],
             "train_time_s": epoch_record["train_time_s"],
@@ -232,6 +270,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         recorder.close()
     summary["stopped_early"] = loop.stopped_early
     summary["completed"] = True
+    summary["train_time_s"] = loop.train_time_s
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record.write_json_atomic(summary_path, summary)
     logging.info("done: best epoch %s, summary in %s", summary["best_epoch"], summary_path)

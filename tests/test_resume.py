@@ -1,0 +1,126 @@
+"""Resuming loses nothing: a killed run continues from its last finished epoch with the same numbers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tf_transfer import record, runner, train
+from tf_transfer.config import RunConfig
+from tf_transfer.errors import TransferError
+
+from conftest import REPO
+
+
+def _config(glue_dir, tiny_preset, **overrides):
+    settings = dict(task="sst2", preset=tiny_preset, trainable_layers=2, lr=1e-3, batch_size=4, max_epochs=3,
+                    patience=10, data_dir=glue_dir, max_seq_length=32, seed=0)
+    settings.update(overrides)
+    return RunConfig(**settings)
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, tiny_preset, tmp_path, monkeypatch):
+    straight = runner.run_glue(_config(glue_dir, tiny_preset), str(tmp_path / "straight"))
+
+    original_run = train.EpochLoop.run
+
+    def interrupted_run(self, make_train_dataset, evaluate, on_epoch_end, *args):
+        def stop_after_first(record_):
+            on_epoch_end(record_)
+            raise KeyboardInterrupt  # as if the process died right after epoch 1 was saved
+        return original_run(self, make_train_dataset, evaluate, stop_after_first, *args)
+
+    monkeypatch.setattr(train.EpochLoop, "run", interrupted_run)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_glue(_config(glue_dir, tiny_preset), str(tmp_path / "resumed"))
+    partial = record.read_summary(str(tmp_path / "resumed"))
+    assert partial["completed"] is False and [e["epoch"] for e in partial["epochs"]] == [1]
+    assert os.path.exists(tmp_path / "resumed" / "checkpoint-epoch1.npz")
+
+    monkeypatch.setattr(train.EpochLoop, "run", original_run)
+    resumed = runner.run_glue(_config(glue_dir, tiny_preset), str(tmp_path / "resumed"))
+    assert resumed["completed"] is True
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3]
+    assert resumed["epochs"][0] == partial["epochs"][0]  # the finished epoch is kept as it was
+    assert [r["after_epoch"] for r in resumed["resumes"]] == [1]
+    # Weights, optimizer slots, dropout RNG and data order all continue: the same losses and scores.
+    for a, b in zip(straight["epochs"], resumed["epochs"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+        assert b["val"] == pytest.approx(a["val"])
+    times = [e["epoch_time_s"] for e in resumed["epochs"]]
+    assert [e["train_time_s"] for e in resumed["epochs"]] == pytest.approx(
+        [sum(times[:i + 1]) for i in range(3)])
+    assert sorted(os.listdir(tmp_path / "resumed")).count("checkpoint-epoch3.npz") == 1
+    assert not [f for f in os.listdir(tmp_path / "resumed") if f.startswith("checkpoint-epoch") and "3" not in f]
+
+
+def test_other_settings_in_the_same_folder_are_refused(glue_dir, tiny_preset, tmp_path):
+    record.write_json_atomic(str(tmp_path / "summary.json"),
+                             {"completed": False, "epochs": [], "config": _config(glue_dir, tiny_preset).to_dict()})
+    with pytest.raises(TransferError, match="unfinished run with other settings"):
+        runner.run_glue(_config(glue_dir, tiny_preset, lr=5e-4), str(tmp_path))
+
+
+def test_full_disk_keeps_the_previous_summary(tmp_path, monkeypatch):
+    path = str(tmp_path / "summary.json")
+    record.write_json_atomic(path, {"epochs": [1], "completed": False})
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", no_space)
+    with pytest.raises(OSError):
+        record.write_json_atomic(path, {"epochs": [1, 2], "completed": True})
+    monkeypatch.undo()
+    with open(path) as f:
+        assert json.load(f) == {"epochs": [1], "completed": False}
+    assert os.listdir(tmp_path) == ["summary.json"]
+
+
+def test_non_finite_loss_stops_with_a_clear_message(glue_dir, tiny_preset, tmp_path):
+    config = _config(glue_dir, tiny_preset, task="stsb", lr=1e12, clip_norm=0.0, max_epochs=4,
+                     trainable_layers="all", weight_decay=0.0)
+    with pytest.raises(TransferError, match="training loss became"):
+        runner.run_glue(config, str(tmp_path))
+    summary = record.read_summary(str(tmp_path))
+    assert summary["completed"] is False
+    assert all(e["loss"] is not None for e in summary["epochs"])
+
+
+def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, tiny_preset, tmp_path):
+    output_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "tf_transfer.glue", "--task=sst2", f"--preset={tiny_preset}",
+               f"--data_dir={glue_dir}", "--batch_size=1", "--max_epochs=4", "--patience=10",
+               "--trainable_layers=1", "--lr=1e-3", f"--output_dir={output_dir}"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    summary = None
+    while time.time() < deadline:
+        summary = record.read_summary(str(output_dir)) if (output_dir / "summary.json").exists() else None
+        if summary and len(summary["epochs"]) >= 1:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)  # into the next epoch
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed = record.read_summary(str(output_dir))
+    done_before_kill = len(killed["epochs"])
+    assert killed["completed"] is False and done_before_kill >= 1
+
+    rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    final = record.read_summary(str(output_dir))
+    assert final["completed"] is True and [e["epoch"] for e in final["epochs"]] == [1, 2, 3, 4]
+    assert final["epochs"][:done_before_kill] == killed["epochs"]
+    assert final["resumes"][0]["after_epoch"] == done_before_kill
+    times = [e["epoch_time_s"] for e in final["epochs"]]
+    assert final["epochs"][-1]["train_time_s"] == pytest.approx(sum(times))
+
+    again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "already holds a completed run" in again.stdout
+    assert record.read_summary(str(output_dir)) == final

@@ -1,0 +1,90 @@
+"""Per-epoch checkpoints for resuming: every model and optimizer variable (weights, Adam slots, step counter and
+dropout RNG state), written to a temporary file and renamed, so a killed process leaves the previous one whole.
+
+The data order needs no state: epoch e of seed s always has the same batches (see `inputs`). The epoch records and
+the early-stopping state live in `summary.json`, which is written after the checkpoint it refers to; the previous
+checkpoint is deleted only after that, so some complete pair always exists.
+
+Example:
+
+>>> from tf_transfer import checkpoints
+>>> checkpoints.save(output_dir, epoch=3, model=model)  # doctest: +SKIP
+>>> checkpoints.restore(output_dir, epoch=3, model=model)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from tf_transfer.errors import TransferError
+
+PATTERN = "checkpoint-epoch{epoch}.npz"
+
+
+def path(output_dir: str, epoch: int) -> str:
+    return os.path.join(output_dir, PATTERN.format(epoch=epoch))
+
+
+def _variables(model) -> list:
+    optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
+    return list(model.variables) + optimizer_variables
+
+
+def save(output_dir: str, epoch: int, model) -> str:
+    variables = _variables(model)
+    arrays = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+    # Paths are for reading; they carry auto-numbered names (seed_generator_34) that differ between model
+    # instances, so a restore matches variables by order and shape.
+    arrays["paths"] = np.asarray([v.path for v in variables])
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=output_dir)
+    try:
+        with os.fdopen(handle, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        target = path(output_dir, epoch)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return target
+
+
+def restore(output_dir: str, epoch: int, model) -> None:
+    """Assigns the checkpoint of `epoch` to `model`'s and its optimizer's variables (built beforehand)."""
+    file = path(output_dir, epoch)
+    if not os.path.exists(file):
+        raise TransferError(f"{output_dir}: summary.json lists {epoch} epoch(s) but {os.path.basename(file)} is "
+                            "missing; pass --overwrite to start afresh")
+    variables = _variables(model)
+    with np.load(file) as saved:
+        shapes = [saved[f"v{i}"].shape for i in range(len(saved["paths"]))]
+        if shapes != [tuple(v.shape) for v in variables]:
+            raise TransferError(f"{file} does not fit this model (different variables); pass --overwrite to start "
+                                "afresh or use another --output_dir")
+        for i, variable in enumerate(variables):
+            variable.assign(saved[f"v{i}"])
+
+
+def prune(output_dir: str, keep_epoch: int) -> None:
+    """Deletes every checkpoint but `keep_epoch`'s (and leftover temporary files)."""
+    for file in glob.glob(os.path.join(output_dir, "checkpoint-epoch*.npz")):
+        match = re.search(r"checkpoint-epoch(\d+)\.npz$", file)
+        if match and int(match.group(1)) != keep_epoch:
+            os.remove(file)
+    for file in glob.glob(os.path.join(output_dir, ".tmp-*")):
+        os.remove(file)
+
+
+def clear(output_dir: str) -> None:
+    """Removes checkpoints, the summary and TensorBoard events of an earlier attempt (`--overwrite`)."""
+    patterns = ("checkpoint-epoch*.npz", ".tmp-*", "summary.json", "events.out.tfevents.*")
+    for pattern in patterns:
+        for file in glob.glob(os.path.join(output_dir, pattern)):
+            os.remove(file)

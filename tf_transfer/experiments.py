@@ -1,0 +1,83 @@
+"""Run or report a study's grid.
+
+    python -m tf_transfer.experiments run transfer_learning --variant=cpu --tasks=rte,mrpc --shard=1/2
+    python -m tf_transfer.experiments run layer_freezing --dry_run
+    python -m tf_transfer.experiments report transfer_learning --variant=cpu --runs_dir=runs --out=reports/transfer_learning
+
+`run` skips completed runs and runs locked by another process (so several processes or machines can share one
+grid and `runs/`), records a failed run's error beside it and goes on. `report` writes Markdown, CSV and PNG.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from absl import flags, logging
+
+from tf_transfer import cli
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("variant", "paper", "Which of the study's variants: paper, or cpu (what this project's 2-core "
+                    "machines can afford; its report lists every difference from the paper).")
+flags.DEFINE_list("tasks", None, "Only these tasks (comma-separated).")
+flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-th (1 <= I <= N).")
+flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
+flags.DEFINE_string("runs_dir", "runs", "Root folder of the runs.")
+flags.DEFINE_string("out", None, "report: output folder (default reports/<study>).")
+flags.DEFINE_string("data_dir", None, "GLUE folder for every run (default $GLUE_DIR).")
+flags.DEFINE_string("cache_dir", None, "Frozen-prefix cache folder shared by the runs (variants that cache).")
+
+USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags]"
+
+
+def main(argv):
+    from tf_transfer import studies
+    from tf_transfer.errors import TransferError
+
+    if len(argv) != 3 or argv[1] not in ("run", "report"):
+        raise TransferError(USAGE)
+    command, name = argv[1], argv[2]
+    study = studies.load_study(name)
+    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks)
+    if FLAGS.tasks and not runs:
+        raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
+    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
+    for settings in runs:
+        settings["data_dir"] = data_dir
+        if FLAGS.cache_dir and settings.get("cache_frozen"):
+            settings["cache_dir"] = FLAGS.cache_dir
+    if command == "report":
+        out = FLAGS.out or os.path.join("reports", name)
+        collected = studies.collect(study, runs, FLAGS.runs_dir)
+        study.report(collected, out, study, FLAGS.variant)
+        done = sum(1 for c in collected if c["summary"])
+        print(f"report of {name} ({FLAGS.variant}): {done}/{len(collected)} runs completed; written to {out}")
+        return
+    selected = studies.shard(runs, FLAGS.shard)
+    if FLAGS.dry_run:
+        for position, settings in enumerate(selected, start=1):
+            print(f"{position:4d} {studies.describe(settings)} part={settings['part']} -> "
+                  f"{studies.run_dir(FLAGS.runs_dir, study, settings)}")
+        print(f"{len(selected)} runs ({len(runs)} in the whole grid)")
+        return
+    logging.set_verbosity(logging.INFO)
+
+    import keras
+
+    from tf_transfer import runner
+
+    def run_one(config, folder):
+        keras.backend.clear_session()  # one process runs many models: free the previous graph and weights
+        runner.run_glue(config, folder)
+
+    start = time.time()
+    counts = studies.run_study(study, selected, FLAGS.runs_dir, run_one, log=lambda line: print(line, flush=True))
+    print(f"{name}: {counts['ran']} ran, {counts['completed']} already completed, {counts['failed']} failed, "
+          f"{counts['locked']} taken by other processes, {counts['waiting']} waiting; "
+          f"{(time.time() - start) / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,312 @@
+"""Studies as data: a grid of `RunConfig` settings, the runner that works through it, and shared report helpers.
+
+A study module in `experiments/` defines `STUDY = Study(...)`: its fixed settings (read from its flagfile in
+`flags/`), the axes of its grid, named variants (e.g. `cpu`: the settings this project's 2-core machine can afford,
+with the differences from the paper listed) and a `report(runs, out)` function. The runner never reads flags.
+
+Example:
+
+>>> from tf_transfer import studies
+>>> study = studies.load_study("transfer_learning")
+>>> runs = study.runs(variant="paper")  # doctest: +SKIP
+>>> len(runs)  # 8 tasks x 5 settings x 2 rates x 2 seeds  # doctest: +SKIP
+160
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import json
+import os
+import socket
+import time
+from typing import Callable, Optional
+
+from tf_transfer import record
+from tf_transfer.config import RunConfig
+from tf_transfer.errors import TransferError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Encoder depth of presets the studies name, so a grid can be listed without loading a model.
+PRESET_DEPTHS = {"bert_base_en_uncased": 12, "bert_base_en": 12, "bert_large_en_uncased": 24,
+                 "all_minilm_l6_v2_en": 6, "bert_tiny_en_uncased": 2, "bert_small_en_uncased": 4,
+                 "bert_medium_en_uncased": 8}
+
+
+def preset_depth(preset: str) -> int:
+    if preset in PRESET_DEPTHS:
+        return PRESET_DEPTHS[preset]
+    config_file = os.path.join(preset, "config.json")
+    if os.path.isfile(config_file):
+        with open(config_file) as f:
+            config = json.load(f)
+        config = config.get("config", config)  # Keras preset folders nest the backbone config
+        for key in ("num_layers", "num_hidden_layers"):
+            if key in config:
+                return int(config[key])
+    raise TransferError(f"unknown depth of preset {preset!r}: add it to studies.PRESET_DEPTHS or use a local folder")
+
+
+def parse_flagfile(path: str) -> dict:
+    """Reads `--name=value` lines (and nested `--flagfile=`) into RunConfig keyword arguments."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    settings = {}
+    full = path if os.path.isabs(path) else os.path.join(REPO, path)
+    with open(full) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.lstrip("-").partition("=")
+            if name == "flagfile":
+                settings.update(parse_flagfile(value))
+            elif name in defaults:
+                settings[name] = _convert(value, defaults[name])
+            else:
+                raise TransferError(f"{path}: --{name} is not a training setting")
+    return settings
+
+
+def _convert(value: str, default):
+    if isinstance(default, bool):
+        return value.lower() in ("1", "true", "yes")
+    if isinstance(default, int) and not isinstance(default, bool):
+        try:
+            return int(value)
+        except ValueError:
+            return value  # trainable_layers=all
+    if isinstance(default, float):
+        return float(value)
+    return value
+
+
+@dataclasses.dataclass
+class Variant:
+    """Settings layered over the study's flagfile; `axes`/`parts` replace the study's; `differences` says, one
+    sentence each, how the variant departs from the paper (reports print them)."""
+
+    settings: dict = dataclasses.field(default_factory=dict)
+    axes: Optional[dict] = None
+    parts: Optional[dict] = None
+    differences: tuple = ()
+
+
+@dataclasses.dataclass
+class Study:
+    """A grid of runs. `axes` values may be callables of the preset's depth (e.g. a layer sweep); `parts` are
+    sub-grids whose extra axes are merged with `axes` (e.g. a line search, then the sweep).
+
+    `dependent` maps a setting to a function `(settings, runs_dir, study) -> value or None` resolved when a run
+    starts (e.g. the learning rate chosen by the line search); until then it is a placeholder such as
+    "<line search>". A setting `cache_frozen="auto"` caches the frozen prefix whenever something is frozen.
+    """
+
+    name: str
+    paper: str
+    flagfile: str
+    axes: dict
+    variants: dict
+    report: Callable
+    parts: Optional[dict] = None
+    dependent: Optional[dict] = None
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise TransferError(f"study {self.name} has no variant {name!r}: use {', '.join(self.variants)}")
+        return self.variants[name]
+
+    def base(self, variant: str) -> dict:
+        return {**parse_flagfile(self.flagfile), **self.variant(variant).settings}
+
+    def runs(self, variant: str = "paper", tasks=None) -> list:
+        """Every run of the grid as a dict of settings (plus `part`), in a fixed order."""
+        chosen = self.variant(variant)
+        base = self.base(variant)
+        depth = preset_depth(base.get("preset", RunConfig.preset))
+        parts = chosen.parts or self.parts or {"main": {}}
+        listed = []
+        for part, extra in parts.items():
+            axes = {**(chosen.axes or self.axes), **extra}
+            names = list(axes)
+            values = [axis(depth) if callable(axis) else axis for axis in axes.values()]
+            for combination in itertools.product(*values):
+                settings = {**base, **dict(zip(names, combination)), "part": part}
+                if settings.get("cache_frozen") == "auto":
+                    settings["cache_frozen"] = settings["trainable_layers"] != "all"
+                if tasks and settings["task"] not in tasks:
+                    continue
+                listed.append(settings)
+        return listed
+
+
+def load_study(name: str) -> Study:
+    try:
+        module = importlib.import_module(f"experiments.{name}")
+    except ModuleNotFoundError:
+        known = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "experiments"))
+                       if f.endswith(".py") and not f.startswith("_"))
+        raise TransferError(f"unknown study {name!r}: choose one of {', '.join(known)}") from None
+    return module.STUDY
+
+
+def run_dir(runs_dir: str, study: Study, settings: dict) -> str:
+    """Where a run of the grid lives: `<runs_dir>/<study>/<task>/<run name>/seed<seed>`."""
+    config = RunConfig(**{k: v for k, v in settings.items() if k != "part" and not _is_pending(v)})
+    name = config.run_name()
+    if any(_is_pending(v) for v in settings.values()):
+        name = "k{}_lr-search_bs{}".format(settings["trainable_layers"], settings["batch_size"])
+    return os.path.join(runs_dir, study.name, config.task, name, f"seed{config.seed}")
+
+
+def _is_pending(value) -> bool:
+    return isinstance(value, str) and value.startswith("<")
+
+
+def describe(settings: dict, keys=("task", "trainable_layers", "lr", "batch_size", "max_epochs", "seed")) -> str:
+    return " ".join(f"{k}={settings[k]}" for k in keys if k in settings)
+
+
+def shard(runs: list, shard_spec: Optional[str]) -> list:
+    """`I/N` (1 <= I <= N): every N-th run starting at the I-th, so N machines split one grid."""
+    if not shard_spec:
+        return runs
+    try:
+        index, count = (int(x) for x in shard_spec.split("/"))
+    except ValueError:
+        raise TransferError(f"--shard must look like I/N (e.g. 1/2), got {shard_spec!r}") from None
+    if not 1 <= index <= count:
+        raise TransferError(f"--shard={shard_spec}: I must be between 1 and N")
+    return runs[index - 1::count]
+
+
+# --- locks: one process per run, across processes and machines sharing runs/ --------------------------------
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(folder: str) -> bool:
+    """Creates `folder/lock.json` ({host, pid}) atomically; takes over a lock of a dead process on this host.
+
+    A lock held by another host is respected (its process cannot be checked from here).
+    """
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "lock.json")
+    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()})
+    for _ in range(2):
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    holder = json.load(f)
+            except (OSError, ValueError):
+                holder = {}
+            if holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", -1))):
+                try:
+                    os.remove(path)  # its process is gone: take the run over
+                except FileNotFoundError:
+                    pass
+                continue
+            return False
+        with os.fdopen(handle, "w") as f:
+            f.write(mine)
+        return True
+    return False
+
+
+def release_lock(folder: str) -> None:
+    path = os.path.join(folder, "lock.json")
+    try:
+        with open(path) as f:
+            holder = json.load(f)
+        if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+            os.remove(path)
+    except (OSError, ValueError):
+        pass
+
+
+def resolve(study: Study, settings: dict, runs_dir: str) -> Optional[dict]:
+    """Fills dependent settings; None when they cannot be known yet (e.g. the line search is unfinished)."""
+    resolved = dict(settings)
+    for key, function in (study.dependent or {}).items():
+        if _is_pending(resolved.get(key)):
+            value = function(resolved, runs_dir, study)
+            if value is None:
+                return None
+            resolved[key] = value
+    return resolved
+
+
+def run_study(study: Study, runs: list, runs_dir: str, run_one: Callable, log=print) -> dict:
+    """Works through `runs`: skips completed ones and ones locked by another process, records failures and goes
+    on. `run_one(config, output_dir)` trains one run. Returns counts."""
+    counts = {"completed": 0, "ran": 0, "failed": 0, "locked": 0, "waiting": 0}
+    start = time.time()
+    total = len(runs)
+    for position, settings in enumerate(runs, start=1):
+        resolved = resolve(study, settings, runs_dir)
+        if resolved is None:
+            counts["waiting"] += 1
+            log(f"[{position}/{total}] waiting: {describe(settings)} (needs the line search's results first)")
+            continue
+        folder = run_dir(runs_dir, study, resolved)
+        summary = record.read_summary(folder)
+        if summary and summary.get("completed"):
+            counts["completed"] += 1
+            continue
+        if not acquire_lock(folder):
+            counts["locked"] += 1
+            log(f"[{position}/{total}] taken by another process: {folder}")
+            continue
+        try:
+            ran_before = counts["ran"] + counts["failed"]
+            elapsed = time.time() - start
+            eta = (elapsed / ran_before * (total - position + 1)) if ran_before else float("nan")
+            log(f"[{position}/{total}] {describe(resolved)} -> {folder} (elapsed {elapsed / 60:.1f} min, "
+                f"about {eta / 60:.0f} min left at this pace)")
+            config = RunConfig(**{k: v for k, v in resolved.items() if k != "part"})
+            run_one(config, folder)
+            counts["ran"] += 1
+            _clear_error(folder)
+        except Exception as e:  # a failed run must not stop the grid; its error is kept beside it
+            counts["failed"] += 1
+            record.write_json_atomic(os.path.join(folder, "error.json"),
+                                     {"error": f"{type(e).__name__}: {e}", "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            log(f"[{position}/{total}] failed: {type(e).__name__}: {e}")
+        finally:
+            release_lock(folder)
+    return counts
+
+
+def _clear_error(folder: str) -> None:
+    path = os.path.join(folder, "error.json")
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def collect(study: Study, runs: list, runs_dir: str) -> list:
+    """Each run's settings with its summary (None when missing or unfinished) and error (if any)."""
+    collected = []
+    for settings in runs:
+        resolved = resolve(study, settings, runs_dir) or settings
+        folder = run_dir(runs_dir, study, resolved)
+        summary = record.read_summary(folder)
+        error = None
+        if os.path.exists(os.path.join(folder, "error.json")):
+            with open(os.path.join(folder, "error.json")) as f:
+                error = json.load(f)["error"]
+        collected.append({"settings": resolved, "folder": folder,
+                          "summary": summary if summary and summary.get("completed") else None,
+                          "partial": summary if summary and not summary.get("completed") else None,
+                          "error": error})
+    return collected

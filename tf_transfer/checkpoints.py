@@ -1,7 +1,8 @@
 """Per-epoch checkpoints for resuming: every model and optimizer variable (weights, Adam slots, step counter and
 dropout RNG state), written to a temporary file and renamed, so a killed process leaves the previous one whole.
 
-The data order needs no state: epoch e of seed s always has the same batches (see `inputs`). The epoch records and
+A completed run's checkpoint is deleted (the summary holds its results; a checkpoint of BERT-base with Adam slots
+is over a gigabyte, and grids have hundreds of runs). The data order needs no state: epoch e of seed s always has the same batches (see `inputs`). The epoch records and
 the early-stopping state live in `summary.json`, which is written after the checkpoint it refers to; the previous
 checkpoint is deleted only after that, so some complete pair always exists.
 
@@ -31,8 +32,13 @@ def path(output_dir: str, epoch: int) -> str:
 
 
 def _variables(model) -> list:
+    """What changes during training: trainable weights, dropout RNG states and the optimizer's variables.
+
+    Frozen weights never change and come back from the preset, so a checkpoint of a mostly frozen BERT stays small.
+    """
+    changing = [v for v in model.variables if v.trainable or "seed_generator" in v.path]
     optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
-    return list(model.variables) + optimizer_variables
+    return changing + optimizer_variables
 
 
 def save(output_dir: str, epoch: int, model) -> str:

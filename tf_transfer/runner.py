@@ -273,5 +273,6 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     summary["train_time_s"] = loop.train_time_s
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record.write_json_atomic(summary_path, summary)
+    checkpoints.prune(output_dir, keep_epoch=-1)  # finished: nothing left to resume
     logging.info("done: best epoch %s, summary in %s", summary["best_epoch"], summary_path)
     return summary

@@ -1,0 +1,331 @@
+"""Hart's sentiment study: reading Kaggle-style files, sparse baselines, BERT modes, Welch tests, report, errors."""
+
+import csv
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import run_module
+from tf_transfer import sentiment_study as study
+from tf_transfer.errors import TransferError
+
+KAGGLE_HEADER = ["id", "keyword", "location", "text", "target"]
+# Words the tiny preset's vocabulary knows, so that the BERT tests tokenize to real ids rather than [UNK].
+DISASTER_WORDS = ["fire in the house", "the plane ran to the sea", "bad red sky", "the car is big, bad"]
+CALM_WORDS = ["the cat is happy", "a good dog runs", "we play with the blue car", "she eats, he walks"]
+
+
+def write_kaggle_csv(path, rows_per_class=10, delimiter=","):
+    """Kaggle's train.csv layout; every third text has a quoted comma and a line break inside it.
+
+    Each class uses its own words, except every seventh row, which borrows the other class's (label noise), so
+    that scores vary between folds.
+    """
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, delimiter=delimiter)
+        writer.writerow(KAGGLE_HEADER)
+        for i in range(2 * rows_per_class):
+            target = i % 2
+            words = (DISASTER_WORDS if target != (i % 7 == 0) else CALM_WORDS)[i % 4]
+            text = f"{words}, said he\nwhat now ?" if i % 3 == 0 else f"{words} {i}"
+            keyword = "fire" if target and i % 4 == 1 else ""
+            writer.writerow([i, keyword, "" if i % 5 else "Paris, France", text, target])
+    return str(path)
+
+
+def write_raw(path, text):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def test_reads_kaggle_csv_with_quoted_commas_and_line_breaks(tmp_path):
+    path = write_raw(tmp_path / "train.csv",
+                     "id,keyword,location,text,target\n"
+                     '1,,,"Forest fire near La Ronge, Sask.\nCanada",1\n'
+                     '4,ablaze,"Birmingham, UK","He said ""run"", so we ran",1\n'
+                     "7,,,What a lovely day,0\n"
+                     "\n")
+    data = study.read_labelled_texts(path)
+    assert data.texts == ["Forest fire near La Ronge, Sask.\nCanada", 'He said "run", so we ran',
+                          "What a lovely day"]
+    assert data.labels.tolist() == [1, 1, 0]
+    assert data.label_names == ("0", "1") and data.is_binary
+    with_keyword = study.read_labelled_texts(path, extra_text_columns=["keyword"])
+    assert with_keyword.texts[1] == 'He said "run", so we ran ablaze'
+    assert with_keyword.texts[0] == data.texts[0]  # an empty keyword adds nothing
+
+
+def test_reads_tsv_by_extension_and_by_delimiter(tmp_path):
+    tsv = write_kaggle_csv(tmp_path / "train.tsv", rows_per_class=3, delimiter="\t")
+    csv_data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=3))
+    tsv_data = study.read_labelled_texts(tsv)
+    assert tsv_data.texts == csv_data.texts and tsv_data.labels.tolist() == csv_data.labels.tolist()
+    renamed = write_kaggle_csv(tmp_path / "train.txt", rows_per_class=3, delimiter="\t")
+    assert study.read_labelled_texts(renamed, delimiter="tab").texts == csv_data.texts
+
+
+def test_declared_labels_give_class_indices_in_their_order(tmp_path):
+    path = write_raw(tmp_path / "three.csv", "text,sentiment\nawful,neg\nfine,neu\ngreat,pos\nmeh,neu\n")
+    data = study.read_labelled_texts(path, label_column="sentiment", labels="neg,neu,pos")
+    assert data.labels.tolist() == [0, 1, 2, 1] and data.num_classes == 3
+    assert "macro" in study.f1_description(data)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize("content, kwargs, fragments", [
+    ("id,text,label\n1,hi,1\n", {}, ["no column(s) 'target'", "found 'id', 'text', 'label'"]),
+    ("id,keyword,text,target\n1,,hi,1\n", {"extra_text_columns": ["location"]}, ["'location'"]),
+    ("text,target\nfine,0\n\"  \",1\nok,0\n", {}, ["data row 2", "empty text in column 'text'"]),
+    ("text,target\nfine,0\n\"a\nb\",1\nbad,2\n", {}, ["data row 3 (ending on line 5)", "label '2'", "0, 1",
+                                                       "--labels"]),
+    ("text,target\nfine,neg\n", {"labels": "neg,pos,neu"}, []),
+    ("text,target\nfine,maybe\n", {"labels": "neg,pos"}, ["label 'maybe'", "neg, pos"]),
+    ("text,target\n", {}, ["no data rows"]),
+    ("", {}, ["empty"]),
+    ("id,text,target\n1,hi\n", {}, ["data row 1", "2 field(s)"]),
+])
+def test_bad_files_raise_one_clear_error(tmp_path, content, kwargs, fragments):
+    path = write_raw(tmp_path / "bad.csv", content)
+    if not fragments:  # the control case: the same layout with a declared label reads fine
+        assert study.read_labelled_texts(path, **kwargs).labels.tolist() == [0]
+        return
+    with pytest.raises(TransferError) as error:
+        study.read_labelled_texts(path, **kwargs)
+    for fragment in fragments:
+        assert fragment in str(error.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TransferError, match="does not exist"):
+        study.read_labelled_texts(str(tmp_path / "nowhere.csv"))
+
+
+def test_fewer_rows_per_class_than_folds(tmp_path):
+    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "small.csv", rows_per_class=4))
+    with pytest.raises(TransferError, match=r"4 row\(s\) with label '0', fewer than 10: --folds=10"):
+        study.run_sparse_baselines(data, str(tmp_path / "out"), folds=10)
+    assert not os.path.exists(tmp_path / "out" / study.SPARSE_JSON)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"mode": "half"}, "unknown --bert_mode='half': choose one of frozen, unfrozen, top2"),
+    ({"pooling": "max"}, "unknown --pooling='max': choose one of cls, last4_concat, mean"),
+    ({"trainable_layers": "some"}, "--trainable_layers must be"),
+    ({"test_fraction": 1.0}, "--test_fraction must be between 0 and 1"),
+    ({"runs": 0}, "--runs must be at least 1"),
+])
+def test_bad_bert_settings(kwargs, fragment):
+    with pytest.raises(TransferError) as error:
+        study.BertSettings(**kwargs)
+    assert fragment in str(error.value)
+
+
+def test_held_out_split_needs_every_label_twice(tmp_path):
+    data = study.read_labelled_texts(write_raw(tmp_path / "one.csv", "text,target\na,0\nb,0\nc,0\nd,1\n"))
+    with pytest.raises(TransferError, match=r"1 row\(s\) with label '1', fewer than 2: a held-out split"):
+        study.held_out_split(data, 0.2, seed=0)
+
+
+@pytest.mark.parametrize("flagfile", ["hart_sparse", "hart_bert_frozen", "hart_bert_unfrozen", "hart_bert_top2"])
+def test_paper_flagfiles_parse_and_validate(tmp_path, flagfile):
+    # Without --data every setting is parsed and checked, and the run stops at the first thing it needs.
+    done = run_module("tf_transfer.sentiment", f"--flagfile=flags/{flagfile}.flags", f"--output_dir={tmp_path}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --data is required")
+
+
+def test_unknown_approach():
+    with pytest.raises(TransferError, match="unknown --approach='svm': choose one of sparse, bert, report"):
+        study.check_choice("approach", "svm", study.APPROACHES)
+
+
+def test_entry_point_missing_column_exits_2_with_one_error_line(tmp_path):
+    path = write_raw(tmp_path / "train.csv", "id,tweet,target\n1,hello,1\n")
+    done = run_module("tf_transfer.sentiment", f"--data={path}", f"--output_dir={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr[-2000:]
+    assert "no column(s) 'text'" in errors[0] and "found 'id', 'tweet', 'target'" in errors[0]
+
+
+def test_entry_point_rejects_unknown_mode_with_exit_2(tmp_path):
+    done = run_module("tf_transfer.sentiment", "--approach=bert", "--bert_mode=partial", "--data=x.csv",
+                      f"--output_dir={tmp_path}")
+    assert done.returncode == 2 and "unknown --bert_mode='partial'" in done.stderr
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Statistics
+
+
+def test_welch_df_and_t_against_hand_computation_and_scipy():
+    a, b = [0.80, 0.82, 0.81, 0.79, 0.84], [0.78, 0.80, 0.76, 0.77]
+    # By hand: means 0.812 and 0.7775; sample variances 0.00037 and 0.000291666...
+    va, vb = 0.00037 / 5, 0.00029166666666666664 / 4
+    hand_df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 3)
+    hand_t = (0.812 - 0.7775) / math.sqrt(va + vb)
+    assert study.welch_df(a, b) == pytest.approx(hand_df, rel=1e-12)
+    test = study.welch_test(a, b)
+    assert test.t == pytest.approx(hand_t, rel=1e-9)
+    assert test.t == pytest.approx(stats.ttest_ind(a, b, equal_var=False).statistic, rel=1e-12)
+    # scipy's p uses the same df: the two-sided tail of Student's t at that df.
+    assert test.p == pytest.approx(2 * stats.t.sf(abs(hand_t), hand_df), rel=1e-9)
+    assert math.isnan(study.welch_test([0.5], b).t) and math.isnan(study.welch_df([0.5], b))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sparse baselines, BERT and the report, sharing one output folder as a real study does
+
+
+@pytest.fixture(scope="module")
+def study_run(tmp_path_factory, tiny_preset):
+    root = tmp_path_factory.mktemp("hart")
+    data = study.read_labelled_texts(write_kaggle_csv(root / "train.csv", rows_per_class=12))
+    output_dir = str(root / "out")
+    sparse = study.run_sparse_baselines(data, output_dir, folds=5, seed=0)
+    frozen = study.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2,
+                                                                 epochs=2, batch_size=8))
+    top2 = study.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="top2", runs=1, epochs=1,
+                                                               batch_size=8))
+    report = study.write_report(output_dir)
+    return {"data": data, "dir": output_dir, "sparse": sparse, "frozen": frozen, "top2": top2, "report": report,
+            "preset": tiny_preset}
+
+
+def test_sparse_baselines_json_schema_and_values(study_run):
+    with open(os.path.join(study_run["dir"], study.SPARSE_JSON)) as f:
+        results = json.load(f)
+    assert results == study_run["sparse"]
+    assert set(results) == {"tfidf", "count", "hash"}
+    for result in results.values():
+        assert set(result) == {"accuracy_mean", "accuracy_std", "f1_mean", "f1_std", "folds"}
+        assert [fold["fold"] for fold in result["folds"]] == [1, 2, 3, 4, 5]
+        for metric in ("accuracy", "f1"):
+            values = [fold[metric] for fold in result["folds"]]
+            assert all(set(fold) == {"fold", "accuracy", "f1"} for fold in result["folds"])
+            assert all(0.0 <= v <= 1.0 for v in values)
+            assert result[f"{metric}_mean"] == pytest.approx(np.mean(values))
+            assert result[f"{metric}_std"] == pytest.approx(np.std(values, ddof=1))
+    # Apart from the noisy rows the classes use disjoint words, so a bag of words beats chance by far.
+    assert results["tfidf"]["accuracy_mean"] >= 0.7 and results["tfidf"]["accuracy_std"] > 0
+    markdown = open(os.path.join(study_run["dir"], study.SPARSE_MARKDOWN)).read()
+    assert "| tfidf |" in markdown and "| 5 |" in markdown and "F1 of the positive class (label '1')" in markdown
+
+
+def test_fit_until_converged_raises_max_iter_only_when_needed():
+    texts = [f"word{i} common" for i in range(30)]
+    labels = np.arange(30) % 2
+    pipeline = study.sparse_pipeline("count", seed=0)
+    pipeline.set_params(classifier__max_iter=1)
+    max_iter, converged = study.fit_until_converged(pipeline, texts, labels)
+    assert converged and max_iter > 1
+    assert pipeline.get_params()["classifier__max_iter"] == max_iter
+
+
+def test_bert_frozen_and_top2_results_files(study_run):
+    frozen, top2 = study_run["frozen"], study_run["top2"]
+    assert os.path.exists(os.path.join(study_run["dir"], "bert_frozen_cls.json"))
+    assert os.path.exists(os.path.join(study_run["dir"], "bert_top2_cls.json"))
+    assert [run["seed"] for run in frozen["runs"]] == [0, 1]
+    assert [run["seed"] for run in top2["runs"]] == [0]
+    assert frozen["examples"] == {"train": 19, "test": 5}  # a stratified 20% of 24 rows, rounded up
+    for result in (frozen, top2):
+        for run in result["runs"]:
+            assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["f1"] <= 1.0 and run["train_time_s"] > 0
+        assert result["accuracy_mean"] == pytest.approx(np.mean([r["accuracy"] for r in result["runs"]]))
+    assert frozen["settings"]["trainable_layers"] == 0 and frozen["feature_time_s"] > 0
+    assert top2["settings"]["trainable_layers"] == 2 and top2["settings"]["epochs"] == 1
+    # top2 trains 2 of the 3 blocks and the head; the embeddings and block 0 stay frozen.
+    run = top2["runs"][0]
+    assert 0 < run["trainable_params"] < run["total_params"]
+
+
+def test_bert_reruns_add_missing_seeds_and_refuse_other_settings(study_run, tmp_path):
+    output_dir = str(tmp_path / "copy")
+    shutil.copytree(study_run["dir"], output_dir)  # the other tests read the shared folder as the fixture left it
+    settings = study.BertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=2, batch_size=8)
+    merged = study.run_bert(study_run["data"], output_dir, settings)
+    assert [run["seed"] for run in merged["runs"]] == [0, 1, 2]
+    assert merged["runs"][:2] == study_run["frozen"]["runs"]  # kept, not retrained
+    other = study.BertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=5, batch_size=8)
+    with pytest.raises(TransferError, match="epochs 2 vs 5"):
+        study.run_bert(study_run["data"], output_dir, other)
+    with_keyword = study.read_labelled_texts(study_run["data"].source, extra_text_columns=["keyword"])
+    with pytest.raises(TransferError, match=r"text_columns \['text'\] vs \['text', 'keyword'\]"):
+        study.run_bert(with_keyword, output_dir, settings)
+
+
+def test_rebuilt_hidden_states_share_the_backbones_weights(tiny_preset):
+    import keras
+
+    from tf_transfer import backbones, freezing, heads
+
+    backbone = backbones.load_preset(tiny_preset).backbone
+    token_inputs = heads.backbone_inputs()
+    states = study.hidden_states(backbone, token_inputs)
+    model = keras.Model(token_inputs, states)
+    batch = {"token_ids": np.array([[2, 7, 9, 3, 0], [2, 11, 3, 0, 0]], np.int32),
+             "segment_ids": np.zeros((2, 5), np.int32),
+             "padding_mask": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], np.int32)}
+    rebuilt = model(batch, training=False)
+    assert len(rebuilt) == backbone.num_layers + 1
+    expected = backbone(batch, training=False)["sequence_output"]
+    np.testing.assert_allclose(np.asarray(rebuilt[-1]), np.asarray(expected), atol=1e-5)
+    freezing.set_trainable_layers(backbone, 2)
+    trainable = {id(v) for v in model.trainable_variables}
+    assert trainable == {id(v) for block in backbone.transformer_layers[1:] for v in block.trainable_variables}
+
+
+def test_last4_concat_and_mean_feature_widths(tiny_preset):
+    from tf_transfer import backbones
+
+    backbone = backbones.load_preset(tiny_preset).backbone
+    widths = {pooling: study.build_feature_model(backbone, pooling).output.shape[-1] for pooling in study.POOLINGS}
+    assert widths == {"cls": 16, "mean": 16, "last4_concat": 64}
+
+
+def test_report_has_tables_box_plots_and_welch_tests(study_run):
+    report = open(study_run["report"]).read()
+    for metric in ("accuracy", "f1"):
+        png = os.path.join(study_run["dir"], f"boxplot_{metric}.png")
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert f"](boxplot_{metric}.png)" in report
+    assert "| tfidf |" in report and "| BERT frozen (cls) |" in report and "| BERT top2 (cls) |" in report
+    best = max(study_run["sparse"], key=lambda name: study_run["sparse"][name]["f1_mean"])
+    assert f"| sparse {best} (best by F1) | BERT frozen (cls) | accuracy |" in report
+    assert "| BERT frozen (cls) | BERT top2 (cls) | f1 |" in report
+    # The Welch row between the sparse baseline and frozen BERT carries scipy's t.
+    sparse_acc = [fold["accuracy"] for fold in study_run["sparse"][best]["folds"]]
+    frozen_acc = [run["accuracy"] for run in study_run["frozen"]["runs"]]
+    t = stats.ttest_ind(sparse_acc, frozen_acc, equal_var=False).statistic
+    row = next(line for line in report.splitlines()
+               if line.startswith(f"| sparse {best} (best by F1) | BERT frozen (cls) | accuracy |"))
+    cell = row.split("|")[6].strip()
+    assert cell == ("n/a" if not np.isfinite(t) else f"{t:.2f}")
+
+
+def test_report_from_sparse_results_alone(study_run, tmp_path):
+    shutil.copy(os.path.join(study_run["dir"], study.SPARSE_JSON), tmp_path)
+    report = open(study.write_report(str(tmp_path))).read()
+    assert "| tfidf |" in report and "## BERT models" not in report
+    assert "No Welch tests" in report and os.path.exists(tmp_path / "boxplot_f1.png")
+
+
+def test_report_without_results_is_an_error(tmp_path):
+    with pytest.raises(TransferError, match="no results in"):
+        study.write_report(str(tmp_path))

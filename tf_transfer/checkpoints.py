@@ -27,8 +27,11 @@ from tf_transfer.errors import TransferError
 PATTERN = "checkpoint-epoch{epoch}.npz"
 
 
-def path(output_dir: str, epoch: int) -> str:
-    return os.path.join(output_dir, PATTERN.format(epoch=epoch))
+BEST = "checkpoint-best.npz"  # kept beside the latest only when the run is to be exported
+
+
+def path(output_dir: str, epoch) -> str:
+    return os.path.join(output_dir, BEST if epoch == "best" else PATTERN.format(epoch=epoch))
 
 
 def _variables(model) -> list:
@@ -41,7 +44,8 @@ def _variables(model) -> list:
     return changing + optimizer_variables
 
 
-def save(output_dir: str, epoch: int, model) -> str:
+def save(output_dir: str, epoch, model) -> str:
+    """Saves what changes in training for `epoch` (a number, or "best")."""
     variables = _variables(model)
     arrays = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
     # Paths are for reading; they carry auto-numbered names (seed_generator_34) that differ between model
@@ -62,7 +66,7 @@ def save(output_dir: str, epoch: int, model) -> str:
     return target
 
 
-def restore(output_dir: str, epoch: int, model) -> None:
+def restore(output_dir: str, epoch, model) -> None:
     """Assigns the checkpoint of `epoch` to `model`'s and its optimizer's variables (built beforehand)."""
     file = path(output_dir, epoch)
     if not os.path.exists(file):
@@ -90,7 +94,7 @@ def prune(output_dir: str, keep_epoch: int) -> None:
 
 def clear(output_dir: str) -> None:
     """Removes checkpoints, the summary and TensorBoard events of an earlier attempt (`--overwrite`)."""
-    patterns = ("checkpoint-epoch*.npz", ".tmp-*", "summary.json", "events.out.tfevents.*")
+    patterns = ("checkpoint-epoch*.npz", BEST, ".tmp-*", "summary.json", "events.out.tfevents.*")
     for pattern in patterns:
         for file in glob.glob(os.path.join(output_dir, pattern)):
             os.remove(file)

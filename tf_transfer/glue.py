@@ -65,6 +65,9 @@ flags.DEFINE_string("init_checkpoint", None,
 flags.DEFINE_string("bert_config_file", None, "bert_config.json of --init_checkpoint.")
 flags.DEFINE_string("vocab_file", None,
                     "vocab.txt of --init_checkpoint (uncased: lowercased, accents stripped).")
+flags.DEFINE_string("export_dir", None,
+                    "After training, save the best epoch's classifier here as a keras-hub preset folder (backbone, "
+                    "tokenizer, preprocessor, task); score files with it using python -m tf_transfer.predict.")
 flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a completed run.")
 
 
@@ -106,7 +109,7 @@ def main(argv):
     if previous and previous.get("completed") and not FLAGS.overwrite:
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
         return
-    summary = runner.run_glue(config, output_dir, overwrite=FLAGS.overwrite)
+    summary = runner.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir)
     best = summary["best_epoch"]
     if best:
         scores = summary["epochs"][best - 1]

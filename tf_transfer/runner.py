@@ -66,6 +66,20 @@ def _cached_feed(config: RunConfig, backbone, encoded: dict):
     return feed, seconds
 
 
+def _export(config: RunConfig, prepared, output_dir: str, export_dir: str, summary: dict) -> None:
+    """Exports the best epoch's weights (the early-stopping choice) as a keras-hub preset folder."""
+    from tf_transfer import checkpoints, export
+
+    best = summary.get("best_epoch")
+    if best and os.path.exists(checkpoints.path(output_dir, "best")):
+        with prepared.strategy.scope():
+            checkpoints.restore(output_dir, "best", prepared.model)
+    export.export_classifier(prepared.backbone, prepared.loaded.tokenizer, prepared.model.get_layer("head"),
+                             prepared.task, config.max_seq_length, export_dir, config.dropout)
+    summary["exported"] = {"folder": os.path.abspath(export_dir), "epoch": best}
+    logging.info("exported the epoch-%s model to %s", best, export_dir)
+
+
 def _check_same_run(existing: dict, config: RunConfig, output_dir: str) -> None:
     """An unfinished run is resumed only with the settings it was started with."""
     from tf_transfer.errors import TransferError
@@ -151,7 +165,8 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
                                  test_names=list(test_examples), skipped=skipped)
 
 
-def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool = False) -> dict:
+def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool = False,
+             export_dir: Optional[str] = None) -> dict:
     """Trains and scores one run; returns the final summary (also in `output_dir/summary.json`).
 
     Raises `TransferError` for bad input before anything is written, or (non-finite loss) after the completed
@@ -252,6 +267,8 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         summary["early_stopping"] = loop.stopper.state()
         # Checkpoint first, then the summary that refers to it, then drop the older checkpoint.
         checkpoints.save(output_dir, epoch_record["epoch"], model)
+        if export_dir and loop.stopper.best_epoch == epoch_record["epoch"]:
+            checkpoints.save(output_dir, "best", model)
         record.write_json_atomic(summary_path, summary)
         checkpoints.prune(output_dir, epoch_record["epoch"])
         recorder.scalars(epoch_record["epoch"], {
@@ -273,6 +290,9 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     summary["train_time_s"] = loop.train_time_s
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record.write_json_atomic(summary_path, summary)
+    if export_dir:
+        _export(config, prepared, output_dir, export_dir, summary)
+        record.write_json_atomic(summary_path, summary)
     checkpoints.prune(output_dir, keep_epoch=-1)  # finished: nothing left to resume
     logging.info("done: best epoch %s, summary in %s", summary["best_epoch"], summary_path)
     return summary

@@ -1,0 +1,50 @@
+"""Export to a keras-hub preset folder: it loads back with from_preset and predicts what the trained model did."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from tf_transfer import export, runner, tasks
+from tf_transfer.config import RunConfig
+
+from conftest import run_module
+
+
+@pytest.fixture(scope="module")
+def exported(glue_dir, tiny_preset, tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    config = RunConfig(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=2,
+                       data_dir=glue_dir, max_seq_length=32, cache_frozen=True)
+    summary = runner.run_glue(config, str(root / "run"), export_dir=str(root / "model"))
+    return config, summary, root
+
+
+def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir):
+    config, summary, root = exported
+    assert summary["exported"]["epoch"] == summary["best_epoch"]
+    classifier, meta = export.load(str(root / "model"))
+    assert meta == {"task": "rte", "labels": ["entailment", "not_entailment"], "regression": False, "pair": True,
+                    "max_seq_length": 32}
+    dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
+    outputs, predictions = export.predict(classifier, meta, dev.text_a, dev.text_b)
+    accuracy = np.mean([meta["labels"].index(p) == y for p, y in zip(predictions, dev.labels)])
+    # The exported model is the best epoch's: it scores what the summary recorded for that epoch on GLUE dev.
+    assert accuracy == pytest.approx(summary["epochs"][summary["best_epoch"] - 1]["test"]["accuracy"])
+    assert outputs.shape == (len(dev), 2)
+
+
+def test_predict_entry_point_scores_a_tsv(exported, glue_dir, tmp_path):
+    _, _, root = exported
+    out = tmp_path / "predictions.tsv"
+    done = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/RTE/dev.tsv",
+                      f"--output={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out) as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    assert rows[0][:2] == ["row", "prediction"] and len(rows) == 1 + 12
+    assert {r[1] for r in rows[1:]} <= {"entailment", "not_entailment"}
+    bad = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/CoLA/train.tsv")
+    assert bad.returncode == 2 and "no column(s)" in bad.stderr
+    json.loads((root / "model" / "tf_transfer_task.json").read_text())

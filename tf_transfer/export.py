@@ -1,0 +1,71 @@
+"""Export a trained run as a keras-hub preset folder (backbone, tokenizer, preprocessor, task) and score files with it.
+
+The exported task is keras-hub's own `BertTextClassifier` (pooled [CLS] -> dropout -> dense "logits", the same
+structure as `heads.PooledHead`), so `keras_hub.models.TextClassifier.from_preset(folder)` loads it anywhere
+keras-hub runs. `tf_transfer_task.json` beside it names the task's labels (or says it is a regression).
+
+Example:
+
+>>> from tf_transfer import export
+>>> export.export_classifier(backbone, tokenizer, head, task, max_seq_length=128, folder="exported/")  # doctest: +SKIP
+>>> classifier, meta = export.load("exported/")  # doctest: +SKIP
+>>> export.predict(classifier, meta, ["a sentence"], ["another"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from tf_transfer.errors import TransferError
+
+META = "tf_transfer_task.json"
+
+
+def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, folder: str, dropout: float = 0.1):
+    """Writes the preset folder; returns the keras-hub classifier that was saved."""
+    import keras_hub
+
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=max_seq_length,
+                                                                   truncate="round_robin")
+    classifier = keras_hub.models.BertTextClassifier(backbone=backbone, num_classes=task.num_labels,
+                                                     preprocessor=preprocessor, activation=None, dropout=dropout)
+    classifier.get_layer("logits").set_weights(head.dense.get_weights())
+    os.makedirs(folder, exist_ok=True)
+    classifier.save_to_preset(folder)
+    meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
+            "regression": task.is_regression, "pair": task.is_pair, "max_seq_length": max_seq_length}
+    with open(os.path.join(folder, META), "w") as f:
+        json.dump(meta, f, indent=2)
+    return classifier
+
+
+def load(folder: str):
+    """Returns `(classifier, meta)` from an exported folder."""
+    import keras_hub
+
+    if not os.path.isfile(os.path.join(folder, "task.json")):
+        raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
+    classifier = keras_hub.models.TextClassifier.from_preset(folder)
+    meta_path = os.path.join(folder, META)
+    meta = {}
+    if os.path.isfile(meta_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+    return classifier, meta
+
+
+def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None, batch_size: int = 64):
+    """Returns `(outputs, predictions)`: raw logits or scores, and label values (or scores for regression)."""
+    import tensorflow as tf
+
+    x = tf.constant(text_a) if text_b is None else (tf.constant(text_a), tf.constant(text_b))
+    outputs = np.asarray(classifier.predict(x, batch_size=batch_size, verbose=0))
+    if meta.get("regression"):
+        return outputs, outputs[:, 0]
+    indices = outputs.argmax(axis=-1)
+    labels = meta.get("labels")
+    return outputs, [labels[i] for i in indices] if labels else indices.tolist()

@@ -1,0 +1,312 @@
+"""Stack-and-finetune: CoNLL and pair readers, conlleval-exact entity F1, the phase switch, every head, the CLI."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import SENTENCES, VOCAB, run_module
+from tf_transfer import ner_metrics, stack_data
+from tf_transfer.errors import TransferError
+
+CONLL = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+cats NNS I-NP O
+. . O O
+
+Peter NNP B-NP B-PER
+Blackburn NNP I-NP I-PER
+
+-DOCSTART- -X- -X- O
+
+u.n. NNP B-NP I-ORG
+the DT B-NP O
+"""
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def quora_rows(n):
+    """CS224N Quora layout: unnamed index column, float labels, one row with an empty label."""
+    rows = ["\tid\tsentence1\tsentence2\tis_duplicate"]
+    for i in range(n):
+        a = SENTENCES[i % len(SENTENCES)]
+        b = a if i % 2 == 0 else SENTENCES[(i * 5 + 3) % len(SENTENCES)]
+        rows.append(f"{1000 + i}\tq{i}\t{a}\t{b}\t{float(i % 2 == 0)}")
+    rows.insert(3, "7\tq-empty\tthe cat\tthe dog\t")
+    return "\n".join(rows) + "\n"
+
+
+# --- readers -------------------------------------------------------------------------------------------------------
+
+
+def test_conll_reader_skips_docstart_and_splits_sentences_on_blank_lines(tmp_path):
+    sentences = stack_data.read_conll(write(tmp_path / "eng.train", CONLL))
+    assert sentences.words == [["EU", "rejects", "German", "cats", "."], ["Peter", "Blackburn"], ["u.n.", "the"]]
+    assert sentences.tags == [["B-ORG", "O", "B-MISC", "O", "O"], ["B-PER", "I-PER"], ["I-ORG", "O"]]
+    assert stack_data.tag_vocabulary(sentences) == ("O", "B-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER")
+
+
+def test_conll_labels_sit_on_each_words_first_piece_only(tmp_path):
+    import keras_hub
+
+    # "##s" lets "cats" split into cat + ##s; "u.n." splits at its punctuation into four pieces.
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(VOCAB) + ["##s"], lowercase=True)
+    sentences = stack_data.read_conll(write(tmp_path / "eng.train", CONLL))
+    names = stack_data.tag_vocabulary(sentences)
+    encoded = stack_data.encode_sentences(sentences, tokenizer, max_seq_length=16, tag_names=names)
+    ids = encoded.inputs[""].token_ids
+    first = encoded.labels[0]
+    # [CLS] eu rejects german cat ##s . [SEP]: the unknown words are one [UNK] piece each.
+    assert list(ids[0, :8]) == [tokenizer.cls_token_id] + [tokenizer.token_to_id(t) for t in
+                                                             ("[UNK]", "[UNK]", "[UNK]", "cat", "##s", ".")] + [
+        tokenizer.sep_token_id]
+    assert list(encoded.word_positions[0]) == [1, 2, 3, 4, 6]
+    expected = [-1, names.index("B-ORG"), 0, names.index("B-MISC"), 0, -1, 0, -1]
+    assert list(first[:8]) == expected and (first[8:] == -1).all()
+    # u.n. -> [UNK] . [UNK] . : the tag on its first piece, "the" right after its four pieces.
+    assert list(encoded.word_positions[2]) == [1, 5]
+    assert encoded.labels[2, 1] == names.index("I-ORG") and (encoded.labels[2, 2:5] == -1).all()
+    assert encoded.truncated_words == 0
+
+    short = stack_data.encode_sentences(sentences, tokenizer, max_seq_length=5, tag_names=names)
+    # Budget 5: [CLS] + 3 pieces + [SEP]. Cut off: "cats" and "." of sentence 1, and "the" after u.n.'s pieces.
+    assert short.truncated_words == 3 and list(short.word_positions[0]) == [1, 2, 3]
+    assert list(short.word_positions[2]) == [1]
+    assert short.inputs[""].lengths[0] == 5 and short.inputs[""].token_ids[0, 4] == tokenizer.sep_token_id
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("EU B-ORG\nrejects\n", 2, "expected a token and an NER tag"),
+    ("EU B-ORG\n\nrejects X-PER\n", 3, "is not O, B-<type> or I-<type>"),
+])
+def test_conll_errors_name_file_and_line(tmp_path, text, line, message):
+    path = write(tmp_path / "bad.conll", text)
+    with pytest.raises(TransferError, match=message) as error:
+        stack_data.read_conll(path)
+    assert f"{path}:{line}:" in str(error.value)
+
+
+def test_quora_layouts_skip_and_count_empty_labels(tmp_path):
+    cs224n = stack_data.read_pairs(write(tmp_path / "quora-dev.csv", quora_rows(6)))
+    assert len(cs224n) == 6 and cs224n.skipped_rows == 1
+    assert list(cs224n.labels) == [1, 0, 1, 0, 1, 0] and cs224n.text_a[0] == SENTENCES[0]
+    qqp = stack_data.read_pairs(write(tmp_path / "dev.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                                                            '0\t1\t2\tsaid " yes ?\tthe cat\t1\n1\t3\t4\ta\tb\t0\n'))
+    assert qqp.text_a == ['said " yes ?', "a"] and list(qqp.labels) == [1, 0]  # quoting off: the lone quote stays
+    bad = write(tmp_path / "bad.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\ta\tb\t2\n")
+    with pytest.raises(TransferError, match=f"{bad}:2: label '2' is not one of 0, 1"):
+        stack_data.read_pairs(bad)
+
+
+def test_text_reader_finds_columns_and_keeps_the_training_classes(tmp_path):
+    train = stack_data.read_texts(write(tmp_path / "train.csv", 'id,text,label\n1,"good, fun",pos\n2,bad,neg\n'))
+    assert train.text_a == ["good, fun", "bad"] and train.label_names == ("neg", "pos")
+    assert list(train.labels) == [1, 0]
+    test = write(tmp_path / "test.csv", "text,label\nfine,neg\nodd,meh\n")
+    with pytest.raises(TransferError, match=f"{test}:3: label 'meh' is not one of neg, pos"):
+        stack_data.read_texts(test, label_names=train.label_names)
+
+
+# --- entity F1 -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gold, predicted, expected", [
+    # Exact match of two entities; accuracy counts O tokens too.
+    ([["B-PER", "I-PER", "O", "B-LOC"]], [["B-PER", "I-PER", "O", "B-LOC"]], (1.0, 1.0, 1.0, 1.0)),
+    # I- without a preceding B- starts an entity (conlleval), so I-PER I-PER equals B-PER I-PER as an entity.
+    ([["I-PER", "I-PER", "O"]], [["B-PER", "I-PER", "O"]], (1.0, 1.0, 1.0, 2 / 3)),
+    # Right span, wrong type: nothing is correct.
+    ([["B-PER", "I-PER"]], [["B-ORG", "I-ORG"]], (0.0, 0.0, 0.0, 0.0)),
+    # Right start, wrong end: nothing is correct.
+    ([["B-LOC", "I-LOC", "O"]], [["B-LOC", "O", "O"]], (0.0, 0.0, 0.0, 2 / 3)),
+    # I- of another type splits an entity: gold has PER(0-1), LOC(3), LOC(4); predicted PER(0-1), LOC(3-4).
+    ([["I-PER", "I-PER", "O", "I-LOC", "B-LOC"]], [["B-PER", "I-PER", "O", "I-LOC", "I-LOC"]], (0.5, 1 / 3, 0.4, 0.6)),
+    # A sentence break ends an entity: I-PER opening the second sentence is a new one.
+    ([["B-PER"], ["I-PER"]], [["B-PER"], ["B-PER"]], (1.0, 1.0, 1.0, 0.5)),
+    # Nothing predicted: precision is 0 (undefined), as conlleval prints it.
+    ([["B-MISC", "O"]], [["O", "O"]], (0.0, 0.0, 0.0, 0.5)),
+])
+def test_entity_scores_match_conlleval_on_hand_made_sequences(gold, predicted, expected):
+    scores = ner_metrics.compute(gold, predicted)
+    assert (scores["precision"], scores["recall"], scores["f1"], scores["accuracy"]) == pytest.approx(expected)
+
+
+def test_entities_follow_conllevals_start_and_end_rules():
+    assert ner_metrics.entities(["I-PER", "I-PER", "O", "I-LOC", "B-LOC"]) == [
+        ("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4)]
+    assert ner_metrics.entities(["B-PER", "I-LOC", "I-LOC"]) == [("PER", 0, 0), ("LOC", 1, 2)]
+    assert ner_metrics.entities(["B-ORG-X", "I-ORG-X"]) == [("ORG-X", 0, 1)]  # hyphens inside the type
+
+
+# --- config --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"strategy": "stack"}, "--strategy=stack is not one of"),
+    ({"head": "cnn", "task": "conll_ner"}, "head cnn does not fit --task=conll_ner"),
+    ({"head": "bimpm", "task": "classification"}, "head bimpm does not fit"),
+    ({"phase1_epochs": 2, "max_epochs": 2}, "leaves no epoch for phase 2"),
+    ({"head": None, "ensemble": ("cnn",)}, "two or more different heads"),
+])
+def test_config_rejects_impossible_settings(changes, message):
+    from tf_transfer.stack_training import StackConfig
+
+    settings = {"task": "quora", "data": "x.tsv", "head": "linear", **changes}
+    with pytest.raises(TransferError, match=message):
+        StackConfig(**settings)
+
+
+# --- model ---------------------------------------------------------------------------------------------------------
+
+
+def batch(pair: bool, tagging: bool = False, size: int = 4, length: int = 9, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    features = {}
+    for suffix in ("_a", "_b") if pair else ("",):
+        mask = np.ones((size, length), np.int32)
+        mask[0, 5:] = 0  # one padded example, so that masking is exercised
+        features[f"token_ids{suffix}"] = rng.integers(5, len(VOCAB), (size, length)).astype(np.int32) * mask
+        features[f"segment_ids{suffix}"] = np.zeros((size, length), np.int32)
+        features[f"padding_mask{suffix}"] = mask
+    labels = rng.integers(0, 3, (size, length) if tagging else (size,)).astype(np.int32)
+    if tagging:
+        labels[0, 5:] = stack_data.IGNORED_LABEL
+    return features, labels
+
+
+def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(tiny_preset):
+    from tf_transfer import backbones, stack_heads, stack_training
+
+    backbone = backbones.load_preset(tiny_preset).backbone
+    model = stack_heads.build_model(backbone, stack_heads.make_head("mlp", 3, units=8))
+    head = model.get_layer("head")
+    everything = {id(v) for v in model.trainable_variables}
+    backbone_before = [v.numpy().copy() for v in backbone.weights]
+    features, labels = batch(pair=False)
+    loss = stack_training.make_loss(tagging=False)
+
+    first = stack_training.set_phase(model, backbone, 1, 1e-3, loss)
+    model.run_eagerly = True  # what is checked is which variables move, not the traced step; eager is faster here
+    assert {id(v) for v in model.trainable_variables} == {id(v) for v in head.weights}
+    head_before = [v.numpy().copy() for v in head.weights]
+    model.train_on_batch(features, labels)
+    assert int(first.iterations) == 1
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(backbone_before, backbone.weights))
+    assert not all(np.array_equal(a, v.numpy()) for a, v in zip(head_before, head.weights))
+
+    second = stack_training.set_phase(model, backbone, 2, 2e-5, loss)
+    model.run_eagerly = True
+    assert second is not first and model.optimizer is second and int(second.iterations) == 0
+    assert {id(v) for v in model.trainable_variables} == everything
+    assert second.weight_decay == pytest.approx(0.01) and float(second.learning_rate) == pytest.approx(2e-5)
+    model.train_on_batch(features, labels)
+    assert int(second.iterations) == 1 and int(first.iterations) == 1
+    assert not all(np.array_equal(a, v.numpy()) for a, v in zip(backbone_before, backbone.weights))
+
+
+def test_matching_layer_computes_bimpms_four_strategies():
+    import keras
+
+    from tf_transfer.stack_heads import MultiPerspectiveMatching
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 5, 6)).astype(np.float32), rng.normal(size=(2, 7, 6)).astype(np.float32)
+    mask_a, mask_b = np.ones((2, 5), np.float32), np.ones((2, 7), np.float32)
+    mask_a[1, 3:], mask_b[0, 4:] = 0, 0
+    layer = MultiPerspectiveMatching(perspectives=3)
+    matched = keras.ops.convert_to_numpy(layer((a, mask_a, b, mask_b)))
+    weights = keras.ops.convert_to_numpy(layer.perspective_weights)
+
+    def cosine(x, y, w):
+        return (x * w) @ (y * w) / (np.linalg.norm(x * w) * np.linalg.norm(y * w))
+
+    # A direct transcription of the docstring's definitions, one position and perspective at a time.
+    expected = np.zeros_like(matched)
+    for n in range(2):
+        real_b = b[n, mask_b[n] == 1]
+        units_b = real_b / np.linalg.norm(real_b, axis=1, keepdims=True)
+        for i in np.flatnonzero(mask_a[n]):
+            similarity = units_b @ (a[n, i] / np.linalg.norm(a[n, i]))
+            attended = np.exp(similarity) @ real_b / np.exp(similarity).sum()
+            targets = [real_b.mean(axis=0), None, attended, real_b[similarity.argmax()]]
+            for s, target in enumerate(targets):
+                for k in range(3):
+                    w = weights[s, k]
+                    expected[n, i, 3 * s + k] = (max(cosine(a[n, i], y, w) for y in real_b) if target is None
+                                                 else cosine(a[n, i], target, w))
+    np.testing.assert_allclose(matched, expected, atol=1e-4)
+    assert (matched[1, 3:] == 0).all()  # padding of a matches nothing
+
+
+HEAD_CASES = [(name, False) for name in ("linear", "mlp", "bilstm", "cnn", "highway_lstm", "transformer", "bimpm",
+                                         "sim_transformer")] + [("bilstm", True)]
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")  # heads that do not read the pooler
+@pytest.mark.parametrize("name, tagging", HEAD_CASES, ids=[f"{n}{'-tagging' if t else ''}" for n, t in HEAD_CASES])
+def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_path, name, tagging):
+    import keras
+
+    from tf_transfer import backbones, stack_heads, stack_training
+
+    keras.utils.set_random_seed(0)
+    head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
+    pair = stack_heads.is_pair_head(head)
+    model = stack_heads.build_model(backbones.load_preset(tiny_preset).backbone, head, pair=pair)
+    features, labels = batch(pair, tagging)
+    # Eager steps: tracing every head's graph would cost more than the step itself at this size.
+    model.compile(optimizer="adam", loss=stack_training.make_loss(tagging), run_eagerly=True)
+    head_before = [v.numpy().copy() for v in head.trainable_weights]
+    loss = float(model.train_on_batch(features, labels))
+    assert np.isfinite(loss)
+    assert any(not np.array_equal(a, v.numpy()) for a, v in zip(head_before, head.trainable_weights))
+
+    outputs = keras.ops.convert_to_numpy(model(features, training=False))
+    assert outputs.shape == ((4, 9, 3) if tagging else (4, 3))
+    path = str(tmp_path / f"{name}.keras")
+    model.save(path)
+    restored = keras.models.load_model(path, compile=False)
+    assert type(restored.get_layer("head")) is type(head)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(restored(features, training=False)), outputs, atol=1e-6)
+
+
+# --- entry point ---------------------------------------------------------------------------------------------------
+
+
+def test_quora_stack_and_finetune_end_to_end(tmp_path, tiny_preset):
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    output_dir = tmp_path / "run"
+    done = run_module("tf_transfer.stack", "--task=quora", f"--data={data}", "--head=bimpm",
+                      "--strategy=stack_and_finetune", f"--preset={tiny_preset}", "--phase1_epochs=1",
+                      "--max_epochs=2", "--batch_size=8", "--head_units=8", "--perspectives=4",
+                      f"--output_dir={output_dir}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(output_dir / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["completed"] is True and summary["head"] == "bimpm" and summary["metric"] == "accuracy"
+    assert [e["phase"] for e in summary["epochs"]] == [1, 2]
+    assert set(summary["epochs"][0]["val"]) == {"accuracy", "f1"} and "gap" in summary["epochs"][0]
+    phase1, phase2 = summary["phases"]
+    assert (phase1["trainable_layers"], phase1["lr"], phase2["trainable_layers"], phase2["lr"]) == (
+        "none", 1e-3, "all", 2e-5)
+    assert phase1["trainable_params"] < phase2["trainable_params"] == summary["total_params"]
+    assert summary["skipped_rows"] == {"train": 1} and summary["examples"] == {"train": 36, "validation": 4}
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(output_dir))
+
+
+def test_bad_conll_line_is_one_error_line_and_exit_status_2(tmp_path):
+    data = write(tmp_path / "eng.train", "EU B-ORG\n\nrejects\n")
+    done = run_module("tf_transfer.stack", "--task=conll_ner", f"--data={data}", "--head=bilstm",
+                      f"--output_dir={tmp_path / 'run'}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {data}:3: expected a token and an NER tag separated by whitespace, found 'rejects'"]
+    assert not (tmp_path / "run").exists()

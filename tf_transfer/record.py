@@ -46,6 +46,10 @@ def write_json_atomic(path: str, data: dict) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file private (0600); a summary is as readable as any file the user creates.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, path)
     except BaseException:
         if os.path.exists(tmp_path):

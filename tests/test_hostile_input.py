@@ -103,3 +103,58 @@ def test_sentiment_and_predict_readers_on_random_bytes(tmp_path_factory, data, e
             read(path)
         except TransferError as e:
             assert str(e)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=1500), layout=st.sampled_from(["sst", "para", "sts"]), skip=st.booleans())
+def test_cs224n_readers_on_random_bytes(tmp_path_factory, data, layout, skip):
+    from tf_transfer.multitask_data import CS224N_LAYOUTS, read_cs224n_file
+
+    path = _write(tmp_path_factory.mktemp("cs224n"), "data.csv", data)
+    try:
+        examples = read_cs224n_file(path, CS224N_LAYOUTS[layout], skip_bad_rows=skip)
+    except TransferError as e:
+        assert str(e)
+    else:
+        assert len(examples.text_a) == len(examples.labels)
+
+
+@SETTINGS
+@given(rows=st.lists(row, max_size=10), layout=st.sampled_from(["sst", "para", "sts"]))
+def test_cs224n_readers_on_ragged_rows(tmp_path_factory, rows, layout):
+    from tf_transfer.multitask_data import CS224N_LAYOUTS, read_cs224n_file
+
+    spec = CS224N_LAYOUTS[layout]
+    header = ["", "id", *spec.text_columns, spec.label_column] if hasattr(spec, "text_columns") else ["", "id"]
+    path = _write(tmp_path_factory.mktemp("cs224n"), "data.csv", _rows_to_bytes(header, rows))
+    try:
+        read_cs224n_file(path, spec)
+    except TransferError as e:
+        assert str(e)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=1500))
+def test_stack_readers_on_random_bytes(tmp_path_factory, data):
+    from tf_transfer import stack_data
+
+    folder = tmp_path_factory.mktemp("stack")
+    for name, read in (("ner.txt", stack_data.read_conll), ("texts.csv", stack_data.read_texts),
+                       ("pairs.tsv", stack_data.read_pairs)):
+        try:
+            read(_write(folder, name, data))
+        except TransferError as e:
+            assert str(e)
+
+
+@SETTINGS
+@given(lines=st.lists(row, max_size=15))
+def test_conll_reader_on_ragged_columns(tmp_path_factory, lines):
+    from tf_transfer import stack_data
+
+    text = "-DOCSTART- -X- -X- O\n\n" + "\n".join(" ".join(r) for r in lines)
+    path = _write(tmp_path_factory.mktemp("conll"), "ner.txt", text.encode("utf-8", errors="replace"))
+    try:
+        stack_data.read_conll(path)
+    except TransferError as e:
+        assert str(e)

@@ -153,6 +153,12 @@ def _open_table(path: str):
         else:
             rows = csv.reader(f)
         return f, rows, next(rows)
+    except UnicodeDecodeError as e:
+        f.close()
+        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
+    except csv.Error as e:
+        f.close()
+        raise TransferError(f"{path}: unreadable CSV/TSV ({e})") from None
     except BaseException:
         f.close()
         raise

@@ -55,7 +55,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int) -> dict:
     plan = _plan_steps(feed, warmup_steps + steps)
     # Warm-up compiles every batch shape the timed steps will see (XLA compiles one program per shape).
     warm, timed = feed.warmup_plan() + plan[:warmup_steps], plan[warmup_steps:]
-    train_fit = lambda p: model.fit(_dataset(feed, p), epochs=1, verbose=0, shuffle=False)  # noqa: E731
+    train_fit = lambda p: model.fit(feed.dataset(p), epochs=1, verbose=0, shuffle=False)  # noqa: E731
     start = time.perf_counter()
     if warm:
         train_fit(warm)
@@ -66,7 +66,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int) -> dict:
     lengths = feed.train.lengths
     examples = sum(len(b) for b in timed)
     real_tokens = sum(int(lengths[b].sum()) for b in timed)
-    padded = [(len(b), _padded_length(feed, b)) for b in timed]
+    padded = [(len(b), feed.padded_length(b)) for b in timed]
     padded_tokens = sum(n * length for n, length in padded)
     flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, hidden, intermediate,
                            config.cache_frozen) for n, length in padded)
@@ -84,23 +84,6 @@ def measure(config: RunConfig, steps: int, warmup_steps: int) -> dict:
         "num_layers": int(backbone.num_layers),
         "preset_source": prepared.loaded.source,
     }
-
-
-def _dataset(feed, plan):
-    from tf_transfer import cache, feeds
-
-    if isinstance(feed, feeds.CachedFeed):
-        return cache.to_dataset(feed.train, plan, feed.bucket_step, feed.max_seq_length)
-    return inputs.to_dataset(feed.train, plan, feed.padding, feed.bucket_step)
-
-
-def _padded_length(feed, indices) -> int:
-    from tf_transfer import feeds
-
-    if isinstance(feed, feeds.CachedFeed):
-        return inputs.padded_length(feed.train.lengths[indices], "bucket", feed.max_seq_length, feed.bucket_step)
-    return inputs.padded_length(feed.train.lengths[indices], feed.padding, feed.train.max_seq_length,
-                                feed.bucket_step)
 
 
 def measure_naive(config: RunConfig, steps: int, warmup_steps: int) -> dict:

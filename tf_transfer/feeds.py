@@ -1,6 +1,7 @@
 """Feeds: where a run's batches come from, token ids through the whole backbone or cached frozen-prefix outputs.
 
-Both give the same interface to the runner: `train_dataset(epoch)`, `warmup_dataset()`, `predict(model, split)`,
+Both give the same interface to the runner and the benchmark: `plan(epoch)`, `dataset(plan)`, `train_dataset(epoch)`,
+`warmup_dataset()`, `padded_length(indices)`, `predict(model, split)`,
 `steps_per_epoch`, `padding_efficiency`.
 
 Example:
@@ -48,7 +49,15 @@ class TokenFeed:
         return inputs.padding_efficiency(self.train, self.plan(1), self.padding, self.bucket_step)
 
     def train_dataset(self, epoch: int):
-        return inputs.to_dataset(self.train, self.plan(epoch), self.padding, self.bucket_step)
+        return self.dataset(self.plan(epoch))
+
+    def dataset(self, plan: list):
+        """Training batches of `plan` (lists of example indices)."""
+        return inputs.to_dataset(self.train, plan, self.padding, self.bucket_step)
+
+    def padded_length(self, indices) -> int:
+        return inputs.padded_length(self.train.lengths[indices], self.padding, self.train.max_seq_length,
+                                    self.bucket_step)
 
     def warmup_plan(self) -> list:
         shapes = inputs.distinct_shapes(self.train, self.plan(1), self.padding, self.bucket_step)
@@ -56,7 +65,7 @@ class TokenFeed:
         return shapes if self.jit is True else shapes[:3]
 
     def warmup_dataset(self):
-        return inputs.to_dataset(self.train, self.warmup_plan(), self.padding, self.bucket_step)
+        return self.dataset(self.warmup_plan())
 
     def predict(self, model, split: str) -> np.ndarray:
         encoded = self.splits[split]
@@ -67,13 +76,6 @@ class TokenFeed:
     def labels(self, split: str) -> np.ndarray:
         return self.splits[split].labels
 
-    def tokens_per_epoch(self) -> tuple:
-        """(real tokens, padded tokens) of one training epoch."""
-        plan = self.plan(1)
-        real = int(self.train.lengths.sum())
-        padded = sum(len(b) * inputs.padded_length(self.train.lengths[b], self.padding, self.train.max_seq_length,
-                                                   self.bucket_step) for b in plan)
-        return real, padded
 
 
 class CachedFeed:
@@ -100,30 +102,28 @@ class CachedFeed:
 
     @property
     def padding_efficiency(self) -> float:
-        real, padded = self.tokens_per_epoch()
-        return real / padded if padded else 0.0
-
-    def tokens_per_epoch(self) -> tuple:
         plan = self.plan(1)
-        real = int(self.train.lengths.sum())
-        padded = sum(len(b) * inputs.padded_length(self.train.lengths[b], "bucket", self.max_seq_length,
-                                                   self.bucket_step) for b in plan)
-        return real, padded
+        padded = sum(len(b) * self.padded_length(b) for b in plan)
+        return int(self.train.lengths.sum()) / padded if padded else 0.0
 
     def train_dataset(self, epoch: int):
-        return cache.to_dataset(self.train, self.plan(epoch), self.bucket_step, self.max_seq_length)
+        return self.dataset(self.plan(epoch))
+
+    def dataset(self, plan: list):
+        return cache.to_dataset(self.train, plan, self.bucket_step, self.max_seq_length)
+
+    def padded_length(self, indices) -> int:
+        return inputs.padded_length(self.train.lengths[indices], "bucket", self.max_seq_length, self.bucket_step)
 
     def warmup_plan(self) -> list:
         first = {}
         for indices in self.plan(1):
-            length = inputs.padded_length(self.train.lengths[indices], "bucket", self.max_seq_length,
-                                          self.bucket_step)
-            first.setdefault((len(indices), length), indices)
+            first.setdefault((len(indices), self.padded_length(indices)), indices)
         shapes = list(first.values())
         return shapes if self.jit is True else shapes[:3]
 
     def warmup_dataset(self):
-        return cache.to_dataset(self.train, self.warmup_plan(), self.bucket_step, self.max_seq_length)
+        return self.dataset(self.warmup_plan())
 
     def predict(self, model, split: str) -> np.ndarray:
         cached = self.splits[split]

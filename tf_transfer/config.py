@@ -117,15 +117,8 @@ class RunConfig:
 
     @property
     def jit(self):
-        """`jit_compile` for `Model.compile`: True, False or "auto".
-
-        "auto" turns XLA on for training on the frozen-prefix cache (few, bucketed shapes that compile in seconds;
-        1.5x faster in benchmarks/README.md) and otherwise leaves the choice to Keras (off on CPU).
-        """
-        choice = str(self.jit_compile).lower()
-        if choice == "auto" and self.cache_frozen:
-            return True
-        return {"true": True, "false": False}.get(choice, "auto")
+        """`jit_compile` for `Model.compile`: True, False or "auto"."""
+        return {"true": True, "false": False}.get(str(self.jit_compile).lower(), "auto")
 
     def fingerprint(self) -> str:
         """A short hash of every setting that can change results: not the seed (a folder of its own), where the data

@@ -52,6 +52,51 @@ def test_plans_are_seeded_complete_and_bounded(encoded_rte):
                                                                         MAX_LEN, 16)
 
 
+@pytest.mark.parametrize("batch_size", [3, 4, 7])
+def test_bucket_plans_have_one_partial_batch_of_a_fixed_size(encoded_rte, batch_size):
+    n = len(encoded_rte)
+    for epoch in (1, 2, 3):
+        plan = inputs.plan_train_batches(encoded_rte.lengths, batch_size, seed=0, epoch=epoch, padding="bucket",
+                                         max_seq_length=MAX_LEN, bucket_step=16)
+        assert len(plan) == -(-n // batch_size)  # as many steps as fixed padding takes
+        assert sorted(len(b) for b in plan if len(b) != batch_size) == ([n % batch_size] if n % batch_size else [])
+
+
+def test_every_xla_shape_is_compiled_in_warm_up(encoded_rte):
+    buckets = inputs.one_per_bucket(encoded_rte.lengths, "bucket", MAX_LEN, 16)
+    warm = {inputs.padded_length(encoded_rte.lengths[b], "bucket", MAX_LEN, 16) for b in buckets}
+    for epoch in (1, 2, 3, 4):
+        plan = inputs.plan_train_batches(encoded_rte.lengths, 5, seed=3, epoch=epoch, padding="bucket",
+                                         max_seq_length=MAX_LEN, bucket_step=16)
+        filled = [inputs.fill_batch(b, 5)[0] for b in plan]
+        assert {len(b) for b in filled} == {5}
+        assert {inputs.padded_length(encoded_rte.lengths[b], "bucket", MAX_LEN, 16) for b in filled} <= warm
+
+
+def test_filled_partial_batch_gives_the_same_loss_and_gradients(encoded_rte):
+    import keras
+    import tensorflow as tf
+
+    model = heads.build_classifier(make_tiny_backbone(), 2)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+    indices = np.arange(3)
+
+    def loss_and_grads(batch_indices, fill_to):
+        features, labels, weights = next(inputs.batches(encoded_rte, [batch_indices], "bucket", 16,
+                                                        fill_to=fill_to))
+        with tf.GradientTape() as tape:
+            # Inference mode: dropout would draw different masks for different batch sizes.
+            loss = loss_fn(labels, model(features, training=False), sample_weight=weights)
+        return float(loss), tape.gradient(loss, model.trainable_variables), len(labels)
+
+    loss, grads, size = loss_and_grads(indices, None)
+    filled_loss, filled_grads, filled_size = loss_and_grads(indices, 8)
+    assert (size, filled_size) == (3, 8)
+    np.testing.assert_allclose(filled_loss, loss, rtol=1e-5)
+    for g, f in zip(grads, filled_grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(f), tf.convert_to_tensor(g), rtol=1e-4, atol=1e-6)
+
+
 def test_bucket_padding_gives_the_same_logits_as_fixed(encoded_rte):
     backbone = make_tiny_backbone()
     model = heads.build_classifier(backbone, 2)
@@ -114,3 +159,30 @@ def test_run_with_cache_records_and_reuses_it(glue_dir, tiny_preset, tmp_path):
     assert second["cache_time_s"] > 0
     third = runner.run_glue(RunConfig(**{**settings, "lr": 2e-3}), str(tmp_path / "c"))
     assert third["cache_time_s"] == 0.0
+
+
+def test_fused_adamw_updates_exactly_like_keras_adamw():
+    import keras
+    import tensorflow as tf
+
+    from tf_transfer import train
+
+    def run(optimizer_class):
+        keras.utils.set_random_seed(0)
+        embedding = keras.Variable(np.random.default_rng(0).normal(size=(50, 4)).astype("float32"), name="table")
+        kernel = keras.Variable(np.random.default_rng(1).normal(size=(4, 3)).astype("float32"), name="kernel")
+        bias = keras.Variable(np.zeros(3, "float32"), name="bias")
+        optimizer = optimizer_class(learning_rate=1e-2, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
+        optimizer.exclude_from_weight_decay(var_names=["bias"])
+        for step in range(4):
+            ids = tf.constant([step, 7, 7, 20 + step])
+            with tf.GradientTape() as tape:
+                # A gathered embedding gives the sparse (IndexedSlices) gradient the word embeddings have.
+                loss = tf.reduce_sum(tf.tanh(tf.matmul(tf.gather(embedding.value, ids), kernel.value) + bias.value))
+            grads = tape.gradient(loss, [embedding.value, kernel.value, bias.value])
+            optimizer.apply_gradients(zip(grads, [embedding, kernel, bias]))
+        return [np.asarray(v) for v in (embedding, kernel, bias)]
+
+    for fused, reference in zip(run(train.FusedAdamW), run(keras.optimizers.AdamW)):
+        # Float32 rounding only (the bias-corrected step size is computed in a different order).
+        np.testing.assert_allclose(fused, reference, rtol=1e-5, atol=1e-6)

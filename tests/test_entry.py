@@ -71,13 +71,16 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
 
 def test_bench_prints_one_json_object_last(glue_dir, tiny_preset):
     done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
-                      "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1")
+                      "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1",
+                      "--repeats=2")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     for key in ("train_examples_per_s", "tokens_per_s", "padding_efficiency", "gflop_per_s", "peak_rss_mb"):
         assert result[key] > 0, key
     assert result["timed_steps"] == 3 and 0 < result["padding_efficiency"] <= 1
     assert result["settings"]["cache_frozen"] is True and result["settings"]["batch_size"] == 8
+    assert len(result["train_examples_per_s_repeats"]) == 2 and len(result["cpu_utilization_repeats"]) == 2
+    assert result["train_examples_per_s"] in result["train_examples_per_s_repeats"]
 
 
 def test_step_flops_counts_backward_only_through_trained_blocks():

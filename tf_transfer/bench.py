@@ -10,6 +10,7 @@ Only training steps are timed, after --warmup_steps (which include compilation).
 from __future__ import annotations
 
 import json
+import os
 
 from absl import flags, logging
 
@@ -20,6 +21,7 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_integer("steps", 16, "Training steps to time.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")
+flags.DEFINE_integer("repeats", 3, "Times the timed steps are run (one fit call each); the median is reported.")
 flags.DEFINE_bool("compare_naive", False,
                   "Also time keras-hub's BertTextClassifier.fit at fixed --max_seq_length with XLA, and add the ratio.")
 
@@ -28,18 +30,19 @@ def main(argv):
     del argv
     from tf_transfer.errors import TransferError
 
-    if FLAGS.steps < 1 or FLAGS.warmup_steps < 0:
-        raise TransferError("--steps must be >= 1 and --warmup_steps >= 0")
+    if FLAGS.steps < 1 or FLAGS.warmup_steps < 0 or FLAGS.repeats < 1:
+        raise TransferError("--steps and --repeats must be >= 1 and --warmup_steps >= 0")
     config = glue.config_from_flags()
     logging.set_verbosity(logging.WARNING)
     from tf_transfer import benchmark
 
-    result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps)
+    result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats)
     if FLAGS.compare_naive:
         result.update(benchmark.measure_naive(config, FLAGS.steps, FLAGS.warmup_steps))
         result["speedup_vs_naive"] = result["train_examples_per_s"] / result["naive_train_examples_per_s"]
     result["settings"] = {k: v for k, v in config.to_dict().items() if v is not None}
-    result["settings"].update(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps)
+    result["settings"].update(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps, repeats=FLAGS.repeats,
+                              onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
     print(json.dumps(result, sort_keys=True))
 
 

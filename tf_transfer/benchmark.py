@@ -46,8 +46,18 @@ def _plan_steps(feed, steps: int) -> list:
     return plan[:steps]
 
 
-def measure(config: RunConfig, steps: int, warmup_steps: int) -> dict:
-    """Builds the run's model and feed as `run_glue` does, then times `steps` training steps."""
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1) -> dict:
+    """Builds the run's model and feed as `run_glue` does, then times `steps` training steps, `repeats` times.
+
+    The figures are the median repeat's. Repeats matter on this machine: a `fit` call sometimes runs its oneDNN
+    kernels on one core only (`cpu_utilization` near 1 instead of 2; see benchmarks/README.md), so every repeat's
+    rate and CPU utilization is reported too.
+    """
     prepared = runner.prepare(config)
     model, feed, backbone = prepared.model, prepared.feed, prepared.backbone
     hidden = int(backbone.hidden_dim)
@@ -60,18 +70,26 @@ def measure(config: RunConfig, steps: int, warmup_steps: int) -> dict:
     if warm:
         train_fit(warm)
     warmup_s = time.perf_counter() - start
-    start = time.perf_counter()
-    train_fit(timed)
-    elapsed = time.perf_counter() - start
+    runs = []
+    for _ in range(repeats):
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
+        train_fit(timed)
+        elapsed = time.perf_counter() - start
+        runs.append((elapsed, (_cpu_seconds() - cpu_start) / elapsed))
+    elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
     lengths = feed.train.lengths
     examples = sum(len(b) for b in timed)
     real_tokens = sum(int(lengths[b].sum()) for b in timed)
-    padded = [(len(b), feed.padded_length(b)) for b in timed]
+    # Under XLA a partial batch is filled to full size (feeds' fill_to): the work done is the filled batch's.
+    padded = [(max(len(b), feed.fill_to or 0), feed.padded_length(b)) for b in timed]
     padded_tokens = sum(n * length for n, length in padded)
     flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, hidden, intermediate,
                            config.cache_frozen) for n, length in padded)
     return {
         "train_examples_per_s": examples / elapsed,
+        "train_examples_per_s_repeats": [examples / seconds for seconds, _ in runs],
+        "cpu_utilization": cpu_utilization,
+        "cpu_utilization_repeats": [utilization for _, utilization in runs],
         "tokens_per_s": real_tokens / elapsed,
         "padding_efficiency": real_tokens / padded_tokens,
         "gflop_per_s": flops / elapsed / 1e9,

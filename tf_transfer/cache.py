@@ -151,10 +151,15 @@ def clear_memory() -> None:
     _MEMORY.clear()
 
 
-def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True):
-    """Yields `({"hidden", "padding_mask"}, labels)` per planned batch, padded to the batch's bucket length."""
+def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True,
+            fill_to: Optional[int] = None):
+    """Yields `({"hidden", "padding_mask"}, labels, sample_weights)` (or the features) per planned batch, padded to
+    the batch's bucket length; `fill_to` fills partial batches with zero-weight repeats (`inputs.fill_batch`)."""
     for indices in plan:
         length = inputs.padded_length(cached.lengths[indices], "bucket", max_length, bucket_step)
+        weights = None
+        if with_labels:
+            indices, weights = inputs.fill_batch(indices, fill_to)
         hidden = np.zeros((len(indices), length, cached.hidden_dim), np.float16)
         for row, index in enumerate(indices):
             start, stop = cached.offsets[index], cached.offsets[index + 1]
@@ -165,18 +170,19 @@ def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, 
             yield features
             continue
         labels = cached.labels[indices]
-        yield features, (labels.astype(np.float32)[:, None] if cached.regression else labels.astype(np.int32))
+        yield features, (labels.astype(np.float32)[:, None] if cached.regression else labels.astype(np.int32)), weights
 
 
-def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True):
+def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True,
+               fill_to: Optional[int] = None):
     import tensorflow as tf
 
     features = {"hidden": tf.TensorSpec([None, None, cached.hidden_dim], tf.float16),
                 "padding_mask": tf.TensorSpec([None, None], tf.int32)}
     label = tf.TensorSpec([None, 1], tf.float32) if cached.regression else tf.TensorSpec([None], tf.int32)
-    signature = (features, label) if with_labels else features
+    signature = (features, label, tf.TensorSpec([None], tf.float32)) if with_labels else features
     dataset = tf.data.Dataset.from_generator(
-        lambda: batches(cached, plan, bucket_step, max_length, with_labels), output_signature=signature)
+        lambda: batches(cached, plan, bucket_step, max_length, with_labels, fill_to), output_signature=signature)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(plan)))
     return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -34,6 +34,8 @@ class TokenFeed:
         self.eval_bucket_step = bucket_step
         self.eval_batch_size = eval_batch_size
         self.jit = jit
+        # Under XLA the epoch's one partial batch is filled with zero-weight repeats: one shape per bucket length.
+        self.fill_to = batch_size if jit is True else None
         self.train = splits["train"]
 
     def plan(self, epoch: int) -> list:
@@ -52,17 +54,19 @@ class TokenFeed:
         return self.dataset(self.plan(epoch))
 
     def dataset(self, plan: list):
-        """Training batches of `plan` (lists of example indices)."""
-        return inputs.to_dataset(self.train, plan, self.padding, self.bucket_step)
+        """Training batches of `plan` (lists of example indices), with sample weights."""
+        return inputs.to_dataset(self.train, plan, self.padding, self.bucket_step, fill_to=self.fill_to)
 
     def padded_length(self, indices) -> int:
         return inputs.padded_length(self.train.lengths[indices], self.padding, self.train.max_seq_length,
                                     self.bucket_step)
 
     def warmup_plan(self) -> list:
-        shapes = inputs.distinct_shapes(self.train, self.plan(1), self.padding, self.bucket_step)
+        if self.jit is True:
+            return inputs.one_per_bucket(self.train.lengths, self.padding, self.train.max_seq_length,
+                                         self.bucket_step)
         # Without XLA, Keras' step function relaxes its input shapes after a few traces: three shapes suffice.
-        return shapes if self.jit is True else shapes[:3]
+        return inputs.distinct_shapes(self.train, self.plan(1), self.padding, self.bucket_step)[:3]
 
     def warmup_dataset(self):
         return self.dataset(self.warmup_plan())
@@ -90,6 +94,8 @@ class CachedFeed:
         self.max_seq_length = max_seq_length
         self.eval_batch_size = eval_batch_size
         self.jit = jit
+        # Under XLA the epoch's one partial batch is filled with zero-weight repeats: one shape per bucket length.
+        self.fill_to = batch_size if jit is True else None
         self.train = splits["train"]
 
     def plan(self, epoch: int) -> list:
@@ -110,17 +116,19 @@ class CachedFeed:
         return self.dataset(self.plan(epoch))
 
     def dataset(self, plan: list):
-        return cache.to_dataset(self.train, plan, self.bucket_step, self.max_seq_length)
+        return cache.to_dataset(self.train, plan, self.bucket_step, self.max_seq_length, fill_to=self.fill_to)
 
     def padded_length(self, indices) -> int:
         return inputs.padded_length(self.train.lengths[indices], "bucket", self.max_seq_length, self.bucket_step)
 
     def warmup_plan(self) -> list:
+        if self.jit is True:
+            return inputs.one_per_bucket(self.train.lengths, "bucket", self.max_seq_length, self.bucket_step)
         first = {}
         for indices in self.plan(1):
             first.setdefault((len(indices), self.padded_length(indices)), indices)
-        shapes = list(first.values())
-        return shapes if self.jit is True else shapes[:3]
+        # Without XLA, Keras' step function relaxes its input shapes after a few traces: three shapes suffice.
+        return list(first.values())[:3]
 
     def warmup_dataset(self):
         return self.dataset(self.warmup_plan())

@@ -92,8 +92,11 @@ def plan_train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: i
     """Index arrays, one per batch, for `epoch` (from 1) of a run with `seed`; deterministic.
 
     With bucketing, a seeded stream of examples fills one pending batch per bucket and a batch is emitted when full
-    (as `tf.data`'s `bucket_by_sequence_length` does); the partial batches left at the end follow, and the batch
-    order is shuffled again so that they are not all last.
+    (as `tf.data`'s `bucket_by_sequence_length` does). The examples left over in the buckets are sorted by length
+    and batched together, so an epoch has `ceil(N / batch_size)` steps as with fixed padding, and only one batch
+    (of `N % batch_size` examples, the same size every epoch) is partial: bucket-sized leftovers would give
+    a few tiny batches of new sizes each epoch, and XLA compiles a program per shape. The batch order is then
+    shuffled again so that the mixed batches are not all last.
     """
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
@@ -109,7 +112,9 @@ def plan_train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: i
         if len(bucket) == batch_size:
             batches.append(np.asarray(bucket))
             pending[int(bucket_of[index])] = []
-    batches += [np.asarray(b) for _, b in sorted(pending.items()) if b]
+    leftovers = np.asarray([i for _, b in sorted(pending.items()) for i in b], np.int64)
+    leftovers = leftovers[np.argsort(lengths[leftovers], kind="stable")]
+    batches += [leftovers[i:i + batch_size] for i in range(0, len(leftovers), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -130,12 +135,31 @@ def _label_batch(encoded: Encoded, indices: np.ndarray) -> np.ndarray:
     return labels.astype(np.float32)[:, None] if encoded.regression else labels.astype(np.int32)
 
 
-def batches(encoded: Encoded, plan: list, padding: str, bucket_step: int, with_labels: bool = True) -> Iterator:
-    """Yields `(features, labels)` (or features) as NumPy arrays for each index array of `plan`."""
+def fill_batch(indices: np.ndarray, batch_size: Optional[int]):
+    """`indices` grown to `batch_size` by repeating its own examples, and sample weights that are 0 on the repeats.
+
+    XLA compiles one program per input shape; filling the one partial batch of an epoch keeps the shapes to the
+    bucket lengths alone. With the losses' `mean_with_sample_weight` reduction, the zero-weight repeats change
+    neither the loss nor the gradients (repeating real examples keeps their padded length the batch's own).
+    """
+    weights = np.ones(len(indices), np.float32)
+    if batch_size is None or len(indices) >= batch_size:
+        return indices, weights
+    extra = np.resize(indices, batch_size - len(indices))
+    return np.concatenate([indices, extra]), np.concatenate([weights, np.zeros(len(extra), np.float32)])
+
+
+def batches(encoded: Encoded, plan: list, padding: str, bucket_step: int, with_labels: bool = True,
+            fill_to: Optional[int] = None) -> Iterator:
+    """Yields `(features, labels, sample_weights)` (or features) as NumPy arrays for each index array of `plan`;
+    `fill_to` fills partial batches with zero-weight repeats (see `fill_batch`)."""
     for indices in plan:
         length = padded_length(encoded.lengths[indices], padding, encoded.max_seq_length, bucket_step)
-        features = _features(encoded, indices, length)
-        yield (features, _label_batch(encoded, indices)) if with_labels else features
+        if not with_labels:
+            yield _features(encoded, indices, length)
+            continue
+        indices, weights = fill_batch(indices, fill_to)
+        yield _features(encoded, indices, length), _label_batch(encoded, indices), weights
 
 
 def _signature(encoded: Encoded, with_labels: bool):
@@ -145,15 +169,16 @@ def _signature(encoded: Encoded, with_labels: bool):
     if not with_labels:
         return features
     label = tf.TensorSpec([None, 1], tf.float32) if encoded.regression else tf.TensorSpec([None], tf.int32)
-    return features, label
+    return features, label, tf.TensorSpec([None], tf.float32)
 
 
-def to_dataset(encoded: Encoded, plan: list, padding: str, bucket_step: int, with_labels: bool = True):
-    """A prefetched `tf.data.Dataset` of the planned batches."""
+def to_dataset(encoded: Encoded, plan: list, padding: str, bucket_step: int, with_labels: bool = True,
+               fill_to: Optional[int] = None):
+    """A prefetched `tf.data.Dataset` of the planned batches (`fill_to`: see `fill_batch`)."""
     import tensorflow as tf
 
     dataset = tf.data.Dataset.from_generator(
-        lambda: batches(encoded, plan, padding, bucket_step, with_labels),
+        lambda: batches(encoded, plan, padding, bucket_step, with_labels, fill_to),
         output_signature=_signature(encoded, with_labels),
     )
     # A generator's length is unknown to tf.data; Keras needs it to size epochs and progress bars.
@@ -174,6 +199,15 @@ def distinct_shapes(encoded: Encoded, plan: list, padding: str, bucket_step: int
         shape = (len(indices), padded_length(encoded.lengths[indices], padding, encoded.max_seq_length, bucket_step))
         first.setdefault(shape, indices)
     return list(first.values())
+
+
+def one_per_bucket(lengths: np.ndarray, padding: str, max_seq_length: int, bucket_step: int) -> list:
+    """One single-example index array per padded length that a batch can have on this data: filled to full size
+    (`fill_batch`), these are every shape an XLA-compiled step will meet in any epoch."""
+    first = {}
+    for index in np.argsort(lengths, kind="stable"):
+        first.setdefault(padded_length(lengths[[index]], padding, max_seq_length, bucket_step), index)
+    return [np.asarray([index]) for index in first.values()]
 
 
 def padding_efficiency(encoded: Encoded, plan: list, padding: str, bucket_step: int) -> float:

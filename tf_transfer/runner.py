@@ -155,8 +155,10 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
         optimizer = train.build_optimizer(
             config.lr, config.lr_schedule, feed.steps_per_epoch * config.max_epochs, config.warmup_proportion,
             config.weight_decay, config.clip_norm, config.adam_epsilon)
-        loss = (keras.losses.MeanSquaredError() if task.is_regression
-                else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        # Averaged over the sample weights, so that the zero-weight examples filling a partial batch under XLA
+        # (inputs.fill_batch) change nothing; with all weights 1 this is the usual mean.
+        loss = (keras.losses.MeanSquaredError(reduction="mean_with_sample_weight") if task.is_regression
+                else keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"))
         model.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit,
                       steps_per_execution=config.steps_per_execution)
 

@@ -9,7 +9,7 @@ import pytest
 from tf_transfer import runner
 from tf_transfer.config import RunConfig
 
-EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "loss", "val", "test"}
+EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "loss", "val", "test"}
 SUMMARY_KEYS = {"task", "preset", "num_layers", "trainable_layers", "lr", "batch_size", "seed", "metric",
                 "trainable_params", "total_params", "compile_time_s", "epochs", "best_epoch", "stopped_early",
                 "completed"}
@@ -43,6 +43,7 @@ def test_summary_schema(rte_run):
     assert [e["epoch"] for e in epochs] == [1, 2]
     assert all(set(e) == EPOCH_KEYS for e in epochs)
     assert epochs[0]["train_time_s"] == pytest.approx(epochs[0]["epoch_time_s"])
+    assert all(e["cpu_utilization"] > 0 for e in epochs)
     assert epochs[1]["train_time_s"] == pytest.approx(epochs[0]["epoch_time_s"] + epochs[1]["epoch_time_s"])
     assert set(epochs[0]["val"]) == {"accuracy"} and set(epochs[0]["test"]) == {"accuracy"}
     assert on_disk["best_epoch"] in (1, 2)

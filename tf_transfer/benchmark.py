@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from tf_transfer import inputs, runner
+from tf_transfer import inputs, runner, train
 from tf_transfer.config import RunConfig
 
 
@@ -46,11 +46,6 @@ def _plan_steps(feed, steps: int) -> list:
     return plan[:steps]
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1) -> dict:
     """Builds the run's model and feed as `run_glue` does, then times `steps` training steps, `repeats` times.
 
@@ -72,10 +67,10 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1) 
     warmup_s = time.perf_counter() - start
     runs = []
     for _ in range(repeats):
-        start, cpu_start = time.perf_counter(), _cpu_seconds()
+        start, cpu_start = time.perf_counter(), train._cpu_seconds()
         train_fit(timed)
         elapsed = time.perf_counter() - start
-        runs.append((elapsed, (_cpu_seconds() - cpu_start) / elapsed))
+        runs.append((elapsed, (train._cpu_seconds() - cpu_start) / elapsed))
     elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
     lengths = feed.train.lengths
     examples = sum(len(b) for b in timed)

@@ -2,7 +2,7 @@
 
 Schema of `summary.json` (see README "Outputs"): `task`, `preset`, `preset_source`, `num_layers`,
 `trainable_layers`, `lr`, `batch_size`, `seed`, `metric`, `trainable_params`, `total_params`, `compile_time_s`,
-`epochs` (list of `{epoch, epoch_time_s, train_time_s, loss, val: {metric: value}, test: {metric: value}}`, for
+`epochs` (list of `{epoch, epoch_time_s, train_time_s, cpu_utilization, loss, val: {metric: value}, test: {metric: value}}`, for
 MNLI `test` is `{dev_matched: {...}, dev_mismatched: {...}}`), `best_epoch`, `stopped_early`, `completed`, and
 `config` (every setting of the run). Undefined metric values (a constant prediction's correlation) are `null`.
 

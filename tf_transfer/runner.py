@@ -276,6 +276,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         recorder.scalars(epoch_record["epoch"], {
             "epoch_time_s": epoch_record["epoch_time_s"],
             "train_time_s": epoch_record["train_time_s"],
+            "cpu_utilization": epoch_record["cpu_utilization"],
             "loss": epoch_record["loss"],
             **_scores_to_scalars(epoch_record["val"], test, len(test) == 1),
         })

@@ -5,6 +5,9 @@ Timing is split so that it measures what the studies compare:
     shape, after which the weights, optimizer slots and dropout RNG are restored, so it changes nothing.
   * `epoch_time_s`: wall time of one epoch's training steps only (no scoring, no compilation).
   * `train_time_s`: the running sum of `epoch_time_s`.
+  * `cpu_utilization`: the process's CPU seconds per wall second during the epoch's training: about 2 on this
+    2-core machine when TensorFlow's kernels use both cores, about 1 when a fit call ran them on one core (see
+    benchmarks/README.md), so an epoch time can be read with how it was obtained.
 
 Example:
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import resource
 import sys
 import time
 from typing import Callable, Optional
@@ -181,6 +185,12 @@ def check_finite(loss: float, epoch: int) -> None:
         )
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process so far (all threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class EpochLoop:
     """Runs epochs until early stopping or `max_epochs`, reporting each finished epoch to a callback.
 
@@ -220,9 +230,10 @@ class EpochLoop:
             epoch = self.next_epoch
             dataset = make_train_dataset(epoch)
             callbacks = [ProgressLogger(epoch, steps_per_epoch or 0, examples_per_epoch or 0)]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), _cpu_seconds()
             history = self.model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
             epoch_time_s = time.perf_counter() - start
+            cpu_utilization = (_cpu_seconds() - cpu_start) / epoch_time_s
             loss = float(history.history["loss"][-1])
             check_finite(loss, epoch)
             self.train_time_s += epoch_time_s
@@ -231,6 +242,7 @@ class EpochLoop:
                 "epoch": epoch,
                 "epoch_time_s": epoch_time_s,
                 "train_time_s": self.train_time_s,
+                "cpu_utilization": cpu_utilization,
                 "loss": loss,
                 "val": val,
                 "test": test,

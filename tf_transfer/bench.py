@@ -22,6 +22,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 16, "Training steps to time.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")
 flags.DEFINE_integer("repeats", 3, "Times the timed steps are run (one fit call each); the median is reported.")
+flags.DEFINE_string("profile_dir", None,
+                    "Also trace one more run of the timed steps with tf.profiler into this folder (TensorBoard's "
+                    "Profile tab) and add the time per op type to the JSON as `profile`.")
 flags.DEFINE_bool("compare_naive", False,
                   "Also time keras-hub's BertTextClassifier.fit at fixed --max_seq_length with XLA, and add the ratio.")
 
@@ -36,7 +39,8 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
     from tf_transfer import benchmark
 
-    result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats)
+    result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats,
+                               profile_dir=FLAGS.profile_dir)
     if FLAGS.compare_naive:
         result.update(benchmark.measure_naive(config, FLAGS.steps, FLAGS.warmup_steps))
         result["speedup_vs_naive"] = result["train_examples_per_s"] / result["naive_train_examples_per_s"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import resource
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -46,7 +47,8 @@ def _plan_steps(feed, steps: int) -> list:
     return plan[:steps]
 
 
-def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1) -> dict:
+def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
+            profile_dir: Optional[str] = None) -> dict:
     """Builds the run's model and feed as `run_glue` does, then times `steps` training steps, `repeats` times.
 
     The figures are the median repeat's. Repeats matter on this machine: a `fit` call sometimes runs its oneDNN
@@ -72,6 +74,15 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1) 
         elapsed = time.perf_counter() - start
         runs.append((elapsed, (train._cpu_seconds() - cpu_start) / elapsed))
     elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
+    profile = None
+    if profile_dir:
+        # Traced separately: tracing slows the steps, so it never counts in the timed figures.
+        from tf_transfer import profiling
+
+        with profiling.trace(profile_dir):
+            train_fit(timed)
+        profile = [{"phase": phase, "op": op, "seconds": round(s, 4), "share": round(share, 4)}
+                   for phase, op, s, share in profiling.op_time_table(profile_dir)[:25]]
     lengths = feed.train.lengths
     examples = sum(len(b) for b in timed)
     real_tokens = sum(int(lengths[b].sum()) for b in timed)
@@ -96,6 +107,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1) 
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "num_layers": int(backbone.num_layers),
         "preset_source": prepared.loaded.source,
+        **({"profile": profile} if profile is not None else {}),
     }
 
 

@@ -1,0 +1,73 @@
+"""Where a training step's time goes: a `tf.profiler` trace, summarised per op type.
+
+The trace (an `.xplane.pb` under `logdir/plugins/profile/`) opens in TensorBoard's Profile tab when the
+`tensorboard-plugin-profile` package is installed; `op_time_table` reads it directly, so the summary needs nothing
+beyond TensorFlow.
+
+Example:
+
+>>> from tf_transfer import profiling
+>>> with profiling.trace("/tmp/profile"):  # doctest: +SKIP
+...     model.fit(dataset, epochs=1)
+>>> profiling.op_time_table("/tmp/profile")[:3]  # doctest: +SKIP
+[('forward', 'MatMul', 2.1, 0.21), ...]
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import glob
+import os
+
+
+@contextlib.contextmanager
+def trace(logdir: str):
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(logdir)
+    try:
+        yield
+    finally:
+        tf.profiler.experimental.stop()
+
+
+_OPTIMIZER_OPS = ("ResourceApplyAdam", "AssignSubVariableOp", "AssignAddVariableOp", "AssignVariableOp")
+
+
+def _phase(op_path: str, op_type: str) -> str:
+    if "gradient_tape" in op_path:
+        return "backward"
+    if op_type in _OPTIMIZER_OPS or "/adam" in op_path.lower():
+        return "optimizer"
+    return "forward/other"  # the forward pass, the loss, and gradient clipping
+
+
+def op_time_table(logdir: str) -> list:
+    """`(phase, op type, seconds, share)` rows, largest first, over the TensorFlow ops the trace recorded on the
+    host's compute threads. Seconds are per-thread busy time, so they add up to more than wall time when ops
+    run side by side."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    paths = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))
+    if not paths:
+        return []
+    space = xplane_pb2.XSpace()
+    with open(paths[-1], "rb") as handle:
+        space.ParseFromString(handle.read())
+    seconds = collections.Counter()
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                # TensorFlow op events are named "<op path>:<op type>"; executor bookkeeping has "::".
+                if ":" not in name or "::" in name:
+                    continue
+                path, op_type = name.rsplit(":", 1)
+                seconds[(_phase(path, op_type), op_type)] += event.duration_ps / 1e12
+    total = sum(seconds.values()) or 1.0
+    return [(phase, op_type, s, s / total) for (phase, op_type), s in seconds.most_common()]

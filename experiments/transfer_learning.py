@@ -91,7 +91,8 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
                         for e in s["epochs"]:
                             epoch_rows.append([task, part, k, lr, s["seed"], e["epoch"], e["epoch_time_s"],
                                                e["train_time_s"], s.get("cache_time_s", 0.0),
-                                               e["val"].get(metric), reports.test_score(e, metric)])
+                                               e.get("cpu_utilization"), e["val"].get(metric),
+                                               reports.test_score(e, metric)])
         lines += [f"Primary metric: {metric or 'unknown (no run finished)'}; test = GLUE dev.", "",
                   reports.markdown_table(header, rows), ""]
         lines += _per_epoch_table(task, by_cell, metric)
@@ -101,15 +102,37 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
             lines += [f"![score vs time, {task}]({figure})", ""]
     lines += _learning_rate_effect(tasks, by_cell)
     lines += _groups(tasks, by_cell)
+    lines += _slow_epochs(epoch_rows)
     lines += _missing(collected)
     reports.write_csv(os.path.join(out, "epochs.csv"),
                       ["task", "part", "trainable_layers", "lr", "seed", "epoch", "epoch_time_s", "train_time_s",
-                       "cache_time_s", "val", "test"], epoch_rows)
+                       "cache_time_s", "cpu_utilization", "val", "test"], epoch_rows)
     reports.write_csv(os.path.join(out, "stopping_points.csv"),
                       ["task", "part", "trainable_layers", "lr", "seed", "best_epoch", "epochs", "test_at_best",
                        "time_to_stop_s", "cache_time_s"], stop_rows)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _slow_epochs(epoch_rows: list) -> list:
+    """Epochs whose CPU utilization was well below the study's median: their times are not like the others'
+    (TensorFlow ran on fewer cores, or the process was paused). Listed so that no time comparison hides them."""
+    utilizations = sorted(row[9] for row in epoch_rows if row[9] is not None)
+    if not utilizations:
+        return []
+    median = utilizations[len(utilizations) // 2]
+    slow = [row for row in epoch_rows if row[9] is not None and row[9] < 0.75 * median]
+    lines = ["## Epoch times to read with care", "",
+             f"Median CPU utilization over all epochs: {median:.2f} (CPU seconds per wall second of training). "
+             f"{len(slow)} of {len(epoch_rows)} epochs ran below 75% of it, so their `epoch_time_s` is longer "
+             "than the same work takes on all cores (benchmarks/README.md, *One core or two*); they are kept in "
+             "every table above.", ""]
+    if slow:
+        lines += [reports.markdown_table(["task", "part", "trainable layers", "lr", "seed", "epoch", "epoch time (s)",
+                                          "CPU utilization"],
+                                         [[r[0], r[1], r[2], r[3], r[4], r[5], f"{r[6]:.1f}", f"{r[9]:.2f}"]
+                                          for r in slow]), ""]
+    return lines
 
 
 def _per_epoch_table(task, by_cell, metric) -> list:

@@ -70,8 +70,9 @@ def _fake_study(tmp_path):
                  variants={"paper": Variant()}, report=lambda *a: None)
 
 
-def _fake_summary(config, folder, score=0.5):
+def _fake_summary(config, folder, score=0.5, slow_second_epoch=False):
     epochs = [{"epoch": e, "epoch_time_s": 1.0, "train_time_s": float(e), "loss": 0.1,
+               "cpu_utilization": 0.9 if slow_second_epoch and e == 2 else 1.9,
                "val": {config.metric_name: score}, "test": {config.metric_name: score}} for e in (1, 2)]
     record.write_json_atomic(os.path.join(folder, "summary.json"), {
         "completed": True, "epochs": epochs, "best_epoch": 2, "metric": config.metric_name, "seed": config.seed,
@@ -148,6 +149,7 @@ def test_report_shows_missing_runs(tmp_path):
     study = studies.load_study("transfer_learning")
     runs = [r for r in study.runs("cpu") if r["task"] == "rte" and r["part"] == "main"]
     runs_dir = str(tmp_path / "runs")
+    slow_runs = 0
     for settings in runs:
         if settings["seed"] == 0 and settings["trainable_layers"] in (2, "all"):
             from tf_transfer.config import RunConfig
@@ -155,7 +157,9 @@ def test_report_shows_missing_runs(tmp_path):
             config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
             folder = studies.run_dir(runs_dir, study, settings)
             os.makedirs(folder, exist_ok=True)
-            _fake_summary(config, folder, score=0.6 if settings["trainable_layers"] == "all" else 0.55)
+            fine_tuned = settings["trainable_layers"] == "all"
+            slow_runs += fine_tuned
+            _fake_summary(config, folder, score=0.6 if fine_tuned else 0.55, slow_second_epoch=fine_tuned)
     collected = studies.collect(study, runs, runs_dir)
     out = tmp_path / "report"
     study.report(collected, str(out), study, "cpu")
@@ -166,4 +170,5 @@ def test_report_shows_missing_runs(tmp_path):
     assert "-0.050" in text  # last 2 @ lr vs fine-tune @ 2e-5: 0.55 - 0.60
     assert (out / "curves_rte.png").stat().st_size > 0
     assert (out / "epochs.csv").read_text().count("\n") == 1 + 4 * 2
+    assert "## Epoch times to read with care" in text and f"{slow_runs} of 8 epochs ran below 75%" in text
     assert "How this differs from the paper" in text

@@ -430,3 +430,46 @@ def test_every_paper_flagfile_gives_valid_settings():
     assert all(r["batch_size"] == 32 and r["max_epochs"] == 20 for r in rows.values())
     assert None not in {r["output_dir"] for r in rows.values()}
     assert len({r["output_dir"] for r in rows.values()}) == len(rows)
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tmp_path, monkeypatch):
+    from tf_transfer import checkpoints, multitask_model
+
+    settings = multitask_model.MultitaskSettings(
+        data_dir=cs224n_dir, preset=tiny_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,
+        max_seq_length=32, max_train_examples=16)
+    straight = multitask_model.run_multitask(settings, str(tmp_path / "straight"))
+
+    original_prune = checkpoints.prune
+
+    def die_after_epoch_one(output_dir, keep_epoch):
+        original_prune(output_dir, keep_epoch)
+        if keep_epoch == 1:
+            raise KeyboardInterrupt  # as if the process died right after epoch 1 was saved
+
+    monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
+    resumed_dir = str(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        multitask_model.run_multitask(settings, resumed_dir)
+    with open(os.path.join(resumed_dir, "summary.json")) as f:
+        partial = json.load(f)
+    assert partial["completed"] is False and [e["epoch"] for e in partial["epochs"]] == [1]
+
+    monkeypatch.setattr(checkpoints, "prune", original_prune)
+    resumed = multitask_model.run_multitask(settings, resumed_dir)
+    assert resumed["completed"] is True and [e["epoch"] for e in resumed["epochs"]] == [1, 2]
+    assert resumed["epochs"][0] == partial["epochs"][0] and [r["after_epoch"] for r in resumed["resumes"]] == [1]
+    # Weights, optimizer slots, dropout RNG and data order continue: the same losses and scores as unbroken.
+    # Two unbroken multi-task runs in one process already differ by about 1e-4 (relative) in epoch 1's loss (not
+    # yet tracked down; the GLUE trainer's runs are bit-identical), so the resumed run is held to that spread, not
+    # to bit equality. A resume that lost the weights or the Adam slots moves epoch 2 far more.
+    for got, want in zip(resumed["epochs"], straight["epochs"]):
+        assert got["loss"] == pytest.approx(want["loss"], rel=2e-3)
+    assert not [f for f in os.listdir(resumed_dir) if f.startswith("checkpoint-epoch")]
+
+    other = multitask_model.MultitaskSettings(**{**settings.to_dict(), "lr": 2e-3})
+    monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
+    with pytest.raises(KeyboardInterrupt):
+        multitask_model.run_multitask(settings, str(tmp_path / "third"))
+    with pytest.raises(TransferError, match="other settings"):
+        multitask_model.run_multitask(other, str(tmp_path / "third"))

@@ -34,19 +34,21 @@ def path(output_dir: str, epoch) -> str:
     return os.path.join(output_dir, BEST if epoch == "best" else PATTERN.format(epoch=epoch))
 
 
-def _variables(model) -> list:
-    """What changes during training: trainable weights, dropout RNG states and the optimizer's variables.
+def _variables(model, optimizer=None) -> list:
+    """What changes during training: trainable weights, dropout RNG states and the optimizer's variables
+    (`optimizer`, or the model's compiled one).
 
     Frozen weights never change and come back from the preset, so a checkpoint of a mostly frozen BERT stays small.
     """
     changing = [v for v in model.variables if v.trainable or "seed_generator" in v.path]
-    optimizer_variables = list(model.optimizer.variables) if model.optimizer is not None else []
+    optimizer = optimizer if optimizer is not None else model.optimizer
+    optimizer_variables = list(optimizer.variables) if optimizer is not None else []
     return changing + optimizer_variables
 
 
-def save(output_dir: str, epoch, model) -> str:
+def save(output_dir: str, epoch, model, optimizer=None) -> str:
     """Saves what changes in training for `epoch` (a number, or "best")."""
-    variables = _variables(model)
+    variables = _variables(model, optimizer)
     arrays = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
     # Paths are for reading; they carry auto-numbered names (seed_generator_34) that differ between model
     # instances, so a restore matches variables by order and shape.
@@ -66,13 +68,13 @@ def save(output_dir: str, epoch, model) -> str:
     return target
 
 
-def restore(output_dir: str, epoch, model) -> None:
+def restore(output_dir: str, epoch, model, optimizer=None) -> None:
     """Assigns the checkpoint of `epoch` to `model`'s and its optimizer's variables (built beforehand)."""
     file = path(output_dir, epoch)
     if not os.path.exists(file):
         raise TransferError(f"{output_dir}: summary.json lists {epoch} epoch(s) but {os.path.basename(file)} is "
                             "missing; pass --overwrite to start afresh")
-    variables = _variables(model)
+    variables = _variables(model, optimizer)
     with np.load(file) as saved:
         shapes = [saved[f"v{i}"].shape for i in range(len(saved["paths"]))]
         if shapes != [tuple(v.shape) for v in variables]:

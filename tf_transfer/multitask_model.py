@@ -550,10 +550,16 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
     Raises `TransferError` for bad input before training starts, or (non-finite loss) after the completed
     epochs' summary has been written with `completed: false`.
     """
-    existing = record.read_summary(output_dir)
-    if existing and existing.get("completed") and not overwrite:
+    from tf_transfer import checkpoints
+
+    existing = None if overwrite else record.read_summary(output_dir)
+    if existing and existing.get("completed"):
         logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
         return existing
+    if existing and existing.get("config") != json.loads(json.dumps(settings.to_dict())):  # as read back
+        raise TransferError(f"{output_dir} holds an unfinished run with other settings: pass --overwrite to replace "
+                            "it, or choose another --output_dir")
+    resuming = bool(existing and existing.get("epochs"))
     check_init_from(settings)
     data = multitask_data.load(settings.data_dir, settings.data_format, settings.quora_dev_fraction,
                                settings.split_seed, settings.skip_bad_rows)
@@ -589,6 +595,8 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
           ", ".join(f"{name} {lr:.3g}" for name, lr in optimizer.learning_rates().items()), flush=True)
 
     os.makedirs(output_dir, exist_ok=True)
+    if not resuming:
+        checkpoints.clear(output_dir)
     examples = {}
     for task in TASK_NAMES:
         examples[f"{task}/train"] = len(train_splits[task])
@@ -624,6 +632,9 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     summary_path = os.path.join(output_dir, record.SUMMARY)
+    if resuming:
+        # Keep what the first attempt measured; this attempt's compilation is recorded under "resumes".
+        summary = {**existing, "resumes": existing.get("resumes", [])}
     record.write_json_atomic(summary_path, summary)
 
     step_task_sets = [(task,) for task in settings.task_order] if settings.schedule == "sequential" \
@@ -646,9 +657,26 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         first.setdefault(tuple(sorted(step_indices)), step_indices)
     for step_indices in first.values():
         run_step(step_indices)
-    summary["compile_time_s"] = time.perf_counter() - start
+    compile_time_s = time.perf_counter() - start
     train.restore(saved)
-    logging.info("compiled the training step(s) in %.1f s", summary["compile_time_s"])
+    logging.info("compiled the training step(s) in %.1f s", compile_time_s)
+    best = None
+    train_time_s = 0.0
+    first_epoch = 1
+    if resuming:
+        # Weights, optimizer slots and step counts, dropout RNG state; the data order of epoch e depends only on
+        # the seed and e. So the remaining epochs compute what they would have without the interruption.
+        last_epoch = summary["epochs"][-1]["epoch"]
+        checkpoints.restore(output_dir, last_epoch, model, optimizer)
+        train_time_s = summary["epochs"][-1]["train_time_s"]
+        best = max((e["val"][METRIC] for e in summary["epochs"] if e["val"].get(METRIC) is not None), default=None)
+        first_epoch = last_epoch + 1
+        summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
+                                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        record.write_json_atomic(summary_path, summary)
+        logging.info("resuming %s after epoch %d", output_dir, last_epoch)
+    else:
+        summary["compile_time_s"] = compile_time_s
 
     hparams = {"task": "multitask", "preset": settings.preset, "trainable_layers": str(settings.trainable_layers),
                "lr": settings.lr, "head_lr": settings.head_lr or settings.lr, "batch_size": settings.batch_size,
@@ -657,10 +685,8 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
                "schedule": settings.schedule, "task_order": ",".join(settings.task_order),
                "max_seq_length": settings.max_seq_length, "init_from": bool(settings.init_from)}
     recorder = record.TensorBoardRecorder(output_dir, hparams, f"multitask/{settings.run_name()}/seed{settings.seed}")
-    best = None
-    train_time_s = 0.0
     try:
-        for epoch in range(1, settings.max_epochs + 1):
+        for epoch in range(first_epoch, settings.max_epochs + 1):
             plan = epoch_batches(sizes, settings.batch_size, settings.seed, epoch, settings.schedule,
                                  settings.task_order)
             losses = {task: [] for task in TASK_NAMES}
@@ -688,7 +714,10 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
                 best = val[METRIC]
                 summary["best_epoch"] = epoch
                 save_weights_atomic(model, os.path.join(output_dir, BEST_WEIGHTS))
+            # Checkpoint first, then the summary that refers to it, then drop the older checkpoint.
+            checkpoints.save(output_dir, epoch, model, optimizer)
             record.write_json_atomic(summary_path, summary)
+            checkpoints.prune(output_dir, epoch)
             recorder.scalars(epoch, {
                 "epoch_time_s": epoch_time_s, "train_time_s": train_time_s, "loss": loss,
                 **{f"loss/{task}": value for task, value in task_losses.items()},
@@ -701,5 +730,6 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
     summary["completed"] = True
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record.write_json_atomic(summary_path, summary)
+    checkpoints.prune(output_dir, keep_epoch=-1)  # finished: nothing left to resume
     logging.info("done: best epoch %s, summary in %s", summary["best_epoch"], summary_path)
     return summary

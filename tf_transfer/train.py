@@ -79,7 +79,7 @@ class FusedAdamW(keras.optimizers.AdamW):
             beta2_power=tf.pow(tf.constant(self.beta_2, tf.float32), step),
             lr=tf.cast(learning_rate, tf.float32), beta1=tf.constant(self.beta_1, tf.float32),
             beta2=tf.constant(self.beta_2, tf.float32), epsilon=tf.constant(self.epsilon, tf.float32),
-            grad=tf.convert_to_tensor(gradient, tf.float32))
+            grad=tf.cast(tf.convert_to_tensor(gradient), tf.float32))  # dense, like Keras' own Adam
 
 
 def build_optimizer(lr: float, schedule: str = "constant", total_steps: int = 1, warmup_proportion: float = 0.0,

@@ -631,11 +631,7 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         "run_name": settings.run_name(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    summary_path = os.path.join(output_dir, record.SUMMARY)
-    if resuming:
-        # Keep what the first attempt measured; this attempt's compilation is recorded under "resumes".
-        summary = {**existing, "resumes": existing.get("resumes", [])}
-    record.write_json_atomic(summary_path, summary)
+    summary, summary_path = record.start_summary(output_dir, summary, existing, resuming)
 
     step_task_sets = [(task,) for task in settings.task_order] if settings.schedule == "sequential" \
         else [settings.task_order]

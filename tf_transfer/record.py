@@ -65,6 +65,15 @@ def read_summary(output_dir: str):
         return json.load(f)
 
 
+def start_summary(output_dir: str, fresh: dict, existing, resuming: bool):
+    """Writes the run's first `summary.json` and returns `(summary, path)`: `fresh`, or, when resuming, what the
+    first attempt measured (`existing`) with a `resumes` list for the work of later attempts."""
+    summary = {**existing, "resumes": existing.get("resumes", [])} if resuming else fresh
+    path = os.path.join(output_dir, SUMMARY)
+    write_json_atomic(path, summary)
+    return summary, path
+
+
 def flatten_scores(prefix: str, scores: dict) -> dict:
     """`{"dev": {"accuracy": 1}}` -> `{"test/dev/accuracy": 1}`; single-test-set tasks drop the set's name."""
     flat = {}

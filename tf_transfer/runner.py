@@ -228,11 +228,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "run_name": config.run_name(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    summary_path = os.path.join(output_dir, record.SUMMARY)
-    if resuming:
-        # Keep what the first attempt measured; the work of this attempt is recorded under "resumes".
-        summary = {**existing, "resumes": existing.get("resumes", [])}
-    record.write_json_atomic(summary_path, summary)
+    summary, summary_path = record.start_summary(output_dir, summary, existing, resuming)
 
     hparams = {"task": config.task, "preset": config.preset, "trainable_layers": str(config.trainable_layers),
                "lr": config.lr, "batch_size": config.batch_size, "seed": config.seed, "padding": config.padding,

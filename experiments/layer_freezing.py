@@ -17,6 +17,8 @@ from collections import defaultdict
 from tf_transfer import record, reports, studies
 from tf_transfer.studies import Study, Variant
 
+from experiments.transfer_learning import pinned_commands
+
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 LINE_SEARCH = [1e-5, 2e-5, 3e-5, 4e-5, 5e-5]
 PENDING_LR = "<line search>"
@@ -59,10 +61,9 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
     lines = [f"# Layer-freezing sweep ({variant} variant)", "", f"Reproduces {study.paper}.", ""]
     if chosen.differences:
         lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
-    lines += ["## Commands", "", "```sh",
-              f"python -m tf_transfer.experiments run {study.name} --variant={variant} --data_dir=$GLUE_DIR",
-              f"python -m tf_transfer.experiments report {study.name} --variant={variant} --out={out}", "```", "",
-              f"{sum(1 for r in collected if r['summary'])} of {len(collected)} runs completed.", ""]
+    lines += reports.commands_section(study, variant, out)
+    lines += [f"{sum(1 for r in collected if r['summary'])} of {len(collected)} runs completed.", ""]
+    lines += reports.machines_section(collected)
     csv_rows = []
     plt = reports.pyplot()
     fig, axis = plt.subplots(figsize=(6.5, 4.2))
@@ -144,14 +145,18 @@ STUDY = Study(
     variants={
         "paper": Variant(),
         "cpu": Variant(
-            settings={"preset": "all_minilm_l6_v2_en", "cache_frozen": "auto"},
+            settings={"preset": "all_minilm_l6_v2_en", "cache_frozen": "auto", "precision": "mixed_bfloat16"},
             axes={"task": ["rte", "stsb"], "seed": [0, 1, 2]},
             differences=(
                 "Backbone all-MiniLM-L6-v2 (L = 6) instead of BERT-base (L = 12): N runs over 3..6 frozen blocks.",
                 "3 seeds instead of 5, and only RTE and STS-B, for CPU time; the line search uses seed 0 only.",
                 "Frozen blocks use the frozen-prefix cache (--cache_frozen): they run once in inference mode, so "
                 "dropout is off inside them.",
+                "Mixed precision (--precision=mixed_bfloat16), about 3x float32's rate on this machine's AMX units; "
+                "each run pinned to one core, two shards side by side (the paper: float32 on a GPU).",
             ),
+            clock="cpu",
+            commands=pinned_commands("layer_freezing"),
         ),
     },
     report=report,

@@ -38,17 +38,16 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
         by_cell[(s["task"], s["trainable_layers"], s["lr"], s["part"])].append(run)
     tasks = [t for t in TASKS if any(key[0] == t for key in by_cell)]
     seeds = len(chosen.axes.get("seed", SEEDS) if chosen.axes else SEEDS)
+    clock = chosen.clock
     lines = [f"# Transfer learning vs fine-tuning ({variant} variant)", "",
              f"Reproduces {study.paper}.", ""]
     if chosen.differences:
         lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
-    lines += ["## Commands", "", "```sh",
-              f"python -m tf_transfer.experiments run {study.name} --variant={variant} --data_dir=$GLUE_DIR",
-              f"python -m tf_transfer.experiments report {study.name} --variant={variant} --out={out}", "```", ""]
+    lines += reports.commands_section(study, variant, out)
     completed = sum(1 for r in collected if r["summary"])
     lines += [f"{completed} of {len(collected)} runs completed. Cells say `missing` where no seed finished and "
-              f"`(n/{seeds})` where some did. Times are training seconds (no scoring, no compilation) plus the "
-              "frozen-prefix cache's build time where a run used it.", ""]
+              f"`(n/{seeds})` where some did. " + reports.clock_sentence(clock), ""]
+    lines += reports.machines_section(collected)
 
     epoch_rows, stop_rows = [], []
     for task in tasks:
@@ -58,7 +57,8 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
                   "time saved vs fine-tune @ 2e-5", "score − fine-tune @ 2e-5"]
         rows = []
         baseline = by_cell.get((task, *FINE_TUNING, "main"), [])
-        base_time = reports.mean_std([reports.time_to_stop(r["summary"]) for r in baseline if r["summary"]])[0]
+        base_time = reports.mean_std([reports.time_to_stop(r["summary"], clock) for r in baseline
+                                      if r["summary"]])[0]
         base_score = None
         for r in baseline:
             if r["summary"]:
@@ -75,7 +75,7 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
                     done = [r["summary"] for r in runs if r["summary"]]
                     metric = metric or (done[0]["metric"] if done else None)
                     scores = [reports.test_score(reports.best_epoch(s), metric) for s in done] if metric else []
-                    times = [reports.time_to_stop(s) for s in done]
+                    times = [reports.time_to_stop(s, clock) for s in done]
                     mean_time = reports.mean_std(times)[0]
                     mean_score = reports.mean_std(scores)[0]
                     saved = (f"{100 * (1 - mean_time / base_time):.0f}%" if mean_time and base_time else "n/a")
@@ -87,55 +87,61 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
                     for s in done:
                         stop_rows.append([task, part, k, lr, s["seed"], s["best_epoch"], len(s["epochs"]),
                                           reports.test_score(reports.best_epoch(s), metric),
-                                          reports.time_to_stop(s), s.get("cache_time_s", 0.0)])
+                                          reports.time_to_stop(s, clock), reports.cache_cost(s, clock)])
                         for e in s["epochs"]:
                             epoch_rows.append([task, part, k, lr, s["seed"], e["epoch"], e["epoch_time_s"],
-                                               e["train_time_s"], s.get("cache_time_s", 0.0),
+                                               e["train_time_s"], e.get("epoch_cpu_s"), e.get("train_cpu_s"),
+                                               s.get("cache_time_s", 0.0), reports.cache_cost(s, clock),
                                                e.get("cpu_utilization"), e["val"].get(metric),
                                                reports.test_score(e, metric)])
         lines += [f"Primary metric: {metric or 'unknown (no run finished)'}; test = GLUE dev.", "",
                   reports.markdown_table(header, rows), ""]
-        lines += _per_epoch_table(task, by_cell, metric)
-        lines += _budget_table(task, by_cell, metric, base_time)
-        figure = _curves(task, by_cell, metric, out)
+        lines += _per_epoch_table(task, by_cell, metric, clock)
+        lines += _budget_table(task, by_cell, metric, base_time, clock)
+        figure = _curves(task, by_cell, metric, out, clock)
         if figure:
             lines += [f"![score vs time, {task}]({figure})", ""]
-    lines += _learning_rate_effect(tasks, by_cell)
-    lines += _groups(tasks, by_cell)
-    lines += _slow_epochs(epoch_rows)
+    lines += _learning_rate_effect(tasks, by_cell, clock)
+    lines += _groups(tasks, by_cell, clock)
+    lines += _slow_epochs(epoch_rows, clock)
     lines += _missing(collected)
     reports.write_csv(os.path.join(out, "epochs.csv"),
                       ["task", "part", "trainable_layers", "lr", "seed", "epoch", "epoch_time_s", "train_time_s",
-                       "cache_time_s", "cpu_utilization", "val", "test"], epoch_rows)
+                       "epoch_cpu_s", "train_cpu_s", "cache_time_s", f"cache_build_{clock}_s", "cpu_utilization",
+                       "val", "test"], epoch_rows)
     reports.write_csv(os.path.join(out, "stopping_points.csv"),
                       ["task", "part", "trainable_layers", "lr", "seed", "best_epoch", "epochs", "test_at_best",
-                       "time_to_stop_s", "cache_time_s"], stop_rows)
+                       f"time_to_stop_{clock}_s", f"cache_build_{clock}_s"], stop_rows)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def _slow_epochs(epoch_rows: list) -> list:
-    """Epochs whose CPU utilization was well below the study's median: their times are not like the others'
-    (TensorFlow ran on fewer cores, or the process was paused). Listed so that no time comparison hides them."""
-    utilizations = sorted(row[9] for row in epoch_rows if row[9] is not None)
+def _slow_epochs(epoch_rows: list, clock: str) -> list:
+    """Epochs whose CPU utilization was well below the study's median: on the wall clock their times are not like
+    the others' (TensorFlow ran on fewer cores, the process was paused, or other work shared its core). Listed so
+    that no time comparison hides them."""
+    utilizations = sorted(row[12] for row in epoch_rows if row[12] is not None)
     if not utilizations:
         return []
     median = utilizations[len(utilizations) // 2]
-    slow = [row for row in epoch_rows if row[9] is not None and row[9] < 0.75 * median]
+    slow = [row for row in epoch_rows if row[12] is not None and row[12] < 0.75 * median]
+    effect = ("The tables use CPU seconds, which such sharing leaves unchanged for a one-core run; the wall times "
+              "of these epochs (epochs.csv) are longer than the work took." if clock == "cpu" else
+              "Their `epoch_time_s` is longer than the same work takes on all cores (benchmarks/README.md, *One "
+              "core or two*); they are kept in every table above.")
     lines = ["## Epoch times to read with care", "",
              f"Median CPU utilization over all epochs: {median:.2f} (CPU seconds per wall second of training). "
-             f"{len(slow)} of {len(epoch_rows)} epochs ran below 75% of it, so their `epoch_time_s` is longer "
-             "than the same work takes on all cores (benchmarks/README.md, *One core or two*); they are kept in "
-             "every table above.", ""]
+             f"{len(slow)} of {len(epoch_rows)} epochs ran below 75% of it. " + effect, ""]
     if slow:
         lines += [reports.markdown_table(["task", "part", "trainable layers", "lr", "seed", "epoch", "epoch time (s)",
-                                          "CPU utilization"],
-                                         [[r[0], r[1], r[2], r[3], r[4], r[5], f"{r[6]:.1f}", f"{r[9]:.2f}"]
+                                          "epoch CPU (s)", "CPU utilization"],
+                                         [[r[0], r[1], r[2], r[3], r[4], r[5], f"{r[6]:.1f}",
+                                           "n/a" if r[8] is None else f"{r[8]:.1f}", f"{r[12]:.2f}"]
                                           for r in slow]), ""]
     return lines
 
 
-def _per_epoch_table(task, by_cell, metric) -> list:
+def _per_epoch_table(task, by_cell, metric, clock) -> list:
     """The paper's Tables 2-9: per epoch, the test score and cumulative training time of each setting."""
     columns = [(k, lr, part) for (t, k, lr, part) in by_cell if t == task]
     columns.sort(key=lambda c: (c[2], RATES.index(c[1]) if c[1] in RATES else 9, SETTINGS.index(c[0])))
@@ -149,16 +155,18 @@ def _per_epoch_table(task, by_cell, metric) -> list:
         for c in columns:
             done = [r["summary"] for r in by_cell[(task, *c)] if r["summary"] and len(r["summary"]["epochs"]) >= epoch]
             scores = [reports.test_score(s["epochs"][epoch - 1], metric) for s in done]
-            times = [s["epochs"][epoch - 1]["train_time_s"] + (s.get("cache_time_s") or 0) for s in done]
+            times = [reports.elapsed(s, s["epochs"][epoch - 1], clock) for s in done]
+            mean_score, mean_time = reports.mean_std(scores)[0], reports.mean_std(times)[0]
             row.append("–" if not done else
-                       f"{reports.mean_std(scores)[0]:.3f} ({reports.mean_std(times)[0]:.0f} s)")
+                       ("n/a" if mean_score is None else f"{mean_score:.3f}")
+                       + (" (time n/a)" if mean_time is None else f" ({mean_time:.0f} s)"))
         rows.append(row)
     header = ["epoch"] + [label(k, lr) + ("" if part == "main" else f" [{part}]") for k, lr, part in columns]
     return [f"Per epoch: test {metric} (cumulative seconds), mean over seeds; – after a run stopped.", "",
             reports.markdown_table(header, rows), ""]
 
 
-def _budget_table(task, by_cell, metric, base_time) -> list:
+def _budget_table(task, by_cell, metric, base_time, clock) -> list:
     """The score each setting had reached within fixed time budgets (the paper's 50k/100k/150k s on MNLI)."""
     if not metric or not base_time:
         return []
@@ -174,8 +182,7 @@ def _budget_table(task, by_cell, metric, base_time) -> list:
                 s = r["summary"]
                 if not s:
                     continue
-                cache = s.get("cache_time_s") or 0.0
-                within = [e for e in s["epochs"] if e["train_time_s"] + cache <= budget]
+                within = [e for e in s["epochs"] if (reports.elapsed(s, e, clock) or float("inf")) <= budget]
                 if within:  # the epoch a user would keep: best validation score so far
                     best = max(within, key=lambda e: e["val"].get(metric) if e["val"].get(metric) is not None
                                else float("-inf"))
@@ -188,7 +195,7 @@ def _budget_table(task, by_cell, metric, base_time) -> list:
             reports.markdown_table(header, rows), ""]
 
 
-def _curves(task, by_cell, metric, out) -> str:
+def _curves(task, by_cell, metric, out, clock) -> str:
     """Score-versus-time curves (the paper's Figures 3-6), one line per seed, one colour per setting."""
     if not metric:
         return ""
@@ -201,8 +208,7 @@ def _curves(task, by_cell, metric, out) -> str:
         _, k, lr, part = key
         for seed_index, r in enumerate(r for r in by_cell[key] if r["summary"]):
             s = r["summary"]
-            cache = s.get("cache_time_s") or 0.0
-            xs = [e["train_time_s"] + cache for e in s["epochs"]]
+            xs = [reports.elapsed(s, e, clock) for e in s["epochs"]]
             ys = [reports.test_score(e, metric) for e in s["epochs"]]
             axis.plot(xs, ys, marker="o", markersize=3, color=colours(index % 10), alpha=0.85,
                       linestyle="-" if lr == 1e-3 else "--",
@@ -211,7 +217,7 @@ def _curves(task, by_cell, metric, out) -> str:
     if not drawn:
         plt.close(fig)
         return ""
-    axis.set_xlabel("training time (s, cache build included)")
+    axis.set_xlabel(f"training time ({'CPU seconds, one core' if clock == 'cpu' else 's'}, cache build included)")
     axis.set_ylabel(f"test {metric} (GLUE dev)")
     axis.set_title(f"{task}: score vs training time")
     axis.grid(alpha=0.3)
@@ -223,7 +229,7 @@ def _curves(task, by_cell, metric, out) -> str:
     return name
 
 
-def _learning_rate_effect(tasks, by_cell) -> list:
+def _learning_rate_effect(tasks, by_cell, clock) -> list:
     rows = []
     for task in tasks:
         for approach, ks in (("transfer (last 1-4)", [1, 2, 3, 4]), ("fine-tune (all)", ["all"])):
@@ -232,14 +238,14 @@ def _learning_rate_effect(tasks, by_cell) -> list:
                 done = [r["summary"] for k in ks for r in by_cell.get((task, k, lr, "main"), []) if r["summary"]]
                 expected = sum(len(by_cell.get((task, k, lr, "main"), [])) for k in ks)
                 scores = [reports.test_score(reports.best_epoch(s), s["metric"]) for s in done]
-                times = [reports.time_to_stop(s) for s in done]
+                times = [reports.time_to_stop(s, clock) for s in done]
                 row += [reports.cell(scores, expected), reports.cell(times, expected, 0)]
             rows.append(row)
     header = ["task", "approach"] + [f"{x} @ {lr:g}" for lr in RATES for x in ("score", "time (s)")]
     return ["## Effect of the learning rate", "", reports.markdown_table(header, rows), ""]
 
 
-def _groups(tasks, by_cell) -> list:
+def _groups(tasks, by_cell, clock) -> list:
     rows = []
     for group, members in (("large training sets", LARGE), ("small training sets", [t for t in TASKS
                                                                                          if t not in LARGE])):
@@ -252,7 +258,9 @@ def _groups(tasks, by_cell) -> list:
                     if done:
                         scores.append(reports.mean_std([reports.test_score(reports.best_epoch(s), s["metric"])
                                                         for s in done])[0])
-                        times.append(reports.mean_std([reports.time_to_stop(s) for s in done])[0])
+                        mean_time = reports.mean_std([reports.time_to_stop(s, clock) for s in done])[0]
+                        if mean_time is not None:
+                            times.append(mean_time)
                 if present:
                     rows.append([group, label(k, lr), f"{len(scores)}/{len(present)} tasks",
                                  f"{sum(scores) / len(scores):.3f}" if scores else "missing",
@@ -286,7 +294,20 @@ CPU_DIFFERENCES = (
     "large for the CPU budget).",
     "Length-bucketed padding (batches padded to their bucket, not to 128): same model outputs, other batch "
     "composition.",
+    "Mixed precision (--precision=mixed_bfloat16: bfloat16 matrix products, float32 weights and optimizer): on "
+    "this machine's AMX units about 3x the float32 training rate (benchmarks/README.md). The paper trained in "
+    "float32.",
+    "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds, i.e. "
+    "the wall time on one dedicated core (the paper: wall time on a GPU).",
 )
+
+
+def pinned_commands(study: str, extra: str = "") -> tuple:
+    """Two shards, one core each: the grid's runs are timed on the CPU clock, so other work may share the
+    machine."""
+    return tuple(f"taskset -c {core} python -m tf_transfer.experiments run {study} --variant=cpu --shard={core + 1}/2 "
+                 f"--runs_dir=reports/runs --cache_dir=runs/cache --data_dir=$GLUE_DIR{extra} &"
+                 for core in (0, 1))
 
 STUDY = Study(
     name="transfer_learning",
@@ -296,12 +317,15 @@ STUDY = Study(
     variants={
         "paper": Variant(),
         "cpu": Variant(
-            settings={"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 10, "cache_frozen": "auto"},
+            settings={"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 10, "cache_frozen": "auto",
+                      "precision": "mixed_bfloat16"},
             axes={"task": ["rte", "mrpc", "stsb", "cola"], "trainable_layers": SETTINGS, "lr": RATES,
                   "seed": SEEDS},
             parts={"main": {},
                    "batch1": {"task": ["rte"], "trainable_layers": [2], "seed": [0], "batch_size": [1]}},
             differences=CPU_DIFFERENCES,
+            clock="cpu",
+            commands=pinned_commands("transfer_learning"),
         ),
     },
     report=report,

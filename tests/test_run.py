@@ -9,10 +9,11 @@ import pytest
 from tf_transfer import runner
 from tf_transfer.config import RunConfig
 
-EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "loss", "val", "test"}
+EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss", "val",
+              "test"}
 SUMMARY_KEYS = {"task", "preset", "num_layers", "trainable_layers", "lr", "batch_size", "seed", "metric",
                 "trainable_params", "total_params", "compile_time_s", "epochs", "best_epoch", "stopped_early",
-                "completed"}
+                "completed", "machine"}
 
 
 def _config(glue_dir, tiny_preset, **overrides):
@@ -44,6 +45,10 @@ def test_summary_schema(rte_run):
     assert all(set(e) == EPOCH_KEYS for e in epochs)
     assert epochs[0]["train_time_s"] == pytest.approx(epochs[0]["epoch_time_s"])
     assert all(e["cpu_utilization"] > 0 for e in epochs)
+    # CPU seconds add up like wall seconds, and agree with the utilization they were derived from.
+    assert epochs[1]["train_cpu_s"] == pytest.approx(epochs[0]["epoch_cpu_s"] + epochs[1]["epoch_cpu_s"])
+    assert epochs[0]["epoch_cpu_s"] == pytest.approx(epochs[0]["cpu_utilization"] * epochs[0]["epoch_time_s"])
+    assert on_disk["machine"]["cores"] >= 1 and isinstance(on_disk["machine"]["isa"], list)
     assert epochs[1]["train_time_s"] == pytest.approx(epochs[0]["epoch_time_s"] + epochs[1]["epoch_time_s"])
     assert set(epochs[0]["val"]) == {"accuracy"} and set(epochs[0]["test"]) == {"accuracy"}
     assert on_disk["best_epoch"] in (1, 2)

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer import inputs, runner, train
+from tf_transfer import inputs, machine, runner
 from tf_transfer.config import RunConfig
 
 
@@ -69,10 +69,10 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
     warmup_s = time.perf_counter() - start
     runs = []
     for _ in range(repeats):
-        start, cpu_start = time.perf_counter(), train._cpu_seconds()
+        start, cpu_start = time.perf_counter(), machine.cpu_seconds()
         train_fit(timed)
         elapsed = time.perf_counter() - start
-        runs.append((elapsed, (train._cpu_seconds() - cpu_start) / elapsed))
+        runs.append((elapsed, (machine.cpu_seconds() - cpu_start) / elapsed))
     elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
     profile = None
     if profile_dir:
@@ -105,6 +105,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
         "warmup_s": warmup_s,
         "cache_time_s": prepared.cache_time_s,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "machine": machine.describe(),
         "num_layers": int(backbone.num_layers),
         "preset_source": prepared.loaded.source,
         **({"profile": profile} if profile is not None else {}),

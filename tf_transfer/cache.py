@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer import inputs
+from tf_transfer import inputs, machine
 from tf_transfer.errors import TransferError
 
 _MEMORY: dict = {}
@@ -48,6 +48,10 @@ class CachedSplit:
     lengths: np.ndarray
     labels: np.ndarray
     regression: bool
+    # What building it cost (wall and CPU seconds), kept with the cache so that a run reusing it can still be
+    # charged for it when times are compared (None for caches written before this was recorded).
+    build_s: Optional[float] = None
+    build_cpu_s: Optional[float] = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -100,7 +104,7 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
         if loaded is not None:
             _MEMORY[key] = loaded
             return loaded, 0.0, True
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), machine.cpu_seconds()
     lengths = np.ones_like(encoded.lengths) if cls_only else encoded.lengths.copy()
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -126,9 +130,12 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     cached = CachedSplit(hidden, offsets, lengths, encoded.labels, encoded.regression)
     if cache_dir:
         hidden.flush()
+    cached.build_s, cached.build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
+    if cache_dir:
         np.save(os.path.join(tmp, "offsets.npy"), offsets)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump({"key": key, "examples": len(lengths), "hidden_dim": hidden_dim}, f)
+            json.dump({"key": key, "examples": len(lengths), "hidden_dim": hidden_dim, "build_s": cached.build_s,
+                       "build_cpu_s": cached.build_cpu_s}, f)
         folder = os.path.join(cache_dir, key)
         try:
             os.rename(tmp, folder)
@@ -136,15 +143,18 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
             shutil.rmtree(tmp, ignore_errors=True)
         cached = _load(folder, encoded) or cached
     _MEMORY[key] = cached
-    return cached, time.perf_counter() - start, False
+    return cached, cached.build_s, False
 
 
 def _load(folder: str, encoded: inputs.Encoded) -> Optional[CachedSplit]:
     if not os.path.exists(os.path.join(folder, "meta.json")):
         return None
+    with open(os.path.join(folder, "meta.json")) as f:
+        meta = json.load(f)
     offsets = np.load(os.path.join(folder, "offsets.npy"))
     hidden = np.load(os.path.join(folder, "hidden.npy"), mmap_mode="r")
-    return CachedSplit(hidden, offsets, np.diff(offsets).astype(np.int32), encoded.labels, encoded.regression)
+    return CachedSplit(hidden, offsets, np.diff(offsets).astype(np.int32), encoded.labels, encoded.regression,
+                       meta.get("build_s"), meta.get("build_cpu_s"))
 
 
 def clear_memory() -> None:

@@ -51,11 +51,32 @@ def best_epoch(summary: dict) -> Optional[dict]:
     return summary["epochs"][summary["best_epoch"] - 1]
 
 
-def time_to_stop(summary: dict) -> Optional[float]:
-    """Seconds of training up to the stopping point, plus the frozen-prefix cache's build time (never hidden)."""
+CLOCKS = ("wall", "cpu")
+
+
+def cache_cost(summary: dict, clock: str = "wall") -> float:
+    """What the frozen-prefix caches a run used cost to build, charged to every run that used them (a run that
+    reused a cache would otherwise look cheaper than one user's single run would be)."""
+    built = summary.get("cache_build_cpu_s" if clock == "cpu" else "cache_build_s")
+    return built if built is not None else (summary.get("cache_time_s") or 0.0)
+
+
+def elapsed(summary: dict, epoch_record: dict, clock: str = "wall") -> Optional[float]:
+    """Training seconds up to the end of `epoch_record` plus the cache's build cost (never hidden).
+
+    `clock="wall"`: wall time; `"cpu"`: the process's CPU seconds, which for a run pinned to one core equal the wall
+    time on a dedicated core even when other work shared it (None for summaries without CPU seconds)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+    seconds = epoch_record.get("train_cpu_s") if clock == "cpu" else epoch_record["train_time_s"]
+    return None if seconds is None else seconds + cache_cost(summary, clock)
+
+
+def time_to_stop(summary: dict, clock: str = "wall") -> Optional[float]:
+    """Seconds of training up to the stopping point (the last epoch run), cache build included."""
     if not summary or not summary.get("epochs"):
         return None
-    return summary["epochs"][-1]["train_time_s"] + (summary.get("cache_time_s") or 0.0)
+    return elapsed(summary, summary["epochs"][-1], clock)
 
 
 def markdown_table(header: list, rows: list) -> str:
@@ -79,3 +100,50 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def clock_sentence(clock: str) -> str:
+    if clock == "cpu":
+        return ("Times are the training process's CPU seconds (no scoring, no compilation), each run pinned to one "
+                "core, so they equal the wall time on a dedicated core; plus what building the frozen-prefix caches "
+                "a run used cost, charged to every run that used them.")
+    return ("Times are wall seconds of training (no scoring, no compilation), plus what building the frozen-prefix "
+            "caches a run used cost, charged to every run that used them.")
+
+
+def commands_section(study, variant: str, out: str) -> list:
+    """The exact commands that produce the variant's runs and this report."""
+    chosen = study.variant(variant)
+    commands = list(chosen.commands) or [
+        f"python -m tf_transfer.experiments run {study.name} --variant={variant} --data_dir=$GLUE_DIR"]
+    runs_dir = "reports/runs" if chosen.commands else "runs"
+    commands.append(f"python -m tf_transfer.experiments report {study.name} --variant={variant} "
+                    f"--runs_dir={runs_dir} --out={out}")
+    return ["## Commands", "", "```sh", *commands, "```", ""]
+
+
+def machine_label(described: Optional[dict]) -> str:
+    if not described:
+        return "not recorded"
+    isa = ", ".join(described.get("isa") or []) or "none of avx2/avx512/amx"
+    return f"{described.get('cpu', '?')}; {described.get('cores', '?')} core(s); {isa}"
+
+
+def machines_section(collected: list) -> list:
+    """Which machines the completed runs (and their resumes) ran on: times are comparable only within one."""
+    seen = {}
+    for run in collected:
+        summary = run.get("summary")
+        if not summary:
+            continue
+        for described in [summary.get("machine")] + [r.get("machine") for r in summary.get("resumes", [])]:
+            seen.setdefault(machine_label(described), 0)
+            seen[machine_label(described)] += 1
+    if not seen:
+        return []
+    lines = ["Machines the runs ran on (runs, counting each resume):", ""]
+    lines += [f"- {label}: {count}" for label, count in sorted(seen.items())]
+    if len(seen) > 1:
+        lines += ["", "**More than one kind of machine**: compare times only between runs of the same machine "
+                      "(the `machine` field of each summary.json)."]
+    return lines + [""]

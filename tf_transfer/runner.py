@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from absl import logging
 
-from tf_transfer import record, tasks
+from tf_transfer import machine, record, tasks
 from tf_transfer.config import RunConfig
 
 
@@ -47,23 +47,28 @@ def scores(feed, model, task, split: str) -> dict:
 
 
 def _cached_feed(config: RunConfig, backbone, encoded: dict):
-    """Builds (or reuses) the frozen-prefix cache of every split; returns the feed and the seconds it took."""
+    """Builds (or reuses) the frozen-prefix cache of every split; returns the feed, the seconds this run spent
+    building, and what the caches cost to build (`{build_s, build_cpu_s}`, None where unknown)."""
     from tf_transfer import cache, feeds
 
     prefix = cache.prefix_model(backbone, config.trainable_layers)
     depth = cache.frozen_depth(config.trainable_layers, backbone.num_layers)
     cls_only = depth == backbone.num_layers
     cached, seconds = {}, 0.0
+    cost = {"build_s": 0.0, "build_cpu_s": 0.0}
     for name, split in encoded.items():
         key = cache.cache_key(config.init_checkpoint or config.preset, config.task, name, split, depth, cls_only, config.precision)
         cached[name], spent, reused = cache.build(prefix, split, key, cls_only, config.cache_dir,
                                                   config.eval_batch_size, config.bucket_step)
         seconds += spent
+        for field in cost:
+            value = getattr(cached[name], field)
+            cost[field] = None if value is None or cost[field] is None else cost[field] + value
         logging.info("frozen-prefix cache of %s: %s (%.1f MB)", name, "reused" if reused else f"built in {spent:.1f} s",
                      cached[name].nbytes / 1e6)
     feed = feeds.CachedFeed(cached, config.batch_size, config.seed, config.bucket_step, config.max_seq_length,
                             config.eval_batch_size, config.jit)
-    return feed, seconds
+    return feed, seconds, cost
 
 
 def _export(config: RunConfig, prepared, output_dir: str, export_dir: str, summary: dict) -> None:
@@ -144,9 +149,9 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
     with strategy.scope():
         head = heads.pooled_head(task.num_labels, config.dropout)
         freezing.set_trainable_layers(backbone, config.trainable_layers)
-        cache_time_s = 0.0
+        cache_time_s, cache_cost = 0.0, None
         if config.cache_frozen:
-            feed, cache_time_s = _cached_feed(config, backbone, encoded)
+            feed, cache_time_s, cache_cost = _cached_feed(config, backbone, encoded)
             model = cache.suffix_classifier(backbone, config.trainable_layers, head)
         else:
             feed = feeds.TokenFeed(encoded, config.batch_size, config.seed, config.padding, config.bucket_step,
@@ -163,7 +168,7 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
                       steps_per_execution=config.steps_per_execution)
 
     return types.SimpleNamespace(task=task, strategy=strategy, loaded=loaded, backbone=backbone, model=model,
-                                 feed=feed, encoded=encoded, cache_time_s=cache_time_s,
+                                 feed=feed, encoded=encoded, cache_time_s=cache_time_s, cache_cost=cache_cost,
                                  test_names=list(test_examples), skipped=skipped)
 
 
@@ -217,6 +222,10 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "padding_efficiency": feed.padding_efficiency,
         "cache_frozen": config.cache_frozen,
         "cache_time_s": cache_time_s,
+        # What the caches this run used cost to build, whether this run built them or reused them.
+        "cache_build_s": (prepared.cache_cost or {}).get("build_s"),
+        "cache_build_cpu_s": (prepared.cache_cost or {}).get("build_cpu_s"),
+        "machine": machine.describe(),
         "precision": config.precision,
         "jit_compile": config.jit_compile,
         "compile_time_s": None,
@@ -247,7 +256,8 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         loop.resume_from(existing["epochs"], existing["early_stopping"])
         # Compilation after a resume (and a cache rebuilt in this process) is not training time.
         summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
-                                   "cache_time_s": cache_time_s, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                                   "cache_time_s": cache_time_s, "machine": machine.describe(),
+                                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         record.write_json_atomic(summary_path, summary)
         logging.info("resuming %s after epoch %d", output_dir, last_epoch)
     else:

@@ -86,12 +86,16 @@ def _convert(value: str, default):
 @dataclasses.dataclass
 class Variant:
     """Settings layered over the study's flagfile; `axes`/`parts` replace the study's; `differences` says, one
-    sentence each, how the variant departs from the paper (reports print them)."""
+    sentence each, how the variant departs from the paper (reports print them); `clock` is the time reports
+    compare: `wall` (the paper's), or `cpu` for grids run one core per process (see `reports.elapsed`); `commands`
+    are the exact commands that produce the variant's runs (reports print them)."""
 
     settings: dict = dataclasses.field(default_factory=dict)
     axes: Optional[dict] = None
     parts: Optional[dict] = None
     differences: tuple = ()
+    clock: str = "wall"
+    commands: tuple = ()
 
 
 @dataclasses.dataclass

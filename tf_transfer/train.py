@@ -8,6 +8,10 @@ Timing is split so that it measures what the studies compare:
   * `cpu_utilization`: the process's CPU seconds per wall second during the epoch's training: about 2 on this
     2-core machine when TensorFlow's kernels use both cores, about 1 when a fit call ran them on one core (see
     benchmarks/README.md), so an epoch time can be read with how it was obtained.
+  * `epoch_cpu_s` / `train_cpu_s`: the process's CPU seconds for the epoch's training steps, and their running
+    sum. For a run pinned to one core these equal the wall time on a dedicated core even when other processes
+    share it, which is how a grid can run beside other work and still be timed (the study reports say which
+    clock they use).
 
 Example:
 
@@ -20,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import resource
 import sys
 import time
 from typing import Callable, Optional
@@ -29,6 +32,7 @@ import keras
 import numpy as np
 from absl import logging
 
+from tf_transfer import machine
 from tf_transfer import metrics as metrics_lib
 from tf_transfer.errors import TransferError
 
@@ -185,12 +189,6 @@ def check_finite(loss: float, epoch: int) -> None:
         )
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process so far (all threads)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 class EpochLoop:
     """Runs epochs until early stopping or `max_epochs`, reporting each finished epoch to a callback.
 
@@ -207,12 +205,15 @@ class EpochLoop:
         self.stopper = EarlyStopping(patience, min_delta)
         self.epochs: list = []
         self.train_time_s = 0.0
+        self.train_cpu_s = 0.0
         self.stopped_early = False
 
     def resume_from(self, epochs: list, stopper_state: dict) -> None:
         """Continues after `epochs` (records of completed epochs) with the saved early-stopping state."""
         self.epochs = list(epochs)
         self.train_time_s = self.epochs[-1]["train_time_s"] if self.epochs else 0.0
+        # Summaries written before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
+        self.train_cpu_s = self.epochs[-1].get("train_cpu_s", 0.0) if self.epochs else 0.0
         self.stopper = EarlyStopping(**stopper_state)
 
     @property
@@ -230,19 +231,23 @@ class EpochLoop:
             epoch = self.next_epoch
             dataset = make_train_dataset(epoch)
             callbacks = [ProgressLogger(epoch, steps_per_epoch or 0, examples_per_epoch or 0)]
-            start, cpu_start = time.perf_counter(), _cpu_seconds()
+            start, cpu_start = time.perf_counter(), machine.cpu_seconds()
             history = self.model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
             epoch_time_s = time.perf_counter() - start
-            cpu_utilization = (_cpu_seconds() - cpu_start) / epoch_time_s
+            epoch_cpu_s = machine.cpu_seconds() - cpu_start
+            cpu_utilization = epoch_cpu_s / epoch_time_s
             loss = float(history.history["loss"][-1])
             check_finite(loss, epoch)
             self.train_time_s += epoch_time_s
+            self.train_cpu_s += epoch_cpu_s
             val, test = evaluate()
             record = {
                 "epoch": epoch,
                 "epoch_time_s": epoch_time_s,
                 "train_time_s": self.train_time_s,
                 "cpu_utilization": cpu_utilization,
+                "epoch_cpu_s": epoch_cpu_s,
+                "train_cpu_s": self.train_cpu_s,
                 "loss": loss,
                 "val": val,
                 "test": test,

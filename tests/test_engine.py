@@ -138,6 +138,22 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     from_disk, seconds, reused = cache.build(prefix, encoded_rte, key, cls_only=k == 0, cache_dir=str(tmp_path))
     assert reused and isinstance(from_disk.hidden, np.memmap)
     np.testing.assert_array_equal(np.asarray(from_disk.hidden), cached.hidden)
+    # What building it cost travels with the cache, so a run that reuses it can still be charged for it.
+    assert from_disk.build_s == pytest.approx(cached.build_s) and from_disk.build_cpu_s == cached.build_cpu_s > 0
+
+
+def test_pipelines_prefetch_a_fixed_buffer_without_autotuning(encoded_rte):
+    """Autotuning's model thread made every iterator teardown wait for its next wake-up (inputs.prefetched)."""
+    plan = inputs.plan_eval_batches(encoded_rte.lengths, 16, "bucket")
+    backbone = make_tiny_backbone()
+    prefix = cache.prefix_model(backbone, 1)
+    key = cache.cache_key("tiny", "rte", "train", encoded_rte, NUM_LAYERS - 1, cls_only=False)
+    cached, _, _ = cache.build(prefix, encoded_rte, key)
+    for dataset in (inputs.to_dataset(encoded_rte, plan, "bucket", 16),
+                    cache.to_dataset(cached, plan, 16, MAX_LEN)):
+        assert dataset.options().autotune.enabled is False
+        assert int(dataset.cardinality()) == len(plan) == sum(1 for _ in dataset)
+    cache.clear_memory()
 
 
 def test_cache_key_depends_on_depth_and_data(encoded_rte):

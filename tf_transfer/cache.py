@@ -193,8 +193,7 @@ def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: in
     signature = (features, label, tf.TensorSpec([None], tf.float32)) if with_labels else features
     dataset = tf.data.Dataset.from_generator(
         lambda: batches(cached, plan, bucket_step, max_length, with_labels, fill_to), output_signature=signature)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(plan)))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return inputs.prefetched(dataset, len(plan))
 
 
 def suffix_classifier(backbone, trainable_layers, head):

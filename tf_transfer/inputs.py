@@ -181,9 +181,29 @@ def to_dataset(encoded: Encoded, plan: list, padding: str, bucket_step: int, wit
         lambda: batches(encoded, plan, padding, bucket_step, with_labels, fill_to),
         output_signature=_signature(encoded, with_labels),
     )
+    return prefetched(dataset, len(plan))
+
+
+# Batches ahead of the model: the generators only slice arrays, so two hide them behind a training step.
+PREFETCH_BATCHES = 2
+
+
+def prefetched(dataset, num_batches: int):
+    """`dataset` with its known length and a fixed prefetch buffer, and tf.data's autotuning switched off.
+
+    Why off: autotuning runs a model thread that re-optimizes with a period starting at 10 ms and doubling, and
+    destroying the iterator (every `fit`/`predict` call, so every epoch and every scoring) waited for that
+    thread's next wake-up: epochs whose steps took 13.5 s of CPU ended at exactly 20.47 s (10 ms x (2^11 - 1))
+    of wall time, which looked like TensorFlow using one core (benchmarks/README.md). A fixed buffer has no
+    such thread.
+    """
+    import tensorflow as tf
+
     # A generator's length is unknown to tf.data; Keras needs it to size epochs and progress bars.
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(plan)))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.prefetch(PREFETCH_BATCHES).with_options(options)
 
 
 def train_dataset(encoded: Encoded, batch_size: int, seed: int, epoch: int, padding: str = "bucket",

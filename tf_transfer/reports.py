@@ -119,7 +119,8 @@ def commands_section(study, variant: str, out: str) -> list:
     runs_dir = "reports/runs" if chosen.commands else "runs"
     commands.append(f"python -m tf_transfer.experiments report {study.name} --variant={variant} "
                     f"--runs_dir={runs_dir} --out={out}")
-    return ["## Commands", "", "```sh", *commands, "```", ""]
+    setup = ["export GLUE_DIR=../shared/data/glue  # this project's machines; any GLUE folder in the original layout"]
+    return ["## Commands", "", "From the repository root:", "", "```sh", *setup, *commands, "```", ""]
 
 
 def machine_label(described: Optional[dict]) -> str:

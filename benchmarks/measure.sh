@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Re-measures every row of benchmarks/README.md's table into benchmarks/results/<name>.json (the benchmark's last
+# line, one JSON object). Run from the repository root on an otherwise idle machine:
+#
+#   GLUE_DIR=../shared/data/glue bash benchmarks/measure.sh            # tf-transfer rows
+#   HF_PYTHON=/tmp/hf/bin/python GLUE_DIR=... bash benchmarks/measure.sh hf   # Hugging Face rows (hf_baseline.py)
+#
+# Names given after the first argument measure only those rows, e.g. `bash benchmarks/measure.sh tf mrpc_all_bucket`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${GLUE_DIR:?set GLUE_DIR to a GLUE folder in the original TSV layout}"
+out=benchmarks/results
+mkdir -p "$out"
+B="python -m tf_transfer.bench --preset=all_minilm_l6_v2_en --data_dir=$GLUE_DIR --max_train_examples=512"
+
+declare -A TF_ROWS=(
+  [mrpc_all_bucket]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
+  [mrpc_all_fixed]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=12 --warmup_steps=2 --padding=fixed"
+  [mrpc_all_naive]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --compare_naive --repeats=1"
+  [mrpc_k2_nocache]="$B --task=mrpc --batch_size=32 --trainable_layers=2 --steps=16 --warmup_steps=2"
+  [mrpc_k2_cache]="$B --task=mrpc --batch_size=32 --trainable_layers=2 --cache_frozen --steps=16 --warmup_steps=2"
+  [sst2_all_bucket]="$B --task=sst2 --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
+  [sst2_all_fixed]="$B --task=sst2 --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --padding=fixed"
+  [mrpc_all_bs1]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=200 --warmup_steps=20"
+  [rte_k1_cache]="$B --task=rte --batch_size=32 --trainable_layers=1 --cache_frozen --steps=30 --warmup_steps=2"
+  [mrpc_all_bf16]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2 --precision=mixed_bfloat16"
+  [mrpc_k2_cache_bf16]="$B --task=mrpc --batch_size=32 --trainable_layers=2 --cache_frozen --steps=16 --warmup_steps=2 --precision=mixed_bfloat16"
+  [mrpc_all_bs1_bf16]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=200 --warmup_steps=20 --precision=mixed_bfloat16"
+  [mrpc_all_onednn_off]="env TF_ENABLE_ONEDNN_OPTS=0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
+)
+HF="${HF_PYTHON:-python} benchmarks/hf_baseline.py --data_dir=$GLUE_DIR"
+declare -A HF_ROWS=(
+  [hf_all]="$HF --trainable_layers=all"
+  [hf_k2]="$HF --trainable_layers=2"
+  [hf_all_bf16]="$HF --trainable_layers=all --bf16"
+  [hf_k2_bf16]="$HF --trainable_layers=2 --bf16"
+)
+
+kind="${1:-tf}"
+shift || true
+if [ "$kind" = hf ]; then
+  export PYTHONPATH=.
+  declare -n rows=HF_ROWS
+else
+  declare -n rows=TF_ROWS
+fi
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=($(printf '%s\n' "${!rows[@]}" | sort))
+for name in "${names[@]}"; do
+  command="${rows[$name]:?unknown row $name}"
+  echo "== $name: $command" >&2
+  # Only the last line is the result; a failed row stops the script rather than leave an old file looking new.
+  $command 2> "$out/$name.log" | tail -n 1 > "$out/$name.json.tmp"
+  mv "$out/$name.json.tmp" "$out/$name.json"
+  rm -f "$out/$name.log"
+  python -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], round(d['train_examples_per_s'], 1), 'examples/s', 'cpu', d.get('cpu_utilization_repeats', d.get('cpu_utilization')))" "$out/$name.json" "$name"
+done

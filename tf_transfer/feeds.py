@@ -23,73 +23,18 @@ def train_bucket_step(batch_size: int, bucket_step: int, jit: bool) -> int:
     return 1 if batch_size == 1 and jit is not True else bucket_step
 
 
-class TokenFeed:
-    """Batches of token ids, segment ids and padding masks for the full model."""
+class Feed:
+    """What both feeds share: the seeded epoch plans, warm-up shapes, scoring and the interface above.
+
+    A feed holds the encoded (or cached) splits and knows `padding`; subclasses say how a plan becomes a
+    `tf.data.Dataset` (`_to_dataset`).
+    """
 
     def __init__(self, splits: dict, batch_size: int, seed: int, padding: str, bucket_step: int,
-                 eval_batch_size: int = 64, jit=False):
+                 max_seq_length: int, eval_batch_size: int = 64, jit=False):
         self.splits = splits
         self.batch_size, self.seed, self.padding = batch_size, seed, padding
         self.bucket_step = train_bucket_step(batch_size, bucket_step, jit) if padding == "bucket" else bucket_step
-        self.eval_bucket_step = bucket_step
-        self.eval_batch_size = eval_batch_size
-        self.jit = jit
-        # Under XLA the epoch's one partial batch is filled with zero-weight repeats: one shape per bucket length.
-        self.fill_to = batch_size if jit is True else None
-        self.train = splits["train"]
-
-    def plan(self, epoch: int) -> list:
-        return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, self.padding,
-                                         self.train.max_seq_length, self.bucket_step)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return len(self.plan(1))
-
-    @property
-    def padding_efficiency(self) -> float:
-        return inputs.padding_efficiency(self.train, self.plan(1), self.padding, self.bucket_step)
-
-    def train_dataset(self, epoch: int):
-        return self.dataset(self.plan(epoch))
-
-    def dataset(self, plan: list):
-        """Training batches of `plan` (lists of example indices), with sample weights."""
-        return inputs.to_dataset(self.train, plan, self.padding, self.bucket_step, fill_to=self.fill_to)
-
-    def padded_length(self, indices) -> int:
-        return inputs.padded_length(self.train.lengths[indices], self.padding, self.train.max_seq_length,
-                                    self.bucket_step)
-
-    def warmup_plan(self) -> list:
-        if self.jit is True:
-            return inputs.one_per_bucket(self.train.lengths, self.padding, self.train.max_seq_length,
-                                         self.bucket_step)
-        # Without XLA, Keras' step function relaxes its input shapes after a few traces: three shapes suffice.
-        return inputs.distinct_shapes(self.train, self.plan(1), self.padding, self.bucket_step)[:3]
-
-    def warmup_dataset(self):
-        return self.dataset(self.warmup_plan())
-
-    def predict(self, model, split: str) -> np.ndarray:
-        encoded = self.splits[split]
-        plan = inputs.plan_eval_batches(encoded.lengths, self.eval_batch_size, self.padding)
-        dataset = inputs.to_dataset(encoded, plan, self.padding, self.eval_bucket_step, with_labels=False)
-        return _unsort(model.predict(dataset, verbose=0), plan)
-
-    def labels(self, split: str) -> np.ndarray:
-        return self.splits[split].labels
-
-
-
-class CachedFeed:
-    """Batches of cached frozen-prefix outputs (float16) and padding masks for the suffix model."""
-
-    def __init__(self, splits: dict, batch_size: int, seed: int, bucket_step: int, max_seq_length: int,
-                 eval_batch_size: int = 64, jit=False):
-        self.splits = splits
-        self.batch_size, self.seed = batch_size, seed
-        self.bucket_step = train_bucket_step(batch_size, bucket_step, jit)
         self.eval_bucket_step = bucket_step
         self.max_seq_length = max_seq_length
         self.eval_batch_size = eval_batch_size
@@ -98,32 +43,38 @@ class CachedFeed:
         self.fill_to = batch_size if jit is True else None
         self.train = splits["train"]
 
+    def _to_dataset(self, split, plan: list, bucket_step: int, with_labels: bool, fill_to):
+        raise NotImplementedError
+
     def plan(self, epoch: int) -> list:
-        return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, "bucket",
+        return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, self.padding,
                                          self.max_seq_length, self.bucket_step)
 
     @property
     def steps_per_epoch(self) -> int:
         return len(self.plan(1))
 
+    def padded_length(self, indices) -> int:
+        return inputs.padded_length(self.train.lengths[indices], self.padding, self.max_seq_length,
+                                    self.bucket_step)
+
     @property
     def padding_efficiency(self) -> float:
+        """Real tokens / padded tokens over an epoch's training batches."""
         plan = self.plan(1)
-        padded = sum(len(b) * self.padded_length(b) for b in plan)
-        return int(self.train.lengths.sum()) / padded if padded else 0.0
+        padded = sum(len(indices) * self.padded_length(indices) for indices in plan)
+        return int(sum(self.train.lengths[indices].sum() for indices in plan)) / padded if padded else 0.0
 
     def train_dataset(self, epoch: int):
         return self.dataset(self.plan(epoch))
 
     def dataset(self, plan: list):
-        return cache.to_dataset(self.train, plan, self.bucket_step, self.max_seq_length, fill_to=self.fill_to)
-
-    def padded_length(self, indices) -> int:
-        return inputs.padded_length(self.train.lengths[indices], "bucket", self.max_seq_length, self.bucket_step)
+        """Training batches of `plan` (lists of example indices), with sample weights."""
+        return self._to_dataset(self.train, plan, self.bucket_step, True, self.fill_to)
 
     def warmup_plan(self) -> list:
         if self.jit is True:
-            return inputs.one_per_bucket(self.train.lengths, "bucket", self.max_seq_length, self.bucket_step)
+            return inputs.one_per_bucket(self.train.lengths, self.padding, self.max_seq_length, self.bucket_step)
         first = {}
         for indices in self.plan(1):
             first.setdefault((len(indices), self.padded_length(indices)), indices)
@@ -134,13 +85,38 @@ class CachedFeed:
         return self.dataset(self.warmup_plan())
 
     def predict(self, model, split: str) -> np.ndarray:
-        cached = self.splits[split]
-        plan = inputs.plan_eval_batches(cached.lengths, self.eval_batch_size, "bucket")
-        dataset = cache.to_dataset(cached, plan, self.eval_bucket_step, self.max_seq_length, with_labels=False)
+        data = self.splits[split]
+        plan = inputs.plan_eval_batches(data.lengths, self.eval_batch_size, self.padding)
+        dataset = self._to_dataset(data, plan, self.eval_bucket_step, False, None)
         return _unsort(model.predict(dataset, verbose=0), plan)
 
     def labels(self, split: str) -> np.ndarray:
         return self.splits[split].labels
+
+
+class TokenFeed(Feed):
+    """Batches of token ids, segment ids and padding masks for the full model."""
+
+    def __init__(self, splits: dict, batch_size: int, seed: int, padding: str, bucket_step: int,
+                 eval_batch_size: int = 64, jit=False):
+        super().__init__(splits, batch_size, seed, padding, bucket_step, splits["train"].max_seq_length,
+                         eval_batch_size, jit)
+
+    def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
+        return inputs.to_dataset(split, plan, self.padding, bucket_step, with_labels=with_labels, fill_to=fill_to)
+
+
+class CachedFeed(Feed):
+    """Batches of cached frozen-prefix outputs (float16) and padding masks for the suffix model (always
+    bucketed: the cache holds only real tokens)."""
+
+    def __init__(self, splits: dict, batch_size: int, seed: int, bucket_step: int, max_seq_length: int,
+                 eval_batch_size: int = 64, jit=False):
+        super().__init__(splits, batch_size, seed, "bucket", bucket_step, max_seq_length, eval_batch_size, jit)
+
+    def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
+        return cache.to_dataset(split, plan, bucket_step, self.max_seq_length, with_labels=with_labels,
+                                fill_to=fill_to)
 
 
 def _unsort(outputs: np.ndarray, plan: list) -> np.ndarray:

@@ -230,15 +230,6 @@ def one_per_bucket(lengths: np.ndarray, padding: str, max_seq_length: int, bucke
     return [np.asarray([index]) for index in first.values()]
 
 
-def padding_efficiency(encoded: Encoded, plan: list, padding: str, bucket_step: int) -> float:
-    """Real tokens / padded tokens over the planned batches."""
-    real = padded = 0
-    for indices in plan:
-        real += int(encoded.lengths[indices].sum())
-        padded += len(indices) * padded_length(encoded.lengths[indices], padding, encoded.max_seq_length, bucket_step)
-    return real / padded if padded else 0.0
-
-
 def subset(encoded: Encoded, indices: Optional[np.ndarray]) -> Encoded:
     if indices is None:
         return encoded

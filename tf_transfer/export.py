@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 
+from tf_transfer import inputs
 from tf_transfer.errors import TransferError
 
 META = "tf_transfer_task.json"
@@ -63,7 +64,9 @@ def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None,
     import tensorflow as tf
 
     x = tf.constant(text_a) if text_b is None else (tf.constant(text_a), tf.constant(text_b))
-    outputs = np.asarray(classifier.predict(x, batch_size=batch_size, verbose=0))
+    dataset = inputs.prefetched(tf.data.Dataset.from_tensor_slices(x).batch(batch_size),
+                                -(-len(text_a) // batch_size))
+    outputs = np.asarray(classifier.predict(dataset, verbose=0))
     if meta.get("regression"):
         return outputs, outputs[:, 0]
     indices = outputs.argmax(axis=-1)

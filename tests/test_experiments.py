@@ -172,3 +172,32 @@ def test_report_shows_missing_runs(tmp_path):
     assert (out / "epochs.csv").read_text().count("\n") == 1 + 4 * 2
     assert "## Epoch times to read with care" in text and f"{slow_runs} of 8 epochs ran below 75%" in text
     assert "How this differs from the paper" in text
+
+
+def test_report_clocks_charge_the_cache_build_to_every_run_that_used_it():
+    from tf_transfer import reports
+
+    epochs = [{"epoch": 1, "epoch_time_s": 10.0, "train_time_s": 10.0, "epoch_cpu_s": 6.0, "train_cpu_s": 6.0},
+              {"epoch": 2, "epoch_time_s": 10.0, "train_time_s": 20.0, "epoch_cpu_s": 6.0, "train_cpu_s": 12.0}]
+    # This run reused caches another run built (cache_time_s 0): it is still charged what they cost.
+    reused = {"epochs": epochs, "cache_time_s": 0.0, "cache_build_s": 5.0, "cache_build_cpu_s": 4.0}
+    assert reports.time_to_stop(reused) == 25.0
+    assert reports.time_to_stop(reused, "cpu") == 16.0
+    assert reports.elapsed(reused, epochs[0], "cpu") == 10.0
+    # Summaries from before build costs were recorded fall back to what the run itself spent.
+    assert reports.time_to_stop({"epochs": epochs, "cache_time_s": 3.0}) == 23.0
+    assert reports.elapsed({"epochs": epochs}, {"train_time_s": 1.0}, "cpu") is None
+    with pytest.raises(ValueError):
+        reports.elapsed(reused, epochs[0], "gpu")
+
+
+def test_report_lists_machines_and_warns_when_they_differ():
+    from tf_transfer import reports
+
+    amx = {"cpu": "Xeon", "cores": 1, "isa": ["avx2", "amx_bf16"]}
+    avx2 = {"cpu": "EPYC", "cores": 2, "isa": ["avx2"]}
+    one = [{"summary": {"machine": amx, "resumes": []}}, {"summary": None}]
+    assert "More than one kind" not in "\n".join(reports.machines_section(one))
+    assert "Xeon; 1 core(s); avx2, amx_bf16: 1" in "\n".join(reports.machines_section(one))
+    resumed_elsewhere = [{"summary": {"machine": amx, "resumes": [{"machine": avx2}]}}]
+    assert "More than one kind" in "\n".join(reports.machines_section(resumed_elsewhere))

@@ -63,11 +63,15 @@ flags.DEFINE_float("clip_norm", 0.0, "Clip all gradients of a step to this globa
                    "turns clipping off.")
 flags.DEFINE_float("dropout", 0.1, "Dropout inside the backbone (BERT-base's own rate).")
 flags.DEFINE_float("head_dropout", 0.3, "Dropout before each task head (the CS224N starter's hidden_dropout_prob).")
+flags.DEFINE_string("precision", "float32", "float32, mixed_bfloat16 or mixed_float16 (the heads, their outputs "
+                    "and the losses stay float32).")
 flags.DEFINE_integer("eval_batch_size", 64, "Batch size for scoring.")
 flags.DEFINE_bool("skip_bad_rows", False, "Skip and count malformed data rows instead of stopping.")
 flags.DEFINE_string("output_dir", None, "Where summary.json, best.weights.h5 and TensorBoard events go.")
 flags.DEFINE_string("init_from", None, "A previous run's --output_dir: start from its best.weights.h5 (same "
                     "--preset and --pair_head), e.g. heads trained first on a frozen BERT.")
+flags.DEFINE_list("report", None, "Instead of training: print a Markdown table of these run folders' best-on-dev "
+                  "scores (their summary.json), e.g. --report=reports/multitask/runs/li_finetune,...")
 flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a completed run.")
 
 
@@ -85,6 +89,7 @@ def settings_from_flags():
         weight_decay=FLAGS.weight_decay, clip_norm=FLAGS.clip_norm, dropout=FLAGS.dropout,
         head_dropout=FLAGS.head_dropout,
         eval_batch_size=FLAGS.eval_batch_size, skip_bad_rows=FLAGS.skip_bad_rows, init_from=FLAGS.init_from,
+        precision=FLAGS.precision,
     )
 
 
@@ -92,6 +97,11 @@ def main(argv):
     del argv
     from tf_transfer.errors import TransferError
 
+    if FLAGS.report:
+        from tf_transfer.multitask_model import report_table
+
+        print(report_table(FLAGS.report))
+        return
     if not FLAGS.output_dir:
         raise TransferError("--output_dir is required: the folder for summary.json, best.weights.h5 and TensorBoard")
     settings = settings_from_flags()

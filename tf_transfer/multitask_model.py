@@ -54,6 +54,7 @@ from absl import logging
 from keras import ops
 
 from tf_transfer import freezing, heads, metrics, multitask_data, record, tasks
+from tf_transfer.config import PRECISIONS
 from tf_transfer.errors import TransferError
 
 TASK_NAMES = multitask_data.TASK_NAMES
@@ -115,6 +116,7 @@ class MultitaskSettings:
     eval_batch_size: int = 64
     skip_bad_rows: bool = False
     init_from: Optional[str] = None
+    precision: str = "float32"
 
     def __post_init__(self):
         object.__setattr__(self, "task_order", parse_task_order(self.task_order))
@@ -145,6 +147,8 @@ class MultitaskSettings:
             (0.0 <= self.dropout < 1.0, "--dropout must be in [0, 1)"),
             (0.0 <= self.head_dropout < 1.0, "--head_dropout must be in [0, 1)"),
             (self.eval_batch_size >= 1, "--eval_batch_size must be at least 1"),
+            (self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, "
+                                           f"got {self.precision!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -177,6 +181,7 @@ class MeanPooling(keras.layers.Layer):
 
     def call(self, sequence, padding_mask):
         mask = ops.cast(padding_mask, "bool")[..., None]
+        sequence = ops.cast(sequence, "float32")  # sum in float32 under mixed precision
         # where(), not a product with the mask: padded positions may hold anything, NaN included.
         total = ops.sum(ops.where(mask, sequence, ops.zeros_like(sequence)), axis=1)
         count = ops.maximum(ops.sum(ops.cast(mask, sequence.dtype), axis=1), 1.0)
@@ -213,6 +218,11 @@ class MultitaskBert(keras.Model):
             "para": heads.PooledHead(1, head_dropout, dtype="float32", name="paraphrase_head"),
             "sts": heads.PooledHead(1, head_dropout, dtype="float32", name="similarity_head"),
         }
+        for head in self.task_heads.values():
+            # PooledHead's dtype does not reach the sublayers it makes (they take the global policy): under
+            # mixed precision they would compute in bfloat16/float16. Outputs and losses are float32.
+            head.dense.dtype_policy = "float32"
+            head.dropout.dtype_policy = "float32"
 
     def build(self, input_shape=None):
         # The backbone comes built; the heads' input widths follow from its width and the pair head.
@@ -313,6 +323,11 @@ class GroupedAdamW:
 
         self.groups = groups
         self.clip_norm = clip_norm
+        # Under mixed_float16 the step scales the loss by this (halved after a step with non-finite gradients,
+        # which is then skipped), so small float16 gradients do not underflow; None otherwise.
+        self.loss_scale = None
+        if keras.mixed_precision.global_policy().name == "mixed_float16":
+            self.loss_scale = keras.Variable(2.0 ** 15, dtype="float32", trainable=False, name="loss_scale")
         self._group_of = {}
         for index, group in enumerate(groups):
             group.optimizer = train.build_optimizer(group.learning_rate, weight_decay=weight_decay, clip_norm=0,
@@ -449,7 +464,24 @@ def make_train_step(model: MultitaskBert, optimizer: GroupedAdamW, step_tasks: t
             losses = {task: task_loss(task, model.task_output(task, features, training=True), labels)
                       for task, (features, labels) in batch.items()}
             total = tf.add_n(list(losses.values()))
-        optimizer.apply(tape.gradient(total, variables), variables)
+            scale = optimizer.loss_scale
+            scaled = total if scale is None else total * scale
+        gradients = tape.gradient(scaled, variables)
+        if scale is None:
+            optimizer.apply(gradients, variables)
+            return total, losses
+        gradients = [None if g is None else g / scale for g in gradients]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None])
+
+        def apply():
+            optimizer.apply(gradients, variables)
+            return tf.constant(True)
+
+        def skip():
+            scale.assign(scale / 2.0)
+            return tf.constant(False)
+
+        tf.cond(finite, apply, skip)
         return total, losses
 
     return step
@@ -556,7 +588,8 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
     if existing and existing.get("completed"):
         logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
         return existing
-    if existing and existing.get("config") != json.loads(json.dumps(settings.to_dict())):  # as read back
+    if existing and {"precision": "float32", **existing.get("config", {})} != json.loads(json.dumps(settings.to_dict())):
+        # (compared as read back; runs from before --precision existed were float32)
         raise TransferError(f"{output_dir} holds an unfinished run with other settings: pass --overwrite to replace "
                             "it, or choose another --output_dir")
     resuming = bool(existing and existing.get("epochs"))
@@ -567,6 +600,12 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
 
     from tf_transfer import backbones, train
 
+    # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
+    # The heads are float32 under any policy, so logits, scores and losses are too.
+    keras.mixed_precision.set_global_policy(settings.precision)
+    # Seeded before the backbone is built: its dropout layers draw their seed generators' seeds when made, so
+    # seeding only afterwards left them to whatever ran before in the process (two runs in one process differed).
+    keras.utils.set_random_seed(settings.seed)
     loaded = backbones.load_preset(settings.preset, dropout=settings.dropout)
     backbone = loaded.backbone
     freezing.check_trainable_layers(settings.trainable_layers, backbone.num_layers)
@@ -612,6 +651,7 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         "lr": settings.lr,
         "batch_size": settings.batch_size,
         "seed": settings.seed,
+        "precision": settings.precision,
         "metric": METRIC,
         "trainable_params": table[-1][1],
         "total_params": table[-1][2],
@@ -729,3 +769,39 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
     checkpoints.prune(output_dir, keep_epoch=-1)  # finished: nothing left to resume
     logging.info("done: best epoch %s, summary in %s", summary["best_epoch"], summary_path)
     return summary
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Report
+
+REPORT_COLUMNS = ("run", "SST acc", "para acc", "STS r", "overall", "best epoch", "epochs", "train time (s)",
+                  "examples/task", "precision")
+
+
+def report_table(run_dirs: list) -> str:
+    """A Markdown table, one row per run folder (its summary.json): the best-on-dev epoch's dev scores.
+
+    A folder without summary.json, or without a completed epoch, is listed as missing rather than left out.
+    """
+    lines = ["| " + " | ".join(REPORT_COLUMNS) + " |", "|" + "---|" * len(REPORT_COLUMNS)]
+    for run_dir in run_dirs:
+        name = os.path.basename(os.path.normpath(run_dir))
+        summary = record.read_summary(run_dir)
+        if not summary or not summary.get("epochs"):
+            lines.append(f"| {name} | " + " | ".join(["missing"] + [""] * (len(REPORT_COLUMNS) - 2)) + " |")
+            continue
+        best = summary.get("best_epoch")
+        scores = summary["epochs"][best - 1]["test"] if best else {}
+
+        def cell(key, scores=scores):
+            value = scores.get(key)
+            return "n/a" if value is None else f"{value:.4f}"
+
+        done = len(summary["epochs"])
+        epochs = f"{done}/{summary['config']['max_epochs']}" + ("" if summary.get("completed") else " (unfinished)")
+        train_s = summary["epochs"][-1]["train_time_s"]
+        per_task = summary["config"].get("max_train_examples") or "all"
+        lines.append("| " + " | ".join([name, cell("sst_accuracy"), cell("paraphrase_accuracy"), cell("sts_pearson"),
+                                         cell("overall"), str(best), epochs, f"{train_s:.0f}", str(per_task),
+                                         summary.get("precision", "float32")]) + " |")
+    return "\n".join(lines)

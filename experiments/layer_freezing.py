@@ -41,6 +41,9 @@ def searched_lr(settings: dict, runs_dir: str, study: Study):
     candidates = []
     for lr in LINE_SEARCH:
         probe = {**settings, "trainable_layers": "all", "lr": lr, "seed": 0, "part": "line_search"}
+        if probe.get("cache_frozen"):  # the full model has nothing frozen to cache (and so no cache folder)
+            probe["cache_frozen"] = False
+            probe.pop("cache_dir", None)
         summary = record.read_summary(studies.run_dir(runs_dir, study, probe))
         if not summary or not summary.get("completed"):
             return None

@@ -37,6 +37,27 @@ def test_layer_freezing_grid_sweeps_half_to_all_frozen():
     assert all(r["batch_size"] == 16 and r["max_epochs"] == 3 for r in runs)
 
 
+def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
+    """The cpu variant caches frozen prefixes; the full model of the line search has none to cache."""
+    from tf_transfer.config import RunConfig
+
+    study = studies.load_study("layer_freezing")
+    runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r
+            for r in study.runs("cpu", tasks=["rte"])]
+    runs_dir = str(tmp_path / "runs")
+    sweep = [r for r in runs if r["part"] == "sweep"]
+    assert sweep and all(studies.resolve(study, r, runs_dir) is None for r in sweep)
+    for settings in (r for r in runs if r["part"] == "line_search"):
+        config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+        folder = studies.run_dir(runs_dir, study, settings)
+        os.makedirs(folder)
+        _fake_summary(config, folder, score=0.7 if settings["lr"] == 3e-5 else 0.6)
+    resolved = [studies.resolve(study, r, runs_dir) for r in sweep]
+    assert {r["lr"] for r in resolved} == {3e-5}
+    assert {r["trainable_layers"] for r in resolved} == {3, 2, 1, 0, "all"}
+    assert all(r["cache_frozen"] == (r["trainable_layers"] != "all") for r in resolved)
+
+
 def test_shards_partition_the_grid():
     runs = studies.load_study("transfer_learning").runs("paper")
     shards = [studies.shard(runs, f"{i}/3") for i in (1, 2, 3)]

@@ -79,3 +79,20 @@ def test_too_many_trainable_layers_is_an_error():
     with pytest.raises(TransferError):
         freezing.parse_trainable_layers("-1")
     assert freezing.parse_trainable_layers("ALL") == "all" and freezing.parse_trainable_layers("2") == 2
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_head_computes_in_float32_under_mixed_precision(policy):
+    """Under mixed precision the backbone computes in 16 bits; logits and regression scores stay float32."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        head = heads.pooled_head(1)
+        pooled = np.linspace(-3, 3, 16, dtype="float32").reshape(2, 8)
+        score = head(keras.ops.convert_to_tensor(pooled, dtype=policy.split("_")[1]))
+        assert head.dense.compute_dtype == "float32" and keras.backend.standardize_dtype(score.dtype) == "float32"
+        weights = head.dense.get_weights()
+        expected = pooled.astype(policy.split("_")[1]).astype("float32") @ weights[0] + weights[1]
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(score), expected, rtol=1e-6, atol=1e-6)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)

@@ -24,10 +24,13 @@ class PooledHead(keras.layers.Layer):
         self.num_outputs = num_outputs
         self.dropout_rate = dropout
         self.initializer_range = initializer_range
-        self.dropout = keras.layers.Dropout(dropout)
+        # Sublayers take the global policy unless told: under mixed precision a float32 head would compute and
+        # return bfloat16/float16 logits.
+        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.dense = keras.layers.Dense(
             num_outputs,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+            dtype=self.dtype_policy,
             name="logits",
         )
 

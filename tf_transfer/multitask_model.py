@@ -218,11 +218,6 @@ class MultitaskBert(keras.Model):
             "para": heads.PooledHead(1, head_dropout, dtype="float32", name="paraphrase_head"),
             "sts": heads.PooledHead(1, head_dropout, dtype="float32", name="similarity_head"),
         }
-        for head in self.task_heads.values():
-            # PooledHead's dtype does not reach the sublayers it makes (they take the global policy): under
-            # mixed precision they would compute in bfloat16/float16. Outputs and losses are float32.
-            head.dense.dtype_policy = "float32"
-            head.dropout.dtype_policy = "float32"
 
     def build(self, input_shape=None):
         # The backbone comes built; the heads' input widths follow from its width and the pair head.

@@ -3,11 +3,14 @@
 import glob
 import json
 import os
+import subprocess
 
 import pytest
 
 from tf_transfer import runner
 from tf_transfer.config import RunConfig
+
+from conftest import REPO
 
 EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss", "val",
               "test"}
@@ -49,6 +52,8 @@ def test_summary_schema(rte_run):
     assert epochs[1]["train_cpu_s"] == pytest.approx(epochs[0]["epoch_cpu_s"] + epochs[1]["epoch_cpu_s"])
     assert epochs[0]["epoch_cpu_s"] == pytest.approx(epochs[0]["cpu_utilization"] * epochs[0]["epoch_time_s"])
     assert on_disk["machine"]["cores"] >= 1 and isinstance(on_disk["machine"]["isa"], list)
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert on_disk["code"] is None if not head else on_disk["code"]["commit"] == head  # None outside a checkout
     assert epochs[1]["train_time_s"] == pytest.approx(epochs[0]["epoch_time_s"] + epochs[1]["epoch_time_s"])
     assert set(epochs[0]["val"]) == {"accuracy"} and set(epochs[0]["test"]) == {"accuracy"}
     assert on_disk["best_epoch"] in (1, 2)

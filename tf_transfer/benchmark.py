@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer import inputs, machine, runner
+from tf_transfer import inputs, machine, record, runner
 from tf_transfer.config import RunConfig
 
 
@@ -106,6 +106,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
         "cache_time_s": prepared.cache_time_s,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "machine": machine.describe(),
+        "code": record.code_version(),
         "num_layers": int(backbone.num_layers),
         "preset_source": prepared.loaded.source,
         **({"profile": profile} if profile is not None else {}),

@@ -65,6 +65,26 @@ def read_summary(output_dir: str):
         return json.load(f)
 
 
+def code_version():
+    """`{"commit": sha, "dirty": bool}` of the checkout this package runs from (dirty: uncommitted changes to the
+    code, flags or experiments), or None outside a git checkout. Results of one study made with different code
+    can then be told apart."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "tf_transfer", "experiments", "flags")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(changed)}
+
+
 def start_summary(output_dir: str, fresh: dict, existing, resuming: bool):
     """Writes the run's first `summary.json` and returns `(summary, path)`: `fresh`, or, when resuming, what the
     first attempt measured (`existing`) with a `resumes` list for the work of later attempts."""

@@ -226,6 +226,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "cache_build_s": (prepared.cache_cost or {}).get("build_s"),
         "cache_build_cpu_s": (prepared.cache_cost or {}).get("build_cpu_s"),
         "machine": machine.describe(),
+        "code": record.code_version(),
         "precision": config.precision,
         "jit_compile": config.jit_compile,
         "compile_time_s": None,
@@ -257,6 +258,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         # Compilation after a resume (and a cache rebuilt in this process) is not training time.
         summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
                                    "cache_time_s": cache_time_s, "machine": machine.describe(),
+                                   "code": record.code_version(),
                                    "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         record.write_json_atomic(summary_path, summary)
         logging.info("resuming %s after epoch %d", output_dir, last_epoch)

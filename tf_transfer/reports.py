@@ -3,10 +3,12 @@
 Example:
 
 >>> from tf_transfer import reports
->>> reports.mean_std([0.5, 0.7])
-(0.6, 0.1414213562373095)
+>>> [round(x, 4) for x in reports.mean_std([0.5, 0.7])]
+[0.6, 0.1414]
 >>> reports.cell([0.5, 0.7], expected=2)
 '0.600 ± 0.141'
+>>> reports.cell([0.5], expected=2)
+'0.500 (1/2)'
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def cell(values, expected: int, digits: int = 3, scale: float = 1.0) -> str:
     if not present:
         return "missing"
     mean, std = mean_std([v * scale for v in present])
-    text = f"{mean:.{digits}f} ± {std:.{digits}f}"
+    # One value has no spread to show; "± 0.000" would claim seeds agreed.
+    text = f"{mean:.{digits}f} ± {std:.{digits}f}" if len(present) > 1 else f"{mean:.{digits}f}"
     return text if len(present) >= expected else f"{text} ({len(present)}/{expected})"
 
 

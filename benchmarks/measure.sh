@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 : "${GLUE_DIR:?set GLUE_DIR to a GLUE folder in the original TSV layout}"
 out=benchmarks/results
 mkdir -p "$out"
-B="python -m tf_transfer.bench --preset=all_minilm_l6_v2_en --data_dir=$GLUE_DIR --max_train_examples=512"
+B="python -m tf_transfer.bench --preset=all_minilm_l6_v2_en --data_dir=$GLUE_DIR --max_train_examples=512 --matmul_peak"
 
 declare -A TF_ROWS=(
   [mrpc_all_bucket]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
@@ -26,6 +26,8 @@ declare -A TF_ROWS=(
   [mrpc_all_bf16]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2 --precision=mixed_bfloat16"
   [mrpc_k2_cache_bf16]="$B --task=mrpc --batch_size=32 --trainable_layers=2 --cache_frozen --steps=16 --warmup_steps=2 --precision=mixed_bfloat16"
   [mrpc_all_bs1_bf16]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=200 --warmup_steps=20 --precision=mixed_bfloat16"
+  [mrpc_all_profile]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --repeats=1 --profile_dir=/tmp/tf_transfer_profile"
+  [mrpc_all_bf16_profile]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --repeats=1 --precision=mixed_bfloat16 --profile_dir=/tmp/tf_transfer_profile_bf16"
   [mrpc_all_onednn_off]="env TF_ENABLE_ONEDNN_OPTS=0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
 )
 HF="${HF_PYTHON:-python} benchmarks/hf_baseline.py --data_dir=$GLUE_DIR"

@@ -72,7 +72,7 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
 def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
     done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
                       "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1",
-                      "--repeats=2", f"--profile_dir={tmp_path / 'profile'}")
+                      "--repeats=2", f"--profile_dir={tmp_path / 'profile'}", "--matmul_peak")
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     for key in ("train_examples_per_s", "tokens_per_s", "padding_efficiency", "gflop_per_s", "peak_rss_mb"):
@@ -81,6 +81,9 @@ def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
     assert result["settings"]["cache_frozen"] is True and result["settings"]["batch_size"] == 8
     assert len(result["train_examples_per_s_repeats"]) == 2 and len(result["cpu_utilization_repeats"]) == 2
     assert result["train_examples_per_s"] in result["train_examples_per_s_repeats"]
+    peaks = result["matmul_gflop_per_s"]
+    assert peaks["float32"] > 0 and peaks["bfloat16"] > 0
+    assert result["share_of_matmul_peak"] == pytest.approx(result["gflop_per_s"] / peaks["float32"])
     # The trace holds the trained block's matmuls, in the forward and the backward pass.
     ops = {(row["phase"], row["op"]) for row in result["profile"]}
     assert any(op in ("MatMul", "_MklMatMul", "Einsum", "BatchMatMulV2") for phase, op in ops if phase == "backward")

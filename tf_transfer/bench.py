@@ -25,6 +25,10 @@ flags.DEFINE_integer("repeats", 3, "Times the timed steps are run (one fit call 
 flags.DEFINE_string("profile_dir", None,
                     "Also trace one more run of the timed steps with tf.profiler into this folder (TensorBoard's "
                     "Profile tab) and add the time per op type to the JSON as `profile`.")
+flags.DEFINE_bool("matmul_peak", False,
+                  "Also time TensorFlow's matrix product at the feed-forward's shape (batch x 64 tokens) in float32 "
+                  "and bfloat16, and add `matmul_gflop_per_s` and the run's `share_of_matmul_peak` (its executed "
+                  "GFLOP/s over the peak of its precision's matmul).")
 flags.DEFINE_bool("compare_naive", False,
                   "Also time keras-hub's BertTextClassifier.fit at fixed --max_seq_length with XLA, and add the ratio.")
 
@@ -44,6 +48,12 @@ def main(argv):
     if FLAGS.compare_naive:
         result.update(benchmark.measure_naive(config, FLAGS.steps, FLAGS.warmup_steps))
         result["speedup_vs_naive"] = result["train_examples_per_s"] / result["naive_train_examples_per_s"]
+    if FLAGS.matmul_peak:
+        shape = dict(rows=config.batch_size * 64, hidden=result["hidden_dim"], intermediate=result["intermediate_dim"])
+        peaks = {dtype: benchmark.matmul_peak(**shape, dtype=dtype) for dtype in ("float32", "bfloat16")}
+        result["matmul_gflop_per_s"] = peaks
+        result["share_of_matmul_peak"] = result["gflop_per_s"] / peaks[
+            "bfloat16" if config.precision == "mixed_bfloat16" else "float32"]
     result["settings"] = {k: v for k, v in config.to_dict().items() if v is not None}
     result["settings"].update(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps, repeats=FLAGS.repeats,
                               onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS"))

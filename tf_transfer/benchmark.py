@@ -39,6 +39,34 @@ def step_flops(batch: int, length: int, num_layers: int, trainable_layers, hidde
     return one * (3 * trained + (0 if cached else frozen))
 
 
+def matmul_peak(rows: int, hidden: int, intermediate: int, dtype: str = "float32", seconds: float = 3.0) -> float:
+    """GFLOP/s of TensorFlow's matrix product on this machine at the feed-forward's shape
+    (`[rows, hidden] x [hidden, intermediate]`), the best of five timings of a loop lasting about `seconds`: the
+    ceiling the model's executed GFLOP/s is compared with."""
+    import tensorflow as tf
+
+    a = tf.random.normal([rows, hidden], dtype=dtype)
+    b = tf.random.normal([hidden, intermediate], dtype=dtype)
+
+    @tf.function
+    def products(count):
+        total = tf.zeros([], dtype)
+        for _ in tf.range(count):
+            total += tf.reduce_sum(tf.matmul(a, b)[:1, :1])  # consumed, so each product runs
+        return total
+
+    products(tf.constant(2)).numpy()
+    start = time.perf_counter()
+    products(tf.constant(10)).numpy()
+    count = max(10, int(10 * seconds / 5 / max(time.perf_counter() - start, 1e-6)))
+    best = 0.0
+    for _ in range(5):
+        start = time.perf_counter()
+        products(tf.constant(count)).numpy()
+        best = max(best, 2.0 * rows * hidden * intermediate * count / (time.perf_counter() - start) / 1e9)
+    return best
+
+
 def _plan_steps(feed, steps: int) -> list:
     plan, epoch = [], 1
     while len(plan) < steps:
@@ -51,9 +79,8 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
             profile_dir: Optional[str] = None) -> dict:
     """Builds the run's model and feed as `run_glue` does, then times `steps` training steps, `repeats` times.
 
-    The figures are the median repeat's. Repeats matter on this machine: a `fit` call sometimes runs its oneDNN
-    kernels on one core only (`cpu_utilization` near 1 instead of 2; see benchmarks/README.md), so every repeat's
-    rate and CPU utilization is reported too.
+    The figures are the median repeat's; every repeat's rate and CPU utilization is reported too, so a repeat that
+    shared the machine with something else shows itself.
     """
     prepared = runner.prepare(config)
     model, feed, backbone = prepared.model, prepared.feed, prepared.backbone
@@ -108,6 +135,8 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
         "machine": machine.describe(),
         "code": record.code_version(),
         "num_layers": int(backbone.num_layers),
+        "hidden_dim": hidden,
+        "intermediate_dim": intermediate,
         "preset_source": prepared.loaded.source,
         **({"profile": profile} if profile is not None else {}),
     }

@@ -85,14 +85,14 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
         full = [r["summary"] for key, runs in task_cells.items() if key[1] == "all" for r in runs if r["summary"]]
         full_score = reports.mean_std([final_score(s) for s in full])[0]
         metric = full[0]["metric"] if full else None
-        rows, xs, ys = [], [], []
+        rows, xs, ys, spreads = [], [], [], []
         depth = None
         smallest = None
         for (t, k, lr), runs in sorted(task_cells.items(), key=lambda kv: (kv[0][1] == "all", str(kv[0][1]))):
             done = [r["summary"] for r in runs if r["summary"]]
             depth = depth or (done[0]["num_layers"] if done else None)
             scores = [final_score(s) for s in done]
-            mean = reports.mean_std(scores)[0]
+            mean, spread = reports.mean_std(scores)
             frozen = "none (full)" if k == "all" else (depth - k if depth else f"L-{k}")
             relative = (f"{mean - full_score:+.3f}" if mean is not None and full_score is not None else "n/a")
             share = (f"{100 * mean / full_score:.0f}%" if mean is not None and full_score else "n/a")
@@ -102,6 +102,7 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
             if k != "all" and mean is not None:
                 xs.append(k)
                 ys.append(mean)
+                spreads.append(spread)
                 if full_score and mean >= 0.9 * full_score and (smallest is None or k < smallest):
                     smallest = k
         lines += [f"Test {metric or 'score'} after the last epoch, by frozen blocks N (k = L − N trainable):", "",
@@ -112,11 +113,17 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
                   ""]
         if xs:
             order = sorted(range(len(xs)), key=lambda i: xs[i])
-            line, = axis.plot([xs[i] for i in order], [ys[i] for i in order], marker="o", label=task)
+            bars = axis.errorbar([xs[i] for i in order], [ys[i] for i in order],
+                                 yerr=[spreads[i] for i in order], marker="o", capsize=3, label=task)
             if full_score is not None:
-                axis.axhline(full_score, color=line.get_color(), linestyle=":", alpha=0.7)
+                full_spread = reports.mean_std([final_score(s) for s in full])[1]
+                colour = bars.lines[0].get_color()
+                axis.axhline(full_score, color=colour, linestyle=":", alpha=0.7)
+                axis.axhspan(full_score - full_spread, full_score + full_spread, color=colour, alpha=0.08)
     axis.set_xlabel("trainable blocks k (the other L − k and the embeddings frozen)")
-    axis.set_ylabel("test score (GLUE dev); dotted: full fine-tuning")
+    axis.set_ylabel("test score (GLUE dev), mean ± std over seeds")
+    axis.set_title("dotted and band: full fine-tuning, mean ± std")
+    axis.xaxis.get_major_locator().set_params(integer=True)
     axis.grid(alpha=0.3)
     if tasks:
         axis.legend()

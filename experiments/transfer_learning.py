@@ -196,32 +196,46 @@ def _budget_table(task, by_cell, metric, base_time, clock) -> list:
 
 
 def _curves(task, by_cell, metric, out, clock) -> str:
-    """Score-versus-time curves (the paper's Figures 3-6), one line per seed, one colour per setting."""
+    """Score-versus-time curves (the paper's Figures 3-6): one panel per learning rate, one colour per setting;
+    thick: the mean over seeds per epoch (over the seeds that reached it), thin: each seed."""
     if not metric:
         return ""
     plt = reports.pyplot()
-    fig, axis = plt.subplots(figsize=(7, 4.5))
+    rates = sorted({key[2] for key in by_cell if key[0] == task}, reverse=True)
+    fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(11, 4.5), sharey=True, squeeze=False)
     colours = plt.get_cmap("tab10")
     drawn = False
-    keys = sorted((key for key in by_cell if key[0] == task), key=str)
-    for index, key in enumerate(keys):
-        _, k, lr, part = key
-        for seed_index, r in enumerate(r for r in by_cell[key] if r["summary"]):
-            s = r["summary"]
-            xs = [reports.elapsed(s, e, clock) for e in s["epochs"]]
-            ys = [reports.test_score(e, metric) for e in s["epochs"]]
-            axis.plot(xs, ys, marker="o", markersize=3, color=colours(index % 10), alpha=0.85,
-                      linestyle="-" if lr == 1e-3 else "--",
-                      label=label(k, lr) + ("" if part == "main" else f" [{part}]") if seed_index == 0 else None)
-            drawn = True
+    for axis, rate in zip(axes[0], rates):
+        keys = [key for key in by_cell if key[0] == task and key[2] == rate]
+        keys.sort(key=lambda key: (key[3] != "main", SETTINGS.index(key[1]) if key[1] in SETTINGS else 9))
+        for index, key in enumerate(keys):
+            _, k, lr, part = key
+            colour = colours(index % 10)
+            done = [r["summary"] for r in by_cell[key] if r["summary"]]
+            for s in done:
+                axis.plot([reports.elapsed(s, e, clock) for e in s["epochs"]],
+                          [reports.test_score(e, metric) for e in s["epochs"]], color=colour, alpha=0.25, lw=0.8)
+            means = []
+            for epoch in range(1, max((len(s["epochs"]) for s in done), default=0) + 1):
+                reached = [s for s in done if len(s["epochs"]) >= epoch]
+                time = reports.mean_std([reports.elapsed(s, s["epochs"][epoch - 1], clock) for s in reached])[0]
+                score = reports.mean_std([reports.test_score(s["epochs"][epoch - 1], metric) for s in reached])[0]
+                if time is not None and score is not None:
+                    means.append((time, score))
+            if means:
+                axis.plot(*zip(*means), marker="o", markersize=3, color=colour, lw=2,
+                          linestyle="-" if part == "main" else ":",
+                          label=label(k, lr).split(" @ ")[0] + ("" if part == "main" else f" [{part}]"))
+                drawn = True
+        axis.set_title(f"lr {rate:g}")
+        axis.set_xlabel(f"training time ({'CPU seconds, one core' if clock == 'cpu' else 's'}, cache build included)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
     if not drawn:
         plt.close(fig)
         return ""
-    axis.set_xlabel(f"training time ({'CPU seconds, one core' if clock == 'cpu' else 's'}, cache build included)")
-    axis.set_ylabel(f"test {metric} (GLUE dev)")
-    axis.set_title(f"{task}: score vs training time")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, ncol=2)
+    axes[0][0].set_ylabel(f"test {metric} (GLUE dev)")
+    fig.suptitle(f"{task}: score vs training time (thick: mean over seeds; thin: each seed)")
     name = f"curves_{task}.png"
     fig.tight_layout()
     fig.savefig(os.path.join(out, name), dpi=110)

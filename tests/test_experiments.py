@@ -94,6 +94,7 @@ def _fake_study(tmp_path):
 def _fake_summary(config, folder, score=0.5, slow_second_epoch=False):
     epochs = [{"epoch": e, "epoch_time_s": 1.0, "train_time_s": float(e), "loss": 0.1,
                "cpu_utilization": 0.9 if slow_second_epoch and e == 2 else 1.9,
+               "epoch_cpu_s": 1.0, "train_cpu_s": float(e),
                "val": {config.metric_name: score}, "test": {config.metric_name: score}} for e in (1, 2)]
     record.write_json_atomic(os.path.join(folder, "summary.json"), {
         "completed": True, "epochs": epochs, "best_epoch": 2, "metric": config.metric_name, "seed": config.seed,

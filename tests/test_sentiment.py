@@ -329,3 +329,120 @@ def test_report_from_sparse_results_alone(study_run, tmp_path):
 def test_report_without_results_is_an_error(tmp_path):
     with pytest.raises(TransferError, match="no results in"):
         study.write_report(str(tmp_path))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Resuming and precision. A real SIGKILL of a training subprocess is tested in tests/test_resume.py (the GLUE entry
+# point, whose checkpoints this study reuses); here the kill is an exception raised right after a unit of work was
+# saved, which is the moment a kill loses the least, in-process and cheaply.
+
+
+@pytest.mark.parametrize("mode, epochs", [("frozen", 3), ("top2", 2)])
+def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_path, monkeypatch, capsys, mode,
+                                                               epochs):
+    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
+    settings = study.BertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs, batch_size=8)
+    straight = study.run_bert(data, str(tmp_path / "straight"), settings)
+    output_dir = str(tmp_path / "resumed")
+    work_dir = os.path.join(output_dir, settings.work_name)
+
+    finish_epoch = study._SeedWork.epoch_done
+
+    def killed_after_seed1_epoch1(self, loop, model, epoch_record):
+        finish_epoch(self, loop, model, epoch_record)
+        if self.summary["seed"] == 1 and epoch_record["epoch"] == 1:
+            raise KeyboardInterrupt  # as if the process died right after seed 1's first epoch was saved
+
+    monkeypatch.setattr(study._SeedWork, "epoch_done", killed_after_seed1_epoch1)
+    with pytest.raises(KeyboardInterrupt):
+        study.run_bert(data, output_dir, settings)
+    with open(os.path.join(output_dir, settings.file_name)) as f:
+        partial = json.load(f)
+    assert [run["seed"] for run in partial["runs"]] == [0] and partial["completed"] is False
+    with open(os.path.join(work_dir, "summary.json")) as f:
+        in_progress = json.load(f)
+    assert in_progress["seed"] == 1 and [e["epoch"] for e in in_progress["epochs"]] == [1]
+    assert sorted(os.listdir(work_dir)) == ["checkpoint-epoch1.npz", "summary.json"]
+
+    monkeypatch.setattr(study._SeedWork, "epoch_done", finish_epoch)
+    trained = []
+    trainer = study._FrozenTrainer if mode == "frozen" else study._FineTuner
+    run_seed = trainer.run
+    monkeypatch.setattr(trainer, "run", lambda self, seed, work: trained.append(seed) or run_seed(self, seed, work))
+    resumed = study.run_bert(data, output_dir, settings)
+    assert trained == [1]  # seed 0 was finished and is not trained again
+    assert resumed["completed"] is True and resumed["runs"][0] == partial["runs"][0]
+    # Weights, optimizer state, dropout RNG and data order continue: the same scores; losses equal up to float
+    # rounding (the same kernels on the same batches, so in practice bit for bit).
+    for a, b in zip(straight["runs"], resumed["runs"]):
+        assert (b["accuracy"], b["f1"]) == (a["accuracy"], a["f1"])
+        assert [e["loss"] for e in b["epochs"]] == pytest.approx([e["loss"] for e in a["epochs"]], rel=1e-6)
+    run = resumed["runs"][1]
+    assert [r["after_epoch"] for r in run["resumes"]] == [1]
+    assert run["epochs"][0]["epoch_time_s"] == in_progress["epochs"][0]["epoch_time_s"]  # kept, not re-measured
+    times = [e["epoch_time_s"] for e in run["epochs"]]
+    assert [e["train_time_s"] for e in run["epochs"]] == pytest.approx([sum(times[:i + 1]) for i in range(epochs)])
+    assert run["train_time_s"] == pytest.approx(sum(times))
+    assert not os.path.exists(work_dir)  # nothing left to resume
+
+    capsys.readouterr()
+    again = study.run_bert(data, output_dir, settings)
+    assert "already holds all 2 run(s) (seeds 0-1); nothing to train" in capsys.readouterr().out
+    assert again == resumed and trained == [1]
+
+
+def test_sparse_interrupted_resumes_at_the_next_fold(tmp_path, monkeypatch, capsys):
+    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=9))
+    # Hashed counts fit 2**20 columns (seconds per fold on a busy CPU); two representations show the same resume.
+    monkeypatch.setattr(study, "SPARSE_REPRESENTATIONS", ("tfidf", "count"))
+    straight = study.run_sparse_baselines(data, str(tmp_path / "straight"), folds=3, seed=0)
+    fit = study.fit_until_converged
+    calls = []
+
+    def dies_on_the_fifth_fit(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # tfidf's 3 folds and count's first are saved
+            raise KeyboardInterrupt
+        return fit(*args, **kwargs)
+
+    output_dir = str(tmp_path / "resumed")
+    monkeypatch.setattr(study, "fit_until_converged", dies_on_the_fifth_fit)
+    with pytest.raises(KeyboardInterrupt):
+        study.run_sparse_baselines(data, output_dir, folds=3, seed=0)
+    assert not os.path.exists(os.path.join(output_dir, study.SPARSE_JSON))
+    calls.clear()
+    monkeypatch.setattr(study, "fit_until_converged", lambda *a, **k: calls.append(1) or fit(*a, **k))
+    assert study.run_sparse_baselines(data, output_dir, folds=3, seed=0) == straight
+    assert len(calls) == 2  # count's folds 2 and 3
+    capsys.readouterr()
+    assert study.run_sparse_baselines(data, output_dir, folds=3, seed=0) == straight
+    assert "is already complete" in capsys.readouterr().out and len(calls) == 2
+    with pytest.raises(TransferError, match="sparse baselines with other settings .*folds 3 vs 4"):
+        study.run_sparse_baselines(data, output_dir, folds=4, seed=0)
+    assert len(study.run_sparse_baselines(data, output_dir, folds=4, seed=0, overwrite=True)["count"]["folds"]) == 4
+    assert len(calls) == 2 + 8
+
+
+def test_precision_is_recorded_and_checked_and_the_head_stays_float32(tiny_preset, tmp_path):
+    import keras
+
+    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
+    output_dir = str(tmp_path / "out")
+    try:
+        settings = study.BertSettings(preset=tiny_preset, mode="frozen", runs=1, epochs=1, batch_size=8,
+                                      precision="mixed_bfloat16")
+        results = study.run_bert(data, output_dir, settings)
+        assert results["precision"] == "mixed_bfloat16" and results["settings"]["precision"] == "mixed_bfloat16"
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        features = keras.Input((8,))
+        outputs = study.head_outputs(features, 2, 4)
+        head = keras.Model(features, outputs)
+        assert outputs.dtype == "float32"
+        assert {layer.compute_dtype for layer in head.layers[1:]} == {"float32"}
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    with pytest.raises(TransferError, match="precision 'mixed_bfloat16' vs 'float32'"):
+        study.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2, epochs=1,
+                                                            batch_size=8))
+    with pytest.raises(TransferError, match="--precision must be one of float32, mixed_bfloat16, mixed_float16"):
+        study.BertSettings(precision="float16")

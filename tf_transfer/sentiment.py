@@ -68,8 +68,13 @@ flags.DEFINE_integer("hidden_units", 64,
 flags.DEFINE_integer("max_seq_length", 128,
                      "Token budget per text, [CLS] and [SEP] included; longer texts are cut, and the results file "
                      "counts the texts that fill the budget.")
+flags.DEFINE_string("precision", "float32",
+                    "float32, mixed_bfloat16 or mixed_float16 for the BERT backbone (the head, its outputs and the "
+                    "loss stay float32; mixed_float16 scales the loss). Part of the settings a rerun must match.")
 flags.DEFINE_bool("overwrite", False,
-                  "Replace an existing bert_<model>_<pooling>.json instead of adding the missing seeds to it.")
+                  "Start this approach afresh: replace sparse_baselines.* or bert_<model>_<pooling>.json and its "
+                  "in-progress seed. Without it, a rerun continues where a killed run stopped (finished folds, "
+                  "seeds and epochs are kept), adds missing seeds, and refuses other settings.")
 
 
 def _read_data():
@@ -97,13 +102,14 @@ def main(argv):
             preset=FLAGS.preset, mode=FLAGS.bert_mode, trainable_layers=FLAGS.trainable_layers,
             pooling=FLAGS.pooling, runs=FLAGS.runs, seed=FLAGS.seed, test_fraction=FLAGS.test_fraction,
             epochs=FLAGS.epochs, batch_size=FLAGS.batch_size, lr=FLAGS.lr, hidden_units=FLAGS.hidden_units,
-            max_seq_length=FLAGS.max_seq_length)
+            max_seq_length=FLAGS.max_seq_length, precision=FLAGS.precision)
     elif FLAGS.approach == "sparse" and FLAGS.folds < 2:
         raise TransferError(f"--folds must be at least 2, got {FLAGS.folds}")
     logging.set_verbosity(logging.INFO)
 
     if FLAGS.approach == "sparse":
-        results = study.run_sparse_baselines(_read_data(), FLAGS.output_dir, FLAGS.folds, FLAGS.seed)
+        results = study.run_sparse_baselines(_read_data(), FLAGS.output_dir, FLAGS.folds, FLAGS.seed,
+                                             overwrite=FLAGS.overwrite)
         for name, result in results.items():
             print(f"{name}: accuracy {result['accuracy_mean']:.4f}, F1 {result['f1_mean']:.4f}")
     elif FLAGS.approach == "bert":

@@ -50,7 +50,8 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import logging
 
-from tf_transfer import freezing, record
+from tf_transfer import checkpoints, freezing, machine, record
+from tf_transfer.config import PRECISIONS
 from tf_transfer.errors import TransferError
 
 APPROACHES = ("sparse", "bert", "report")
@@ -61,6 +62,7 @@ BINARY_LABELS = ("0", "1")
 
 SPARSE_JSON = "sparse_baselines.json"
 SPARSE_MARKDOWN = "sparse_baselines.md"
+SPARSE_PROGRESS = "sparse_baselines.progress.json"  # finished folds and the settings they belong to
 REPORT = "report.md"
 BOXPLOT = "boxplot_{metric}.png"
 
@@ -343,11 +345,14 @@ def fit_until_converged(pipeline, texts, labels, cap: int = MAX_ITER_CAP):
         pipeline.set_params(classifier__max_iter=max_iter)
 
 
-def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, seed: int = 0) -> dict:
+def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, seed: int = 0,
+                         overwrite: bool = False) -> dict:
     """Stratified, shuffled `folds`-fold cross-validation of each sparse representation + logistic regression.
 
     Writes `sparse_baselines.json` (schema in the module docstring) and `sparse_baselines.md` to `output_dir`;
-    returns the JSON's content.
+    returns the JSON's content. Each finished fold is kept in `sparse_baselines.progress.json` (with the settings
+    and data it belongs to), so a rerun after a kill continues at the next fold; a rerun of a finished study says
+    so and returns its results; other settings or data in the folder are refused unless `overwrite`.
     """
     from sklearn.model_selection import StratifiedKFold
 
@@ -355,29 +360,57 @@ def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, 
         raise TransferError(f"--folds must be at least 2, got {folds}")
     check_rows_per_class(data, folds, f"--folds={folds} stratified folds need at least one row of every label in "
                                       "each fold; lower --folds or use a larger file")
+    progress_path = os.path.join(output_dir, SPARSE_PROGRESS)
+    wanted = {"folds": folds, "seed": seed, **data.identity()}
+    progress = None if overwrite or not os.path.exists(progress_path) else _read_json(progress_path)
+    if progress is not None:
+        _refuse_other_settings(progress_path, progress["settings"], wanted, "sparse baselines")
+        if progress.get("completed") and os.path.exists(os.path.join(output_dir, SPARSE_JSON)):
+            print(f"{os.path.join(output_dir, SPARSE_JSON)} is already complete ({folds} folds, seed {seed}); "
+                  "nothing to compute (pass --overwrite to start afresh)", flush=True)
+            return _read_json(os.path.join(output_dir, SPARSE_JSON))
+        logging.info("resuming the sparse baselines in %s", output_dir)
+    else:
+        progress = {"settings": wanted, "folds": {}, "max_iter": {}, "fit_time_s": {}, "completed": False}
+    os.makedirs(output_dir, exist_ok=True)
     texts = np.asarray(data.texts, dtype=object)
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    results, max_iters = {}, {}
+    results = {}
     for representation in SPARSE_REPRESENTATIONS:
-        fold_scores, used = [], []
+        fold_scores = progress["folds"].setdefault(representation, [])
+        used = progress["max_iter"].setdefault(representation, [])
         for fold, (train_index, test_index) in enumerate(splitter.split(texts, data.labels), start=1):
+            if fold <= len(fold_scores):
+                continue  # finished in an earlier attempt (the folds are the same: seeded)
+            start = time.perf_counter()
             pipeline = sparse_pipeline(representation, seed)
             max_iter, converged = fit_until_converged(pipeline, texts[train_index], data.labels[train_index])
             used.append(max_iter if converged else f"{max_iter} (not converged)")
             predictions = pipeline.predict(texts[test_index])
             fold_scores.append({"fold": fold, **score(data.labels[test_index], predictions, data.num_classes)})
+            progress["fit_time_s"][representation] = (progress["fit_time_s"].get(representation, 0.0)
+                                                      + time.perf_counter() - start)
+            record.write_json_atomic(progress_path, progress)
         results[representation] = {
             **summarise({metric: [s[metric] for s in fold_scores] for metric in ("accuracy", "f1")}),
             "folds": fold_scores,
         }
-        max_iters[representation] = used
         logging.info("sparse %s: accuracy %.4f, F1 %.4f over %d folds", representation,
                      results[representation]["accuracy_mean"], results[representation]["f1_mean"], folds)
-    os.makedirs(output_dir, exist_ok=True)
     record.write_json_atomic(os.path.join(output_dir, SPARSE_JSON), results)
     _write_text_atomic(os.path.join(output_dir, SPARSE_MARKDOWN),
-                       _sparse_markdown(results, max_iters, data, folds, seed))
+                       _sparse_markdown(results, progress["max_iter"], data, folds, seed))
+    progress["completed"] = True
+    record.write_json_atomic(progress_path, progress)
     return _read_json(os.path.join(output_dir, SPARSE_JSON))
+
+
+def _refuse_other_settings(path: str, held: dict, wanted: dict, what: str) -> None:
+    """Raises `TransferError` naming every setting in which `held` (a file's) differs from `wanted`."""
+    differing = [f"{key} {held.get(key)!r} vs {value!r}" for key, value in wanted.items() if held.get(key) != value]
+    if differing:
+        raise TransferError(f"{path} holds {what} with other settings ({'; '.join(differing)}): use another "
+                            "--output_dir, or pass --overwrite to replace them")
 
 
 def _sparse_markdown(results: dict, max_iters: dict, data: LabelledTexts, folds: int, seed: int) -> str:
@@ -437,6 +470,8 @@ class BertSettings:
     two encoder blocks train); `trainable_layers` (0..L or "all"), when given, overrides it. `seed` seeds the
     held-out split; run r (from 0) uses seed `seed + r` for the head's initialisation, dropout and data order.
     `epochs` defaults to `FINE_TUNING_EPOCHS` when encoder blocks train and `FROZEN_EPOCHS` when only the head does.
+    `precision` is a Keras dtype policy (`config.PRECISIONS`) for the backbone; the head, its outputs and the loss
+    are float32 under any of them.
     """
 
     preset: str = "bert_base_en_uncased"
@@ -451,6 +486,7 @@ class BertSettings:
     lr: float = 5e-5
     hidden_units: int = 64
     max_seq_length: int = 128
+    precision: str = "float32"
 
     def __post_init__(self):
         check_choice("bert_mode", self.mode, tuple(BERT_MODES))
@@ -469,6 +505,8 @@ class BertSettings:
             (self.lr > 0 and math.isfinite(self.lr), f"--lr must be a positive number, got {self.lr}"),
             (self.hidden_units >= 1, f"--hidden_units must be at least 1, got {self.hidden_units}"),
             (self.max_seq_length >= 4, f"--max_seq_length must be at least 4, got {self.max_seq_length}"),
+            (self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got "
+                                           f"{self.precision!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -488,12 +526,18 @@ class BertSettings:
     def file_name(self) -> str:
         return f"bert_{self.model_name}_{self.pooling}.json"
 
+    @property
+    def work_name(self) -> str:
+        """The folder holding the seed in training (its finished epochs and last checkpoint)."""
+        return f"bert_{self.model_name}_{self.pooling}.in_progress"
+
     def comparable(self) -> dict:
         """The settings that runs must share to be merged into one file (everything but the number of runs)."""
         return {"preset": self.preset, "model": self.model_name, "trainable_layers": self.k,
                 "pooling": self.pooling, "split_seed": self.seed, "test_fraction": self.test_fraction,
                 "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
-                "hidden_units": self.hidden_units, "max_seq_length": self.max_seq_length}
+                "hidden_units": self.hidden_units, "max_seq_length": self.max_seq_length,
+                "precision": self.precision}
 
 
 def held_out_split(data: LabelledTexts, test_fraction: float, seed: int):
@@ -567,7 +611,9 @@ def build_feature_model(backbone, pooling: str):
     if pooling == "cls":
         features = states[-1][:, 0, :]
     elif pooling == "mean":
-        features = _masked_mean_layer()(name="mean_pooling")(states[-1], token_inputs["padding_mask"])
+        # Summed in float32: under mixed precision a bfloat16 sum over 128 tokens would lose digits.
+        features = _masked_mean_layer()(dtype="float32", name="mean_pooling")(states[-1],
+                                                                              token_inputs["padding_mask"])
     else:
         if len(states) < 4:
             raise TransferError(f"--pooling=last4_concat needs at least 3 encoder blocks (4 hidden states); the "
@@ -577,10 +623,14 @@ def build_feature_model(backbone, pooling: str):
 
 
 def head_outputs(features, num_classes: int, hidden_units: int):
-    """One dense hidden layer (ReLU) and a logistic output (sigmoid for two classes, softmax for more)."""
+    """One dense hidden layer (ReLU) and a logistic output (sigmoid for two classes, softmax for more).
+
+    Both layers are float32 under any precision policy (given explicitly: layers take the global policy
+    otherwise), so the head computes, and returns probabilities, in float32 and the loss is taken in float32.
+    """
     import keras
 
-    hidden = keras.layers.Dense(hidden_units, activation="relu", name="hidden")(features)
+    hidden = keras.layers.Dense(hidden_units, activation="relu", dtype="float32", name="hidden")(features)
     if num_classes == 2:
         return keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="logistic")(hidden)
     return keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="softmax")(hidden)
@@ -624,10 +674,7 @@ def _load_results(path: str, settings: BertSettings, data: LabelledTexts, overwr
         existing = json.load(f)
     wanted = {**settings.comparable(), **data.identity()}
     held = {**existing.get("settings", {}), **{key: existing.get(key) for key in data.identity()}}
-    differing = [f"{key} {held.get(key)!r} vs {value!r}" for key, value in wanted.items() if held.get(key) != value]
-    if differing:
-        raise TransferError(f"{path} holds runs with other settings ({'; '.join(differing)}): use another "
-                            "--output_dir, or pass --overwrite to replace them")
+    _refuse_other_settings(path, {"precision": "float32", **held}, wanted, "runs")  # older files: float32
     return existing
 
 
@@ -636,22 +683,35 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
 
     Frozen (k=0): the features are computed once, in inference mode, and each seed trains only the dense head.
     Otherwise each seed starts from the preset's weights again and trains backbone blocks and head end to end.
-    Runs already in `output_dir/bert_<model>_<pooling>.json` with the same settings and data are kept and not
-    repeated; the file is rewritten after every run.
+
+    Resuming: runs already in `output_dir/bert_<model>_<pooling>.json` with the same settings and data are kept and
+    not repeated (the file is rewritten after every run); the seed in training keeps its finished epochs in
+    `bert_<model>_<pooling>.in_progress/` (`summary.json` and the last epoch's checkpoint: weights, optimizer
+    state, dropout RNG; epoch e of a seed always has the same batches), so a killed run loses at most the epoch in
+    progress. With every seed done it says so and trains nothing; `overwrite` starts afresh.
     """
     path = os.path.join(output_dir, settings.file_name)
+    work_dir = os.path.join(output_dir, settings.work_name)
     existing = _load_results(path, settings, data, overwrite)
+    if overwrite:
+        _remove_work(work_dir)
     train_data, test_data = held_out_split(data, settings.test_fraction, settings.seed)
     done = {run["seed"]: run for run in (existing or {}).get("runs", [])}
     seeds = [settings.seed + r for r in range(settings.runs)]
     todo = [seed for seed in seeds if seed not in done]
     if not todo:
-        logging.info("%s already holds seeds %s; nothing to train", path, seeds)
+        _remove_work(work_dir)  # left by a kill between the results file and the clean-up
+        print(f"{path} already holds all {settings.runs} run(s) (seeds {seeds[0]}-{seeds[-1]}); nothing to train "
+              "(pass --overwrite to start afresh)", flush=True)
         return existing
 
     # TensorFlow is imported only after the data has been read and checked, so bad input fails fast.
+    import keras
+
     from tf_transfer import backbones
 
+    # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
+    keras.mixed_precision.set_global_policy(settings.precision)
     loaded = backbones.load_preset(settings.preset)
     backbone = loaded.backbone
     freezing.check_trainable_layers(settings.k, backbone.num_layers)
@@ -660,10 +720,12 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     encoded_test = _encode(test_data, loaded.tokenizer, settings.max_seq_length)
 
     results = existing or {}
+    continuing = bool(results)
     results.update({
         "model": settings.model_name,
         "pooling": settings.pooling,
         "settings": settings.comparable(),
+        "precision": settings.precision,
         "data": os.path.abspath(data.source),
         **data.identity(),
         "preset_source": loaded.source,
@@ -673,20 +735,123 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
         # Texts that fill the token budget were probably cut; many of them mean --max_seq_length is too small.
         "texts_at_max_seq_length": int(np.sum(np.concatenate([encoded_train.lengths, encoded_test.lengths])
                                               >= settings.max_seq_length)),
+        "completed": False,
     })
     os.makedirs(output_dir, exist_ok=True)
     trainer = (_FrozenTrainer if settings.k == 0 else _FineTuner)(backbone, settings, data.num_classes,
                                                                    encoded_train, encoded_test)
-    results.update(trainer.describe())
+    described = trainer.describe()
+    if continuing:
+        # The first attempt's feature time stays the model's; what a later attempt spent again is listed here.
+        results.setdefault("resumes", []).append({
+            "seeds_done": sorted(done), **described, "machine": machine.describe(), "code": record.code_version(),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    else:
+        results.update({**described, "machine": machine.describe(), "code": record.code_version()})
+    results.setdefault("runs", [])
+    record.write_json_atomic(path, results)  # the settings are on disk before any training: a rerun checks them
     for seed in todo:
-        run = trainer.run(seed)
+        work = _SeedWork(work_dir, seed, settings.comparable())
+        run = trainer.run(seed, work)
         done[seed] = run
         results["runs"] = [done[s] for s in sorted(done)]
         results.update(summarise({m: [r[m] for r in results["runs"]] for m in ("accuracy", "f1")}))
-        record.write_json_atomic(path, results)
+        results["completed"] = all(s in done for s in seeds)
+        record.write_json_atomic(path, results)  # the run is kept first, then its work is dropped
+        work.finish()
         logging.info("%s seed %d: accuracy %.4f, F1 %.4f, %.1f s", settings.file_name, seed, run["accuracy"],
                      run["f1"], run["train_time_s"])
+    _remove_work(work_dir)
     return _read_json(path)
+
+
+def _remove_work(work_dir: str) -> None:
+    """Deletes the in-progress folder's files (only the kinds this module writes there) and the folder."""
+    if os.path.isdir(work_dir):
+        checkpoints.clear(work_dir)
+        if not os.listdir(work_dir):
+            os.rmdir(work_dir)
+
+
+class _SeedWork:
+    """The seed in training: its finished epochs in `work_dir/summary.json`, the last one's checkpoint beside it.
+
+    A summary of another seed or other settings (left by a run that was replaced) is discarded.
+    """
+
+    def __init__(self, work_dir: str, seed: int, settings: dict):
+        os.makedirs(work_dir, exist_ok=True)
+        existing = record.read_summary(work_dir)
+        resuming = bool(existing and existing.get("seed") == seed and existing.get("settings") == settings
+                        and existing.get("epochs"))
+        if not resuming:
+            checkpoints.clear(work_dir)
+        fresh = {"seed": seed, "settings": settings, "epochs": [], "early_stopping": None, "compile_time_s": None,
+                 "completed": False, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self.work_dir, self.resuming = work_dir, resuming
+        self.summary, self.path = record.start_summary(work_dir, fresh, existing, resuming)
+
+    def start(self, loop, model, compile_time_s: float) -> None:
+        """Restores the last finished epoch into `model` (built, its optimizer too) and `loop`, when resuming."""
+        if not self.resuming:
+            self.summary["compile_time_s"] = compile_time_s
+        else:
+            last_epoch = self.summary["epochs"][-1]["epoch"]
+            checkpoints.restore(self.work_dir, last_epoch, model)
+            loop.resume_from(self.summary["epochs"], self.summary["early_stopping"])
+            # Compiling again after a resume is not training time.
+            self.summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
+                                            "machine": machine.describe(), "code": record.code_version(),
+                                            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            logging.info("seed %d: resuming after epoch %d", self.summary["seed"], last_epoch)
+        record.write_json_atomic(self.path, self.summary)
+
+    def epoch_done(self, loop, model, epoch_record: dict) -> None:
+        """Checkpoint first, then the summary that refers to it, then drop the older checkpoint."""
+        self.summary["epochs"] = loop.epochs
+        self.summary["early_stopping"] = loop.stopper.state()
+        checkpoints.save(self.work_dir, epoch_record["epoch"], model)
+        record.write_json_atomic(self.path, self.summary)
+        checkpoints.prune(self.work_dir, epoch_record["epoch"])
+
+    def finish(self) -> None:
+        _remove_work(self.work_dir)
+
+
+def _train_epochs(model, settings: BertSettings, make_dataset, work: _SeedWork, compile_time_s: float):
+    """Trains `settings.epochs` epochs (those not finished in an earlier attempt); returns the epoch records and
+    the resumes.
+
+    Every epoch is one `fit` call on `make_dataset(epoch)`, timed by `train.EpochLoop` (wall and CPU seconds, the
+    running sums continuing over resumes); there is no validation split, so nothing stops early.
+    """
+    from tf_transfer import train
+
+    loop = train.EpochLoop(model, "accuracy", settings.epochs, patience=settings.epochs + 1)
+    work.start(loop, model, compile_time_s)
+    loop.run(make_dataset, lambda: ({}, {}), lambda epoch_record: work.epoch_done(loop, model, epoch_record))
+    return [{key: value for key, value in e.items() if key not in ("val", "test")} for e in loop.epochs]
+
+
+def _reseed(model, seed: int) -> None:
+    """Sets every dropout seed generator of `model` from `seed` alone.
+
+    Their states advance with every step and live in the backbone, which all seeds of a process share: without
+    this, a seed's dropout masks depended on the seeds trained before it in the same process, so a run resumed in
+    a new process could not repeat the numbers of an uninterrupted one.
+    """
+    generators = [v for v in model.variables if "seed_generator" in v.path]
+    for index, variable in enumerate(generators):
+        start = np.random.default_rng([seed, index]).integers(0, 2**31 - 1)
+        variable.assign(np.asarray([start, 0], dtype=variable.dtype))
+
+
+def _run_record(seed: int, scores: dict, epochs: list, work: _SeedWork, **extra) -> dict:
+    run = {"seed": seed, **scores, "train_time_s": epochs[-1]["train_time_s"],
+           "train_cpu_s": epochs[-1]["train_cpu_s"], "final_loss": epochs[-1]["loss"], **extra, "epochs": epochs}
+    if work.summary.get("resumes"):
+        run["resumes"] = work.summary["resumes"]
+    return run
 
 
 class _FrozenTrainer:
@@ -696,31 +861,35 @@ class _FrozenTrainer:
         self.settings, self.num_classes = settings, num_classes
         feature_model = build_feature_model(backbone, settings.pooling)
         start = time.perf_counter()
-        self.train_features = _predict_in_order(feature_model, encoded_train)
-        self.test_features = _predict_in_order(feature_model, encoded_test)
+        # Kept in float32 whatever the backbone computed in: the head is float32.
+        self.train_features = _predict_in_order(feature_model, encoded_train).astype(np.float32)
+        self.test_features = _predict_in_order(feature_model, encoded_test).astype(np.float32)
         self.feature_time_s = time.perf_counter() - start
         self.train_labels, self.test_labels = encoded_train.labels, encoded_test.labels
 
     def describe(self) -> dict:
         return {"feature_time_s": self.feature_time_s, "num_features": int(self.train_features.shape[1])}
 
-    def run(self, seed: int) -> dict:
+    def run(self, seed: int, work: _SeedWork) -> dict:
         import keras
 
         keras.utils.set_random_seed(seed)
         features = keras.Input(shape=(self.train_features.shape[1],), name="features")
         model = keras.Model(features, head_outputs(features, self.num_classes, self.settings.hidden_units))
         _compile(model, self.num_classes, self.settings.lr)
-        start = time.perf_counter()
+        model.optimizer.build(model.trainable_variables)  # its slots exist before a checkpoint is restored
         # BinaryCrossentropy wants float targets; SparseCategoricalCrossentropy wants class indices.
         targets = self.train_labels.astype(np.float32 if self.num_classes == 2 else np.int64)
-        history = model.fit(self.train_features, targets, batch_size=self.settings.batch_size,
-                            epochs=self.settings.epochs, shuffle=True, verbose=0)
-        train_time_s = time.perf_counter() - start
-        probabilities = model.predict(self.test_features, batch_size=INFERENCE_BATCH_SIZE, verbose=0)
+
+        def epoch_batches(epoch):
+            # Shuffled afresh each epoch, as fit(shuffle=True) would, but from (seed, epoch) alone: resumable.
+            order = np.random.default_rng([seed, epoch]).permutation(len(targets))
+            return _array_dataset((self.train_features[order], targets[order]), self.settings.batch_size)
+
+        epochs = _train_epochs(model, self.settings, epoch_batches, work, compile_time_s=0.0)
+        probabilities = model.predict(_array_dataset((self.test_features,), INFERENCE_BATCH_SIZE), verbose=0)
         scores = score(self.test_labels, _predicted_classes(probabilities, self.num_classes), self.num_classes)
-        return {"seed": seed, **scores, "train_time_s": train_time_s,
-                "final_loss": float(history.history["loss"][-1])}
+        return _run_record(seed, scores, epochs, work)
 
 
 class _FineTuner:
@@ -745,7 +914,7 @@ class _FineTuner:
         _compile(model, self.num_classes, self.settings.lr)
         return model
 
-    def run(self, seed: int) -> dict:
+    def run(self, seed: int, work: _SeedWork) -> dict:
         import keras
 
         from tf_transfer import inputs, train
@@ -753,6 +922,7 @@ class _FineTuner:
         keras.utils.set_random_seed(seed)
         self.backbone.set_weights(self.pretrained)
         model = self._build()
+        _reseed(model, seed)
         table = freezing.parameter_table(model, self.backbone)
         if self.table is None:
             print(f"trainable parameters per block (bert {self.settings.model_name}):")
@@ -762,20 +932,26 @@ class _FineTuner:
                                                "bucket", self.encoded_train.max_seq_length, 16)
         warmup = inputs.distinct_shapes(self.encoded_train, first_plan, "bucket", 16)
         compile_time_s = train.compile_steps(model, inputs.to_dataset(self.encoded_train, warmup, "bucket", 16))
-        train_time_s, losses = 0.0, []
-        for epoch in range(1, self.settings.epochs + 1):
-            dataset = inputs.train_dataset(self.encoded_train, self.settings.batch_size, seed, epoch)
-            start = time.perf_counter()
-            history = model.fit(dataset, epochs=1, verbose=0, shuffle=False)
-            train_time_s += time.perf_counter() - start
-            losses.append(float(history.history["loss"][-1]))
-            train.check_finite(losses[-1], epoch)
+        epochs = _train_epochs(
+            model, self.settings,
+            lambda epoch: inputs.train_dataset(self.encoded_train, self.settings.batch_size, seed, epoch),
+            work, compile_time_s)
         probabilities = _predict_in_order(model, self.encoded_test)
         scores = score(self.encoded_test.labels, _predicted_classes(probabilities, self.num_classes),
                        self.num_classes)
-        return {"seed": seed, **scores, "train_time_s": train_time_s, "compile_time_s": compile_time_s,
-                "final_loss": losses[-1], "trainable_params": int(table[-1][1]),
-                "total_params": int(table[-1][2])}
+        return _run_record(seed, scores, epochs, work, compile_time_s=work.summary["compile_time_s"],
+                           trainable_params=int(table[-1][1]), total_params=int(table[-1][2]))
+
+
+def _array_dataset(arrays: tuple, batch_size: int):
+    """In-memory arrays as consecutive batches of `batch_size` (the last may be smaller), the way Keras batches
+    arrays given to fit/predict, but without tf.data autotuning (see `inputs.prefetched`)."""
+    import tensorflow as tf
+
+    from tf_transfer import inputs
+
+    dataset = tf.data.Dataset.from_tensor_slices(arrays if len(arrays) > 1 else arrays[0]).batch(batch_size)
+    return inputs.prefetched(dataset, math.ceil(len(arrays[0]) / batch_size))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -446,3 +446,16 @@ def test_precision_is_recorded_and_checked_and_the_head_stays_float32(tiny_prese
                                                             batch_size=8))
     with pytest.raises(TransferError, match="--precision must be one of float32, mixed_bfloat16, mixed_float16"):
         study.BertSettings(precision="float16")
+
+
+def test_entry_point_rerun_says_complete_and_refuses_other_settings(tmp_path):
+    path = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=4)
+    output_dir = str(tmp_path / "out")
+    first = run_module("tf_transfer.sentiment", f"--data={path}", "--folds=2", f"--output_dir={output_dir}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run_module("tf_transfer.sentiment", f"--data={path}", "--folds=2", f"--output_dir={output_dir}")
+    assert again.returncode == 0 and "is already complete (2 folds, seed 0); nothing to compute" in again.stdout
+    other = run_module("tf_transfer.sentiment", f"--data={path}", "--folds=3", f"--output_dir={output_dir}")
+    errors = [line for line in other.stderr.splitlines() if line.startswith("error:")]
+    assert other.returncode == 2 and len(errors) == 1 and "Traceback" not in other.stderr, other.stderr[-2000:]
+    assert "sparse baselines with other settings (folds 2 vs 3)" in errors[0] and "--overwrite" in errors[0]

@@ -13,7 +13,9 @@ point `python -m tf_transfer.sentiment` and the tests call the same functions.
 Files written to the output folder:
   * `sparse_baselines.json` / `.md`: `{"tfidf"|"count"|"hash": {accuracy_mean, accuracy_std, f1_mean, f1_std,
     folds: [{fold, accuracy, f1}]}}`.
+  * `sparse_baselines.progress.json`: the finished folds and the settings and data they belong to (for resuming).
   * `bert_<model>_<pooling>.json`: one file per BERT model, its runs keyed by seed (a rerun adds missing seeds).
+  * `bert_<model>_<pooling>.in_progress/`: while a seed trains, its finished epochs and last checkpoint.
   * `report.md`, `boxplot_accuracy.png`, `boxplot_f1.png`: means, spreads and the Welch tests of whatever is there.
 
 Standard deviations are sample standard deviations (ddof=1, as in Welch's test); with a single value they are
@@ -791,7 +793,7 @@ class _SeedWork:
         self.work_dir, self.resuming = work_dir, resuming
         self.summary, self.path = record.start_summary(work_dir, fresh, existing, resuming)
 
-    def start(self, loop, model, compile_time_s: float) -> None:
+    def start(self, loop, model, compile_time_s: Optional[float]) -> None:
         """Restores the last finished epoch into `model` (built, its optimizer too) and `loop`, when resuming."""
         if not self.resuming:
             self.summary["compile_time_s"] = compile_time_s
@@ -818,9 +820,8 @@ class _SeedWork:
         _remove_work(self.work_dir)
 
 
-def _train_epochs(model, settings: BertSettings, make_dataset, work: _SeedWork, compile_time_s: float):
-    """Trains `settings.epochs` epochs (those not finished in an earlier attempt); returns the epoch records and
-    the resumes.
+def _train_epochs(model, settings: BertSettings, make_dataset, work: _SeedWork, compile_time_s: Optional[float]):
+    """Trains `settings.epochs` epochs (those not finished in an earlier attempt); returns every epoch's record.
 
     Every epoch is one `fit` call on `make_dataset(epoch)`, timed by `train.EpochLoop` (wall and CPU seconds, the
     running sums continuing over resumes); there is no validation split, so nothing stops early.
@@ -886,7 +887,7 @@ class _FrozenTrainer:
             order = np.random.default_rng([seed, epoch]).permutation(len(targets))
             return _array_dataset((self.train_features[order], targets[order]), self.settings.batch_size)
 
-        epochs = _train_epochs(model, self.settings, epoch_batches, work, compile_time_s=0.0)
+        epochs = _train_epochs(model, self.settings, epoch_batches, work, compile_time_s=None)  # no warm-up
         probabilities = model.predict(_array_dataset((self.test_features,), INFERENCE_BATCH_SIZE), verbose=0)
         scores = score(self.test_labels, _predicted_classes(probabilities, self.num_classes), self.num_classes)
         return _run_record(seed, scores, epochs, work)

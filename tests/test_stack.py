@@ -278,6 +278,34 @@ def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_pa
     np.testing.assert_allclose(keras.ops.convert_to_numpy(restored(features, training=False)), outputs, atol=1e-6)
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_every_heads_layers_compute_in_float32_under_mixed_precision(tiny_preset, policy):
+    """The backbone computes in 16 bits; each head's own sublayers (dense, LSTM cells, convolutions, transformer
+    blocks, matching) and its logits stay float32. Sublayers take the global policy unless given one."""
+    import keras
+
+    from tf_transfer import backbones, stack_heads
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        backbone = backbones.load_preset(tiny_preset).backbone
+        assert backbone.compute_dtype == policy.split("_")[1]
+        for name, tagging in HEAD_CASES:
+            head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
+            pair = stack_heads.is_pair_head(head)
+            model = stack_heads.build_model(backbone, head, pair=pair)
+            logits = model(batch(pair, tagging)[0], training=False)
+            assert keras.backend.standardize_dtype(logits.dtype) == "float32", name
+            inner = list(head._flatten_layers(include_self=False, recursive=True))
+            assert len(inner) >= 3, name
+            wrong = [layer.name for layer in inner if layer.dtype_policy.compute_dtype != "float32"]
+            assert not wrong, f"{name}: {wrong} compute in {policy}"
+            assert all(w.dtype == "float32" for w in head.weights), name
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
 # --- entry point ---------------------------------------------------------------------------------------------------
 
 

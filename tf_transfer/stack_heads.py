@@ -76,9 +76,12 @@ class _Head(keras.layers.Layer):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.num_outputs, self.tagging, self.units, self.dropout_rate = num_outputs, tagging, units, dropout
-        self.input_dropout = keras.layers.Dropout(dropout)
-        self.output_dropout = keras.layers.Dropout(dropout)
-        self.logits = keras.layers.Dense(num_outputs, kernel_initializer=_he(), name="logits")
+        # Every sublayer is given the head's policy (float32 unless told): sublayers take the global policy
+        # otherwise, and under mixed precision the head would compute and return 16-bit logits.
+        self.input_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.logits = keras.layers.Dense(num_outputs, kernel_initializer=_he(), dtype=self.dtype_policy,
+                                         name="logits")
 
     def get_config(self):
         return {**super().get_config(), "num_outputs": self.num_outputs, "tagging": self.tagging,
@@ -115,7 +118,8 @@ class LinearHead(_Head):
 class MLPHead(_Head):
     def __init__(self, num_outputs: int, tagging: bool = False, units: int = 128, dropout: float = 0.1, **kwargs):
         super().__init__(num_outputs, tagging, units, dropout, **kwargs)
-        self.hidden = keras.layers.Dense(units, activation="relu", kernel_initializer=_he(), name="hidden")
+        self.hidden = keras.layers.Dense(units, activation="relu", kernel_initializer=_he(), dtype=self.dtype_policy,
+                                         name="hidden")
 
     def build_layers(self, input_shape) -> int:
         self.hidden.build(self._features_shape(input_shape))
@@ -127,17 +131,18 @@ class MLPHead(_Head):
         return self.output_layer(hidden, training)
 
 
-def _bilstm(units: int, name: str, return_sequences: bool = True):
+def _bilstm(units: int, name: str, dtype, return_sequences: bool = True):
     # He init on the input kernels; recurrent kernels keep Keras' orthogonal init, which keeps the recurrence stable.
     return keras.layers.Bidirectional(
-        keras.layers.LSTM(units, return_sequences=return_sequences, kernel_initializer=_he()), name=name)
+        keras.layers.LSTM(units, return_sequences=return_sequences, kernel_initializer=_he(), dtype=dtype),
+        dtype=dtype, name=name)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class BiLSTMHead(_Head):
     def __init__(self, num_outputs: int, tagging: bool = False, units: int = 128, dropout: float = 0.1, **kwargs):
         super().__init__(num_outputs, tagging, units, dropout, **kwargs)
-        self.bilstm = _bilstm(units, "bilstm")
+        self.bilstm = _bilstm(units, "bilstm", self.dtype_policy)
 
     def build_layers(self, input_shape) -> int:
         self.bilstm.build(input_shape["sequence"])
@@ -160,7 +165,8 @@ class DenseCNNHead(_Head):
             raise ValueError("the cnn head classifies whole sequences; it has no per-token output")
         super().__init__(num_outputs, tagging, units, dropout, **kwargs)
         self.convolutions = [keras.layers.Conv1D(units, CNN_KERNEL, padding="same", activation="relu",
-                                                 kernel_initializer=_he(), name=f"conv_{i}")
+                                                 kernel_initializer=_he(), dtype=self.dtype_policy,
+                                                 name=f"conv_{i}")
                              for i in range(CNN_LAYERS)]
 
     def build_layers(self, input_shape) -> int:
@@ -184,12 +190,13 @@ class HighwayLSTMHead(_Head):
 
     def __init__(self, num_outputs: int, tagging: bool = False, units: int = 128, dropout: float = 0.1, **kwargs):
         super().__init__(num_outputs, tagging, units, dropout, **kwargs)
-        self.layers_ = [_bilstm(units, f"bilstm_{i}") for i in range(HIGHWAY_LAYERS)]
-        self.carries = [keras.layers.Dense(2 * units, use_bias=False, kernel_initializer=_he(), name=f"carry_{i}")
+        self.layers_ = [_bilstm(units, f"bilstm_{i}", self.dtype_policy) for i in range(HIGHWAY_LAYERS)]
+        self.carries = [keras.layers.Dense(2 * units, use_bias=False, kernel_initializer=_he(),
+                                           dtype=self.dtype_policy, name=f"carry_{i}")
                         for i in range(HIGHWAY_LAYERS)]
         self.gates = [keras.layers.Dense(2 * units, activation="sigmoid", kernel_initializer=_he(),
                                          bias_initializer=keras.initializers.Constant(HIGHWAY_GATE_BIAS),
-                                         name=f"gate_{i}") for i in range(HIGHWAY_LAYERS)]
+                                         dtype=self.dtype_policy, name=f"gate_{i}") for i in range(HIGHWAY_LAYERS)]
 
     def build_layers(self, input_shape) -> int:
         shape = input_shape["sequence"]
@@ -218,7 +225,7 @@ class TransformerHead(_Head):
         width = input_shape["sequence"][-1]
         self.block = keras_hub.layers.TransformerEncoder(
             intermediate_dim=4 * self.units, num_heads=transformer_heads(width), dropout=self.dropout_rate,
-            kernel_initializer=_he(), name="block")
+            kernel_initializer=_he(), dtype=self.dtype_policy, name="block")
         self.block.build(input_shape["sequence"])
         return width
 
@@ -316,8 +323,9 @@ class _PairHead(_Head):
             raise ValueError("pair heads classify sentence pairs; they have no per-token output")
         super().__init__(num_outputs, tagging, units, dropout, **kwargs)
         self.perspectives = perspectives
-        self.matching = MultiPerspectiveMatching(perspectives, name="matching")
-        self.hidden = keras.layers.Dense(units, activation="relu", kernel_initializer=_he(), name="hidden")
+        self.matching = MultiPerspectiveMatching(perspectives, dtype=self.dtype_policy, name="matching")
+        self.hidden = keras.layers.Dense(units, activation="relu", kernel_initializer=_he(), dtype=self.dtype_policy,
+                                         name="hidden")
 
     def get_config(self):
         return {**super().get_config(), "perspectives": self.perspectives}
@@ -352,7 +360,7 @@ class BiMPMHead(_PairHead):
                  perspectives: int = 20, **kwargs):
         super().__init__(num_outputs, tagging, units, dropout, perspectives, **kwargs)
         # BiMPM's aggregation: the final state of each direction (at the last real token, thanks to the mask).
-        self.aggregation = _bilstm(units, "aggregation", return_sequences=False)
+        self.aggregation = _bilstm(units, "aggregation", self.dtype_policy, return_sequences=False)
 
     def build_aggregation(self, matched_shape) -> int:
         self.aggregation.build(matched_shape)
@@ -368,10 +376,11 @@ class SimTransformerHead(_PairHead):
                  perspectives: int = 20, **kwargs):
         super().__init__(num_outputs, tagging, units, dropout, perspectives, **kwargs)
         # The matching vectors are 4 x perspectives wide; a projection gives the block a width its heads divide.
-        self.projection = keras.layers.Dense(units, kernel_initializer=_he(), name="projection")
+        self.projection = keras.layers.Dense(units, kernel_initializer=_he(), dtype=self.dtype_policy,
+                                             name="projection")
         self.block = keras_hub.layers.TransformerEncoder(
             intermediate_dim=4 * units, num_heads=transformer_heads(units), dropout=dropout,
-            kernel_initializer=_he(), name="block")
+            kernel_initializer=_he(), dtype=self.dtype_policy, name="block")
 
     def build_aggregation(self, matched_shape) -> int:
         self.projection.build(matched_shape)

@@ -276,11 +276,14 @@ class StackFeed:
     def _dataset(self, plan: list):
         import tensorflow as tf
 
+        from tf_transfer import inputs
+
         signature = ({name: tf.TensorSpec([None, None], tf.int32) for name in self.feature_names},
                      tf.TensorSpec([None, None] if self.train.tagging else [None], tf.int32))
         dataset = tf.data.Dataset.from_generator(lambda: self._batches(self.train, plan, self.bucket_step),
                                                  output_signature=signature)
-        return dataset.apply(tf.data.experimental.assert_cardinality(len(plan))).prefetch(tf.data.AUTOTUNE)
+        # A fixed prefetch buffer, autotuning off: its thread made every fit's teardown wait (inputs.prefetched).
+        return inputs.prefetched(dataset, len(plan))
 
     def train_dataset(self, epoch: int):
         return self._dataset(self.plan(epoch))

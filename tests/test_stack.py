@@ -328,6 +328,145 @@ def test_quora_stack_and_finetune_end_to_end(tmp_path, tiny_preset):
     assert phase1["trainable_params"] < phase2["trainable_params"] == summary["total_params"]
     assert summary["skipped_rows"] == {"train": 1} and summary["examples"] == {"train": 36, "validation": 4}
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(output_dir))
+    assert summary["precision"] == "float32" and not [f for f in os.listdir(output_dir) if f.startswith("checkpoint")]
+
+    again = run_module("tf_transfer.stack", *done.args[3:])
+    assert again.returncode == 0 and "already holds a completed run" in again.stdout
+    # The same summary unfinished: other settings (--precision too) are refused before any data is read.
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "summary.json").write_text(json.dumps({**summary, "completed": False}))
+    other = [a.replace(str(output_dir), str(unfinished)) for a in done.args[3:]] + ["--precision=mixed_bfloat16"]
+    refused = run_module("tf_transfer.stack", *other)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {unfinished} holds an unfinished run with other settings (precision): pass "
+                      "--overwrite to replace it, or choose another --output_dir"]
+
+
+
+def _stack_config(data, tiny_preset, **changes):
+    from tf_transfer.stack_training import StackConfig
+
+    settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=tiny_preset,
+                    phase1_epochs=2, max_epochs=3, max_gap=1.0, batch_size=8, head_units=8, seed=0)
+    return StackConfig(**{**settings, **changes})
+
+
+def _same_numbers(a: dict, b: dict) -> None:
+    """Two epoch records computed the same: everything but the clock. The loss is allowed float32 rounding (the
+    resumed process traces its steps again); here it has come out bit-equal. Scores are compared exactly."""
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("loss", "epoch_time_s", "train_time_s")}  # noqa
+    assert strip(b) == strip(a)
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
+def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path, tiny_preset, monkeypatch):
+    """Interrupted after epoch 1 (inside phase 1), then after epoch 2 (phase 1's last: the next start is phase 2's
+    fresh optimizer), each time as if the process died right after the epoch was saved. The GLUE trainer's
+    resume is tested with a real SIGKILL (test_resume.py); this one shares that checkpoint code."""
+    from tf_transfer import checkpoints, record, stack_training
+
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    straight = stack_training.run_stack(_stack_config(data, tiny_preset), str(tmp_path / "straight"))
+    assert [e["phase"] for e in straight["epochs"]] == [1, 1, 2]
+
+    output_dir = str(tmp_path / "resumed")
+    original_prune = checkpoints.prune
+    for stop_after in (1, 2):
+        def die_after(folder, keep_epoch, stop_after=stop_after):
+            original_prune(folder, keep_epoch)
+            if keep_epoch == stop_after:
+                raise KeyboardInterrupt  # the checkpoint and the summary of this epoch are written
+        monkeypatch.setattr(checkpoints, "prune", die_after)
+        with pytest.raises(KeyboardInterrupt):
+            stack_training.run_stack(_stack_config(data, tiny_preset), output_dir)
+        partial = record.read_summary(output_dir)
+        assert partial["completed"] is False and len(partial["epochs"]) == stop_after
+        assert os.path.exists(checkpoints.path(output_dir, stop_after))
+    monkeypatch.setattr(checkpoints, "prune", original_prune)
+    resumed = stack_training.run_stack(_stack_config(data, tiny_preset), output_dir)
+
+    assert resumed["completed"] is True and [r["after_epoch"] for r in resumed["resumes"]] == [1, 2]
+    assert [p["first_epoch"] for p in resumed["phases"]] == [1, 3]
+    assert [p["ended_by"] for p in resumed["phases"]] == ["phase1_epochs", "max_epochs"]
+    for a, b in zip(straight["epochs"], resumed["epochs"], strict=True):
+        _same_numbers(a, b)  # weights, optimizer state, dropout RNG and data order all continued
+    times = [e["epoch_time_s"] for e in resumed["epochs"]]
+    assert [e["train_time_s"] for e in resumed["epochs"]] == pytest.approx(list(np.cumsum(times)))
+    assert not [f for f in os.listdir(output_dir) if f.startswith("checkpoint-")]
+    assert resumed["precision"] == "float32" and resumed["config"]["precision"] == "float32"
+
+
+def _fake_gap(monkeypatch, from_epoch: int):
+    """Scores the training sample at accuracy 1 and validation at 0.5 from epoch `from_epoch` of phase 1 on, so the
+    gap rule fires there; before, both at 0.5."""
+    from tf_transfer import stack_training
+
+    seen = {"split": None, "phase1_epoch": 0}
+    probabilities, score = stack_training.StackFeed.probabilities, stack_training.score
+
+    def spy(self, model, name):
+        seen["split"] = name
+        seen["phase1_epoch"] += name == "train_sample"
+        return probabilities(self, model, name)
+
+    def fake_score(split, probs, label_names):
+        scores = score(split, probs, label_names)
+        fire = seen["phase1_epoch"] >= from_epoch
+        if seen["split"] == "train_sample":
+            scores["accuracy"] = 1.0 if fire else 0.5
+        elif seen["split"] == "validation":
+            scores["accuracy"] = 0.5
+        return scores
+
+    monkeypatch.setattr(stack_training.StackFeed, "probabilities", spy)
+    monkeypatch.setattr(stack_training, "score", fake_score)
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
+def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, tiny_preset, monkeypatch):
+    from tf_transfer import stack_training
+
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    config = _stack_config(data, tiny_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
+                           max_epochs=1)
+    output_dir = tmp_path / "ensemble"
+    straight = stack_training.run_stack(config, str(output_dir))
+    assert straight["completed"] and sorted(os.listdir(output_dir)) == ["ensemble.json", "linear", "mlp"]
+
+    trained = []
+    original = stack_training.train_head
+    monkeypatch.setattr(stack_training, "train_head", lambda c, head, *a, **k: trained.append(head) or original(
+        c, head, *a, **k))
+    # Killed after the first member finished (its summary and final probabilities kept), then after both had.
+    for member in ("mlp", None):
+        os.remove(output_dir / "ensemble.json")
+        if member:
+            os.remove(output_dir / member / "summary.json")
+        again = stack_training.run_stack(config, str(output_dir))
+        assert {k: again[k] for k in ("val", "test", "members")} == {k: straight[k] for k in ("val", "test", "members")}
+    assert trained == ["mlp"]
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
+@pytest.mark.parametrize("from_epoch", [1, 2])
+def test_gap_rule_never_undoes_phase_ones_first_epoch(tmp_path, tiny_preset, monkeypatch, from_epoch):
+    from tf_transfer import stack_training
+
+    _fake_gap(monkeypatch, from_epoch)
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    config = _stack_config(data, tiny_preset, max_gap=0.02, phase1_epochs=2, max_epochs=3)
+    summary = stack_training.run_stack(config, str(tmp_path / "run"))
+    phase1, phase2 = summary["phases"]
+    assert phase1["ended_by"] == "max_gap" and summary["phase1_ended_by_gap"] is True
+    assert phase1["last_epoch"] == from_epoch and phase2["first_epoch"] == from_epoch + 1
+    assert summary["epochs"][from_epoch - 1]["gap"] == pytest.approx(0.5)
+    # The first epoch is kept even when the gap fires on it (no return to the untrained head); a later one is undone.
+    assert [e.get("rolled_back", False) for e in summary["epochs"]][:from_epoch] == [False] * (from_epoch - 1) + [
+        from_epoch > 1]
+    assert summary["best_epoch"] == 1  # validation is 0.5 throughout: the first epoch that counts
 
 
 def test_bad_conll_line_is_one_error_line_and_exit_status_2(tmp_path):

@@ -53,19 +53,24 @@ def save(output_dir: str, epoch, model, optimizer=None) -> str:
     # Paths are for reading; they carry auto-numbered names (seed_generator_34) that differ between model
     # instances, so a restore matches variables by order and shape.
     arrays["paths"] = np.asarray([v.path for v in variables])
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=output_dir)
+    target = path(output_dir, epoch)
+    write_npz_atomic(target, arrays)
+    return target
+
+
+def write_npz_atomic(target: str, arrays: dict) -> None:
+    """`np.savez(target, **arrays)` through a synced temporary file beside it and a rename: all or nothing."""
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=os.path.dirname(os.path.abspath(target)))
     try:
         with os.fdopen(handle, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
-        target = path(output_dir, epoch)
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    return target
 
 
 def restore(output_dir: str, epoch, model, optimizer=None) -> None:

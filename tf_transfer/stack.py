@@ -6,7 +6,9 @@
     python -m tf_transfer.stack --flagfile=flags/stack_conll_ner.flags --data=eng.train --test_data=eng.testb
 
 Writes `summary.json` (epochs marked with their phase) and TensorBoard events to --output_dir; an --ensemble writes
-one folder per head and `ensemble.json`. The work is in `tf_transfer.stack_training`; this module only reads flags.
+one folder per head and `ensemble.json`. Re-running the same command resumes an interrupted run after its last
+finished epoch; a completed run is not trained again (exit 0); other settings in an unfinished run's folder are
+refused (exit 2) unless --overwrite. The work is in `tf_transfer.stack_training`; this module only reads flags.
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ flags.DEFINE_string("output_dir", None,
                     "Where summary.json and TensorBoard events go (default runs/stack/<task>/<head>_<strategy>/"
                     "seed<seed>).")
 flags.DEFINE_string("runs_dir", "runs", "Root of the default --output_dir.")
-flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a completed run.")
+flags.DEFINE_string("precision", "float32",
+                    "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the heads, their logits and "
+                    "the losses stay float32).")
+flags.DEFINE_bool("overwrite", False,
+                  "Start afresh even if --output_dir holds a completed or unfinished run (an unfinished run with the "
+                  "same settings is otherwise resumed after its last finished epoch).")
 
 
 def config_from_flags():
@@ -80,6 +87,7 @@ def config_from_flags():
         max_train_examples=FLAGS.max_train_examples, ensemble=tuple(FLAGS.ensemble), patience=FLAGS.patience,
         weight_decay=FLAGS.weight_decay, dropout=FLAGS.dropout, head_units=FLAGS.head_units,
         perspectives=FLAGS.perspectives, text_column=FLAGS.text_column, label_column=FLAGS.label_column,
+        precision=FLAGS.precision,
     )
 
 
@@ -95,6 +103,9 @@ def main(argv):
 
     from tf_transfer import stack_training
 
+    if not FLAGS.overwrite and stack_training.completed_result(config, output_dir):
+        print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
+        return
     result = stack_training.run_stack(config, output_dir, overwrite=FLAGS.overwrite)
     if config.ensemble:
         print(f"ensemble of {', '.join(config.heads)}: val {result['val']}, test {result['test']}; "

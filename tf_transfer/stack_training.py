@@ -3,8 +3,10 @@
 Strategies:
   * `stack_and_finetune`: phase 1 trains only the head (the whole backbone, pooler included, frozen) at
     `phase1_lr`, for `phase1_epochs` or until the head starts to overfit: as soon as an epoch leaves training
-    accuracy more than `max_gap` above validation accuracy, that epoch's head weights are thrown away (the head is
-    restored to what it was before the epoch) and phase 1 ends. Phase 2 unfreezes everything, recompiles with a
+    accuracy more than `max_gap` above validation accuracy, phase 1 ends and that epoch's head weights are thrown
+    away (the head is restored to what it was before the epoch), except on phase 1's first epoch, which is kept:
+    undoing it would hand phase 2 the untrained head, and on a small validation set the gap after one epoch is
+    often noise. Phase 2 unfreezes everything, recompiles with a
     fresh optimizer (no moments carried over from phase 1) and trains at `phase2_lr` for the remaining epochs of
     `max_epochs`.
   * `finetune_only`: phase 2 alone, for `max_epochs`.
@@ -13,6 +15,9 @@ Strategies:
 Training accuracy for the gap rule is measured like validation accuracy (inference mode, no dropout) on a fixed
 seeded sample of the training set as large as the validation set, so that the two numbers are comparable; the
 running accuracy that Keras reports during an epoch is dropout-noised and averaged over changing weights.
+
+Every epoch of either phase is checkpointed and an interrupted run resumes after its last epoch (`train_head`);
+`precision` sets the backbone's Keras policy, while heads, logits and losses stay float32.
 
 Both phases use BERT's AdamW (`tf_transfer.train.build_optimizer`: decoupled weight decay 0.01, not on LayerNorm
 or bias, gradients clipped to norm 1.0) at a constant rate. `summary.json` has the core trainer's schema, every
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import time
@@ -45,6 +51,7 @@ from absl import logging
 
 from tf_transfer import metrics as metrics_lib
 from tf_transfer import ner_metrics, record, stack_data
+from tf_transfer.config import PRECISIONS
 from tf_transfer.errors import TransferError
 
 TASKS = ("conll_ner", "classification", "quora")
@@ -60,6 +67,7 @@ TASK_HEADS = {
 PRIMARY_METRIC = {"conll_ner": "f1", "classification": "accuracy", "quora": "accuracy"}
 FROZEN = "none"  # `trainable_layers` of phase 1: no part of the backbone trains, not even the pooler
 ENSEMBLE_FILE = "ensemble.json"
+PROBABILITIES_FILE = "probabilities.npz"  # an ensemble member's final probabilities, for resuming the ensemble
 
 
 def _choice(flag: str, value, allowed) -> None:
@@ -98,6 +106,7 @@ class StackConfig:
     label_column: Optional[str] = None
     eval_batch_size: int = 64
     bucket_step: int = 16
+    precision: str = "float32"  # the backbone's Keras policy; heads, logits and losses are float32 under any
 
     def __post_init__(self):
         object.__setattr__(self, "ensemble", tuple(self.ensemble))
@@ -137,6 +146,8 @@ class StackConfig:
             (self.head_units >= 1, "--head_units must be at least 1"),
             (self.perspectives >= 1, "--perspectives must be at least 1"),
             (self.eval_batch_size >= 1 and self.bucket_step >= 1, "batch and bucket sizes must be at least 1"),
+            (self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, got "
+                                           f"{self.precision!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -162,7 +173,7 @@ class Phase:
     number: int  # 1: head on the frozen backbone; 2: everything
     lr: float
     last_epoch: int  # the run's epoch (counted over both phases) at which the phase ends at the latest
-    gap_rule: bool  # end the phase (and undo the epoch) when train accuracy runs ahead of validation accuracy
+    gap_rule: bool  # end the phase (and undo the epoch, unless the phase's first) when train accuracy runs ahead
 
 
 def plan_phases(config: StackConfig) -> list:
@@ -416,6 +427,7 @@ def _summary_skeleton(config, head_name, loaded, backbone, data, encoded) -> dic
         "lr": None,
         "batch_size": config.batch_size,
         "seed": config.seed,
+        "precision": config.precision,
         "metric": config.metric,
         "trainable_params": None,
         "total_params": None,
@@ -432,16 +444,74 @@ def _summary_skeleton(config, head_name, loaded, backbone, data, encoded) -> dic
         "skipped_rows": data.skipped,
         **({"truncated_words": {n: s.truncated_words for n, s in encoded.items() if n != "train_sample"}}
            if tagging else {}),
+        "code": record.code_version(),
         "config": config.to_dict(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
-def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded, output_dir: str):
-    """Runs the strategy with one head; returns `(summary, {split: final probabilities})`."""
+def _check_same_run(existing: dict, config: StackConfig, output_dir: str) -> None:
+    """An unfinished run is resumed only with the settings it was started with (compared as read back from JSON;
+    runs from before --precision existed were float32)."""
+    held = {"precision": "float32", **(existing.get("config") or {})}
+    wanted = json.loads(json.dumps(config.to_dict()))
+    differing = sorted(k for k in set(held) | set(wanted) if held.get(k) != wanted.get(k))
+    if differing:
+        raise TransferError(f"{output_dir} holds an unfinished run with other settings ({', '.join(differing)}): "
+                            "pass --overwrite to replace it, or choose another --output_dir")
+
+
+def save_probabilities(output_dir: str, probabilities: dict) -> None:
+    """Writes `{split: probabilities}` (arrays, or per-example arrays when tagging) atomically."""
+    from tf_transfer import checkpoints
+
+    arrays = {}
+    for name, value in probabilities.items():
+        if isinstance(value, np.ndarray):
+            arrays[name] = value
+        else:
+            arrays[name] = np.concatenate(value)
+            arrays[f"{name}.lengths"] = np.asarray([len(v) for v in value])
+    checkpoints.write_npz_atomic(os.path.join(output_dir, PROBABILITIES_FILE), arrays)
+
+
+def load_probabilities(output_dir: str) -> Optional[dict]:
+    path = os.path.join(output_dir, PROBABILITIES_FILE)
+    if not os.path.exists(path):
+        return None
+    probabilities = {}
+    with np.load(path) as saved:
+        for name in [k for k in saved.files if not k.endswith(".lengths")]:
+            if f"{name}.lengths" in saved.files:
+                probabilities[name] = np.split(saved[name], np.cumsum(saved[f"{name}.lengths"])[:-1])
+            else:
+                probabilities[name] = saved[name]
+    return probabilities
+
+
+def _clear(output_dir: str) -> None:
+    """Removes what an earlier attempt left in `output_dir` (`--overwrite`, or a summary without epochs)."""
+    from tf_transfer import checkpoints
+
+    checkpoints.clear(output_dir)
+    if os.path.exists(os.path.join(output_dir, PROBABILITIES_FILE)):
+        os.remove(os.path.join(output_dir, PROBABILITIES_FILE))
+
+
+def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded, output_dir: str,
+               overwrite: bool = False, keep_probabilities: bool = False):
+    """Runs the strategy with one head; returns `(summary, {split: final probabilities})`.
+
+    After every epoch (either phase) the weights, optimizer state and dropout RNG state go to a checkpoint, then
+    the summary (epochs, phases, early-stopping state) that refers to it. An unfinished run in `output_dir`
+    (unless `overwrite`) is resumed after its last epoch, in the phase that epoch belongs to: a phase that had
+    ended is followed by the next one with a fresh optimizer, as without the interruption; the data order of an
+    epoch depends only on the seed and the epoch. `keep_probabilities` (ensemble members) writes the final
+    probabilities to `PROBABILITIES_FILE`, so that a resumed ensemble need not train a finished member again.
+    """
     import keras
 
-    from tf_transfer import freezing, train
+    from tf_transfer import checkpoints, freezing, train
 
     tagging = config.task == "conll_ner"
     backbone = loaded.backbone
@@ -450,40 +520,79 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
     loss = make_loss(tagging)
     scored = [name for name in ("validation", "test") if name in encoded]
 
+    existing = None if overwrite else record.read_summary(output_dir)
+    resuming = bool(existing and existing.get("epochs"))
     os.makedirs(output_dir, exist_ok=True)
-    summary_path = os.path.join(output_dir, record.SUMMARY)
-    summary = _summary_skeleton(config, head_name, loaded, backbone, data, encoded)
-    record.write_json_atomic(summary_path, summary)
+    if not resuming:
+        _clear(output_dir)
+    fresh = _summary_skeleton(config, head_name, loaded, backbone, data, encoded)
+    summary, summary_path = record.start_summary(output_dir, fresh, existing, resuming)
     hparams = {"task": config.task, "head": head_name, "strategy": config.strategy, "preset": config.preset,
                "phase1_lr": config.phase1_lr, "phase2_lr": config.phase2_lr, "phase1_epochs": config.phase1_epochs,
                "max_gap": config.max_gap, "max_epochs": config.max_epochs, "batch_size": config.batch_size,
-               "seed": config.seed, "max_seq_length": config.max_seq_length}
+               "seed": config.seed, "max_seq_length": config.max_seq_length, "precision": config.precision}
     recorder = record.TensorBoardRecorder(output_dir, hparams,
                                           f"{config.task}/{head_name}_{config.strategy}/seed{config.seed}")
-    epochs, train_time_s, best_value = summary["epochs"], 0.0, None
+    epochs = summary["epochs"]
+    train_time_s = epochs[-1]["train_time_s"] if epochs else 0.0
+    best_epoch = summary["best_epoch"]
+    best_value = epochs[best_epoch - 1]["val"].get(config.metric) if best_epoch else None
+    # When resuming: the last finished epoch, whose checkpoint is restored once its phase is set up again.
+    resume_epoch = epochs[-1] if resuming else None
     final_probabilities = {}
+
+    def note_resume(compile_time_s):
+        # Compiling again after a resume is not training time: it is recorded here, apart from the phases'.
+        summary["resumes"].append({"after_epoch": resume_epoch["epoch"], "phase": resume_epoch["phase"],
+                                   "compile_time_s": compile_time_s, "code": record.code_version(),
+                                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        record.write_json_atomic(summary_path, summary)
+        logging.info("resuming %s after epoch %d (phase %d)", output_dir, resume_epoch["epoch"],
+                     resume_epoch["phase"])
+
     phases = plan_phases(config)
     try:
         for phase in phases:
+            phase_record = next((p for p in summary["phases"] if p["phase"] == phase.number), None)
+            resumes_here = resume_epoch is not None and resume_epoch["phase"] == phase.number
+            if phase_record is not None and phase_record["ended_by"] and not resumes_here:
+                continue  # ended before the interruption; the checkpoint of a later epoch holds its weights
             set_phase(model, backbone, phase.number, phase.lr, loss, config.weight_decay, config.clip_norm)
+            if phase_record is not None and phase_record["ended_by"]:
+                # The interruption fell between this phase's last epoch and the next phase's first: its weights,
+                # then on to the next phase as without the interruption.
+                model.optimizer.build(model.trainable_variables)
+                checkpoints.restore(output_dir, resume_epoch["epoch"], model)
+                note_resume(0.0)
+                resume_epoch = None
+                continue
             table = freezing.parameter_table(model, backbone)
             with _pooler_may_be_unused():
                 compile_time_s = train.compile_steps(model, feed.warmup_dataset())
-            phase_record = {"phase": phase.number, "lr": phase.lr,
-                            "trainable_layers": FROZEN if phase.number == 1 else freezing.ALL,
-                            "trainable_params": table[-1][1], "first_epoch": len(epochs) + 1, "last_epoch": None,
-                            "compile_time_s": compile_time_s, "ended_by": None}
-            summary["phases"].append(phase_record)
+            if phase_record is None:
+                phase_record = {"phase": phase.number, "lr": phase.lr,
+                                "trainable_layers": FROZEN if phase.number == 1 else freezing.ALL,
+                                "trainable_params": table[-1][1], "first_epoch": len(epochs) + 1,
+                                "last_epoch": None, "compile_time_s": compile_time_s, "ended_by": None}
+                summary["phases"].append(phase_record)
+                summary["compile_time_s"] += compile_time_s
             summary.update(trainable_layers=phase_record["trainable_layers"], lr=phase.lr,
                            trainable_params=table[-1][1], total_params=table[-1][2])
-            summary["compile_time_s"] += compile_time_s
             logging.info("phase %d (%s): lr %g, %s of %s parameters trainable, compiled in %.1f s", phase.number,
                          "head on frozen backbone" if phase.number == 1 else "everything", phase.lr,
                          f"{table[-1][1]:,}", f"{table[-1][2]:,}", compile_time_s)
             stopper = train.EarlyStopping(config.patience) if config.patience and phase is phases[-1] else None
+            if resumes_here:
+                checkpoints.restore(output_dir, resume_epoch["epoch"], model)
+                if stopper is not None and summary.get("early_stopping"):
+                    stopper = train.EarlyStopping(**summary["early_stopping"])
+                note_resume(compile_time_s)
+                resume_epoch = None
             while len(epochs) < phase.last_epoch:
                 epoch = len(epochs) + 1
-                before = [(v, np.array(v.numpy())) for v in head.weights] if phase.gap_rule else None
+                # The gap rule never undoes a phase's first epoch (see the module docstring): nothing to keep.
+                undoable = phase.gap_rule and epoch > phase_record["first_epoch"]
+                before = [(v, np.array(v.numpy())) for v in head.weights] if undoable else None
                 start = time.perf_counter()
                 with _pooler_may_be_unused():
                     history = model.fit(feed.train_dataset(epoch), epochs=1, verbose=0, shuffle=False, callbacks=[
@@ -502,12 +611,14 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
                                    data.label_names)
                     epoch_record["train"] = sample
                     epoch_record["gap"] = sample["accuracy"] - scores["validation"]["accuracy"]
-                rolled_back = phase.gap_rule and epoch_record["gap"] > config.max_gap
+                gap_exceeded = phase.gap_rule and epoch_record["gap"] > config.max_gap
+                rolled_back = gap_exceeded and undoable
+                if gap_exceeded:
+                    phase_record["ended_by"] = "max_gap"
+                    summary["phase1_ended_by_gap"] = True
                 if rolled_back:
                     train.restore(before)
                     epoch_record["rolled_back"] = True
-                    phase_record["ended_by"] = "max_gap"
-                    summary["phase1_ended_by_gap"] = True
                 else:
                     final_probabilities = probabilities
                     value = scores["validation"].get(config.metric)
@@ -517,10 +628,17 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
                 phase_record["last_epoch"] = epoch
                 stop = stopper is not None and stopper.update(scores["validation"].get(config.metric), epoch)
                 stop = stop and epoch < config.max_epochs
+                if stopper is not None:
+                    summary["early_stopping"] = stopper.state()
                 if stop:
                     phase_record["ended_by"] = "patience"
                     summary["stopped_early"] = True
+                elif not phase_record["ended_by"] and epoch >= phase.last_epoch:
+                    phase_record["ended_by"] = "phase1_epochs" if phase.gap_rule else "max_epochs"
+                # Checkpoint first, then the summary that refers to it, then drop the older checkpoint.
+                checkpoints.save(output_dir, epoch, model)
                 record.write_json_atomic(summary_path, summary)
+                checkpoints.prune(output_dir, epoch)
                 recorder.scalars(epoch, {
                     "phase": phase.number, "epoch_time_s": epoch_time_s, "train_time_s": train_time_s,
                     "loss": epoch_loss, **record.flatten_scores("val", scores["validation"]),
@@ -530,19 +648,24 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
                 logging.info("epoch %d (phase %d): %.1f s, loss %.4f, val %s%s", epoch, phase.number, epoch_time_s,
                              epoch_loss, _format(scores["validation"]),
                              f", train sample {_format(epoch_record['train'])}, gap {epoch_record['gap']:+.4f}"
-                             + (" > --max_gap: head restored, phase 1 ends" if rolled_back else "")
+                             + (" > --max_gap: head restored, phase 1 ends" if rolled_back else
+                                " > --max_gap on the phase's first epoch: kept, phase 1 ends" if gap_exceeded
+                                else "")
                              if "train" in epoch_record else "")
-                if rolled_back or stop:
+                if gap_exceeded or stop:
                     break
-            phase_record["ended_by"] = phase_record["ended_by"] or (
-                "phase1_epochs" if phase.gap_rule else "max_epochs")
             if summary["stopped_early"]:
                 break
     finally:
         recorder.close()
+    if keep_probabilities:
+        if not final_probabilities:  # resumed with no epoch left to train: the restored model's are the same
+            final_probabilities = {name: feed.probabilities(model, name) for name in scored}
+        save_probabilities(output_dir, final_probabilities)
     summary["completed"] = True
     summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record.write_json_atomic(summary_path, summary)
+    checkpoints.prune(output_dir, keep_epoch=-1)  # finished: nothing left to resume
     keras.backend.clear_session()  # the next ensemble member starts from the pretrained weights in fresh memory
     return summary, final_probabilities
 
@@ -551,40 +674,76 @@ def _format(scores: dict) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if v is not None)
 
 
+def result_path(config: StackConfig, output_dir: str) -> str:
+    """Where the run's result goes: `summary.json`, or for an ensemble `ensemble.json`."""
+    return os.path.join(output_dir, ENSEMBLE_FILE if config.ensemble else record.SUMMARY)
+
+
+def completed_result(config: StackConfig, output_dir: str):
+    """The result of a completed run of `config` in `output_dir`, or None."""
+    path = result_path(config, output_dir)
+    if not os.path.exists(path):
+        return None
+    existing = _read_json(path)
+    return existing if existing.get("completed") else None
+
+
 def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False) -> dict:
     """Trains every head of `config` (one, or the members of --ensemble) and returns the result.
 
     One head: its `summary.json` in `output_dir`. An ensemble: each member's `summary.json` in
     `output_dir/<head>/`, and the averaged probabilities' scores in `output_dir/ensemble.json`.
+
+    A completed run is returned as it is (unless `overwrite`); an unfinished one resumes (see `train_head`;
+    an ensemble's finished members are not trained again) if it has the same settings, else `TransferError`.
     """
-    result_path = os.path.join(output_dir, ENSEMBLE_FILE if config.ensemble else record.SUMMARY)
-    if os.path.exists(result_path) and not overwrite:
-        existing = record.read_summary(output_dir) if not config.ensemble else _read_json(result_path)
-        if existing and existing.get("completed"):
+    member_dirs = {head: os.path.join(output_dir, head) if config.ensemble else output_dir for head in config.heads}
+    if not overwrite:
+        existing = completed_result(config, output_dir)
+        if existing:
             logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
             return existing
+        for member_dir in member_dirs.values():
+            held = record.read_summary(member_dir)
+            if held:
+                _check_same_run(held, config, member_dir)
 
     data = read_data(config)
     import keras
 
     from tf_transfer import backbones
 
+    # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
+    keras.mixed_precision.set_global_policy(config.precision)
+    if config.ensemble and os.path.exists(result_path(config, output_dir)):
+        os.remove(result_path(config, output_dir))  # an --overwrite: the old result no longer holds
     loaded, encodings, members = None, {}, {}
     for head_name in config.heads:
+        member_dir = member_dirs[head_name]
+        held = None if overwrite or not config.ensemble else record.read_summary(member_dir)
+        probabilities = load_probabilities(member_dir) if held and held.get("completed") else None
+        if probabilities is not None:
+            logging.info("ensemble member %s is already completed in %s", head_name, member_dir)
+            members[head_name] = (held, probabilities)
+            continue
         keras.utils.set_random_seed(config.seed)
         # Each member starts from the pretrained weights: the preset is loaded afresh for every head.
         loaded = backbones.load_preset(config.preset, dropout=config.dropout)
         pair_head = head_name in PAIR_HEADS
         if pair_head not in encodings:
             encodings[pair_head] = encode(config, data, loaded.tokenizer, pair_head)
-        member_dir = os.path.join(output_dir, head_name) if config.ensemble else output_dir
-        members[head_name] = train_head(config, head_name, data, encodings[pair_head], loaded, member_dir)
+        members[head_name] = train_head(config, head_name, data, encodings[pair_head], loaded, member_dir,
+                                        overwrite=overwrite, keep_probabilities=bool(config.ensemble))
     if not config.ensemble:
         return members[config.head][0]
 
+    if not encodings:  # every member had finished before: their labels are still needed for the scores
+        loaded = backbones.load_preset(config.preset, dropout=config.dropout)
+        encodings[False] = encode(config, data, loaded.tokenizer, False)
     encoded = next(iter(encodings.values()))
     result = {"task": config.task, "heads": list(config.heads), "strategy": config.strategy,
-              "preset": config.preset, "seed": config.seed, "metric": config.metric, "members": {}, "completed": True}
+              "preset": config.preset, "seed": config.seed, "precision": config.precision, "metric": config.metric,
+              "members": {}, "completed": True}
     for name in [n for n in ("validation", "test") if n in encoded]:
         averaged = average_probabilities([probabilities[name] for _, probabilities in members.values()])
         result["val" if name == "validation" else "test"] = score(encoded[name], averaged, data.label_names)
@@ -595,12 +754,10 @@ def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False) -> 
         result["members"][head_name] = {"summary": os.path.join(head_name, record.SUMMARY),
                                         "final_val": last["val"], "final_test": last["test"]}
     result["config"] = config.to_dict()
-    record.write_json_atomic(result_path, result)
+    record.write_json_atomic(result_path(config, output_dir), result)
     return result
 
 
 def _read_json(path: str):
-    import json
-
     with open(path) as f:
         return json.load(f)

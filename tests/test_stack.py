@@ -477,3 +477,35 @@ def test_bad_conll_line_is_one_error_line_and_exit_status_2(tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {data}:3: expected a token and an NER tag separated by whitespace, found 'rejects'"]
     assert not (tmp_path / "run").exists()
+
+
+def _write_summary(folder, summary):
+    os.makedirs(folder)
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(summary, f)
+
+
+def test_report_table_gives_last_and_best_validation_scores_and_lists_missing_runs(tmp_path):
+    from tf_transfer.stack_report import report_table
+
+    epochs = [
+        {"epoch": 1, "phase": 1, "train_time_s": 20.0, "val": {"accuracy": 0.61, "f1": 0.0}},
+        {"epoch": 2, "phase": 2, "train_time_s": 100.0, "val": {"accuracy": 0.80, "f1": 0.75}},
+        {"epoch": 3, "phase": 2, "train_time_s": 180.0, "val": {"accuracy": 0.79, "f1": 0.77}},
+    ]
+    _write_summary(tmp_path / "sf", {
+        "head": "bimpm", "strategy": "stack_and_finetune", "metric": "accuracy", "epochs": epochs, "best_epoch": 2,
+        "completed": True, "config": {"max_epochs": 3}, "examples": {"train": 400}, "precision": "mixed_bfloat16",
+        "phases": [{"phase": 1, "first_epoch": 1, "last_epoch": 1, "ended_by": "max_gap"},
+                   {"phase": 2, "first_epoch": 2, "last_epoch": 3, "ended_by": "max_epochs"}]})
+    _write_summary(tmp_path / "ft", {
+        "head": "linear", "strategy": "finetune_only", "metric": "accuracy", "epochs": epochs[1:2], "best_epoch": 1,
+        "completed": False, "config": {"max_epochs": 3}, "examples": {"train": 400},
+        "phases": [{"phase": 2, "first_epoch": 1, "last_epoch": 1, "ended_by": None}]})
+    table = report_table([str(tmp_path / "sf"), str(tmp_path / "ft"), str(tmp_path / "absent")])
+    header, _, stack_row, finetune_row, missing_row = table.splitlines()
+    assert header.split(" | ")[4:6] == ["val accuracy (last)", "val f1 (last)"]
+    assert stack_row.split(" | ")[1:] == ["bimpm", "stack_and_finetune", "1 (max_gap)", "0.7900", "0.7700", "2 (2)",
+                                          "0.8000", "0.7500", "3/3", "180", "400", "mixed_bfloat16 |"]
+    assert finetune_row.split(" | ")[3] == "none" and "1/3 (unfinished)" in finetune_row
+    assert missing_row.startswith("| absent | missing |")

@@ -70,6 +70,9 @@ flags.DEFINE_string("runs_dir", "runs", "Root of the default --output_dir.")
 flags.DEFINE_string("precision", "float32",
                     "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the heads, their logits and "
                     "the losses stay float32).")
+flags.DEFINE_list("report", None,
+                  "Instead of training: print a Markdown table comparing these run folders (their summary.json): "
+                  "validation scores after the last epoch and at the best one, how phase 1 ended, training time.")
 flags.DEFINE_bool("overwrite", False,
                   "Start afresh even if --output_dir holds a completed or unfinished run (an unfinished run with the "
                   "same settings is otherwise resumed after its last finished epoch).")
@@ -95,6 +98,11 @@ def main(argv):
     del argv
     from tf_transfer.errors import TransferError
 
+    if FLAGS.report:
+        from tf_transfer.stack_report import report_table
+
+        print(report_table(FLAGS.report))
+        return
     if not FLAGS.task:
         raise TransferError("--task is required: conll_ner, classification or quora")
     config = config_from_flags()  # every value is checked before data is read or TensorFlow imported

@@ -32,6 +32,8 @@ declare -A TF_ROWS=(
   [mrpc_all_bs1_profile]="$B --task=mrpc --batch_size=1 --trainable_layers=all --steps=100 --warmup_steps=20 --repeats=1 --profile_dir=/tmp/tf_transfer_profile_bs1"
   [mrpc_all_core0]="taskset -c 0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2"
   [mrpc_all_bf16_core0]="taskset -c 0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=8 --warmup_steps=2 --precision=mixed_bfloat16"
+  [mrpc_all_xla]="$B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2 --jit_compile=true"
+  [mrpc_k2_cache_xla]="$B --task=mrpc --batch_size=32 --trainable_layers=2 --cache_frozen --steps=16 --warmup_steps=2 --jit_compile=true"
   [mrpc_all_onednn_off]="env TF_ENABLE_ONEDNN_OPTS=0 $B --task=mrpc --batch_size=32 --trainable_layers=all --steps=16 --warmup_steps=2"
 )
 # The HF venv need not hold the weights' package: the project's Python says where its installed copy lies.

@@ -471,7 +471,12 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
         assert (got["loss"], got["task_loss"], got["test"]) == (want["loss"], want["task_loss"], want["test"])
     assert not [f for f in os.listdir(resumed_dir) if f.startswith("checkpoint-epoch")]
 
+    # Finished: the same settings get the stored result without training; other settings are refused.
+    again = multitask_model.run_multitask(settings, resumed_dir)
+    assert again["epochs"] == json.loads(json.dumps(resumed["epochs"]))
     other = multitask_model.MultitaskSettings(**{**settings.to_dict(), "lr": 2e-3})
+    with pytest.raises(TransferError, match=r"holds a completed run with other settings \(lr\)"):
+        multitask_model.run_multitask(other, resumed_dir)
     monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
     with pytest.raises(KeyboardInterrupt):
         multitask_model.run_multitask(settings, str(tmp_path / "third"))

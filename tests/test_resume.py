@@ -65,6 +65,17 @@ def test_other_settings_in_the_same_folder_are_refused(glue_dir, tiny_preset, tm
         runner.run_glue(_config(glue_dir, tiny_preset, lr=5e-4), str(tmp_path))
 
 
+def test_a_completed_run_is_reported_done_only_for_its_own_settings(glue_dir, tiny_preset, tmp_path):
+    done = {"completed": True, "epochs": [], "config": _config(glue_dir, tiny_preset).to_dict()}
+    record.write_json_atomic(str(tmp_path / "summary.json"), done)
+    # The same command (data elsewhere, another speed knob): the finished result, nothing trained.
+    same = _config(glue_dir, tiny_preset, data_dir=str(tmp_path / "elsewhere"), steps_per_execution=4)
+    assert runner.run_glue(same, str(tmp_path)) == json.loads(json.dumps(done))
+    # A changed command must not be answered with the old result.
+    with pytest.raises(TransferError, match=r"holds a completed run with other settings \(lr, seed\)"):
+        runner.run_glue(_config(glue_dir, tiny_preset, lr=5e-4, seed=1), str(tmp_path))
+
+
 def test_full_disk_keeps_the_previous_summary(tmp_path, monkeypatch):
     path = str(tmp_path / "summary.json")
     record.write_json_atomic(path, {"epochs": [1], "completed": False})

@@ -345,6 +345,19 @@ def test_quora_stack_and_finetune_end_to_end(tmp_path, tiny_preset):
 
 
 
+def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_path, tiny_preset):
+    from tf_transfer import stack_training
+
+    config = _stack_config(str(tmp_path / "pairs.csv"), tiny_preset)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"completed": True, "config": config.to_dict()}))
+    assert stack_training.completed_result(config, str(run_dir))["completed"] is True
+    with pytest.raises(TransferError, match=r"holds a completed run with other settings \(phase2_lr\)"):
+        stack_training.completed_result(_stack_config(str(tmp_path / "pairs.csv"), tiny_preset, phase2_lr=1e-5),
+                                        str(run_dir))
+
+
 def _stack_config(data, tiny_preset, **changes):
     from tf_transfer.stack_training import StackConfig
 

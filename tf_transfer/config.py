@@ -26,6 +26,9 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 JIT_COMPILE = ("auto", "true", "false")
 
 
+# Where data and caches live and knobs that only change speed: they never change a run's results.
+NOT_RESULT_SETTINGS = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size")
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """The settings of one training run. Defaults are the transfer-learning paper's (Wang) where it fixes them.
@@ -123,8 +126,7 @@ class RunConfig:
     def fingerprint(self) -> str:
         """A short hash of every setting that can change results: not the seed (a folder of its own), where the data
         and caches live, or knobs that only change speed."""
-        ignored = ("seed", "data_dir", "cache_dir", "steps_per_execution", "eval_batch_size")
-        settings = {k: v for k, v in self.to_dict().items() if k not in ignored}
+        settings = {k: v for k, v in self.to_dict().items() if k not in ("seed",) + NOT_RESULT_SETTINGS}
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self) -> str:

@@ -107,6 +107,7 @@ def main(argv):
 
     previous = record.read_summary(output_dir)
     if previous and previous.get("completed") and not FLAGS.overwrite:
+        runner.check_same_run(previous, config, output_dir)  # other settings: exit 2, not a false "done"
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
         return
     summary = runner.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir)

@@ -580,13 +580,11 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
     from tf_transfer import checkpoints
 
     existing = None if overwrite else record.read_summary(output_dir)
+    if existing:
+        record.refuse_other_settings(existing, settings.to_dict(), output_dir)
     if existing and existing.get("completed"):
         logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
         return existing
-    if existing and {"precision": "float32", **existing.get("config", {})} != json.loads(json.dumps(settings.to_dict())):
-        # (compared as read back; runs from before --precision existed were float32)
-        raise TransferError(f"{output_dir} holds an unfinished run with other settings: pass --overwrite to replace "
-                            "it, or choose another --output_dir")
     resuming = bool(existing and existing.get("epochs"))
     check_init_from(settings)
     data = multitask_data.load(settings.data_dir, settings.data_format, settings.quora_dev_fraction,
@@ -647,6 +645,7 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         "batch_size": settings.batch_size,
         "seed": settings.seed,
         "precision": settings.precision,
+        "code": record.code_version(),
         "metric": METRIC,
         "trainable_params": table[-1][1],
         "total_params": table[-1][2],
@@ -703,7 +702,7 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         best = max((e["val"][METRIC] for e in summary["epochs"] if e["val"].get(METRIC) is not None), default=None)
         first_epoch = last_epoch + 1
         summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
-                                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                                   "code": record.code_version(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         record.write_json_atomic(summary_path, summary)
         logging.info("resuming %s after epoch %d", output_dir, last_epoch)
     else:

@@ -65,6 +65,24 @@ def read_summary(output_dir: str):
         return json.load(f)
 
 
+def refuse_other_settings(existing: dict, wanted: dict, output_dir: str, ignored: tuple = ()) -> None:
+    """Raises `TransferError` naming the settings that differ between the run in `output_dir` (its summary,
+    `existing`) and `wanted` (compared as read back from JSON; runs from before `precision` existed were float32).
+
+    An unfinished run is resumed, and a completed one reported as done, only with its own settings: a changed
+    command must never be answered with an old result. `ignored` settings (where data lives, speed knobs) may differ.
+    """
+    from tf_transfer.errors import TransferError
+
+    held = {"precision": "float32", **(existing.get("config") or {})}
+    wanted = json.loads(json.dumps(wanted))
+    differing = sorted(k for k in set(held) | set(wanted) if held.get(k) != wanted.get(k) and k not in ignored)
+    if differing:
+        state = "a completed" if existing.get("completed") else "an unfinished"
+        raise TransferError(f"{output_dir} holds {state} run with other settings ({', '.join(differing)}): pass "
+                            "--overwrite to replace it, or choose another --output_dir")
+
+
 def code_version():
     """`{"commit": sha, "dirty": bool}` of the checkout this package runs from (dirty: uncommitted changes to the
     code, flags or experiments), or None outside a git checkout. Results of one study made with different code

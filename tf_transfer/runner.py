@@ -23,7 +23,7 @@ import numpy as np
 from absl import logging
 
 from tf_transfer import machine, record, tasks
-from tf_transfer.config import RunConfig
+from tf_transfer.config import NOT_RESULT_SETTINGS, RunConfig
 
 
 def load_data(config: RunConfig):
@@ -85,18 +85,10 @@ def _export(config: RunConfig, prepared, output_dir: str, export_dir: str, summa
     logging.info("exported the epoch-%s model to %s", best, export_dir)
 
 
-def _check_same_run(existing: dict, config: RunConfig, output_dir: str) -> None:
-    """An unfinished run is resumed only with the settings it was started with."""
-    from tf_transfer.errors import TransferError
-
-    try:
-        same = (RunConfig(**existing["config"]).fingerprint() == config.fingerprint()
-                and existing["config"]["seed"] == config.seed)
-    except (KeyError, TypeError, TransferError):
-        same = False
-    if not same:
-        raise TransferError(f"{output_dir} holds an unfinished run with other settings: pass --overwrite to replace "
-                            "it, or choose another --output_dir")
+def check_same_run(existing: dict, config: RunConfig, output_dir: str) -> None:
+    """An unfinished run is resumed, and a completed one reported as done, only with the settings it was started
+    with (every setting but `NOT_RESULT_SETTINGS`); otherwise `TransferError` names what differs."""
+    record.refuse_other_settings(existing, config.to_dict(), output_dir, ignored=NOT_RESULT_SETTINGS)
 
 
 def _scores_to_scalars(val: dict, test: dict, single_test: bool) -> dict:
@@ -182,11 +174,11 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     from tf_transfer import checkpoints
 
     existing = None if overwrite else record.read_summary(output_dir)
+    if existing:
+        check_same_run(existing, config, output_dir)
     if existing and existing.get("completed"):
         logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
         return existing
-    if existing:
-        _check_same_run(existing, config, output_dir)
     resuming = bool(existing and existing.get("epochs"))
 
     prepared = prepare(config, strategy)

@@ -451,14 +451,8 @@ def _summary_skeleton(config, head_name, loaded, backbone, data, encoded) -> dic
 
 
 def _check_same_run(existing: dict, config: StackConfig, output_dir: str) -> None:
-    """An unfinished run is resumed only with the settings it was started with (compared as read back from JSON;
-    runs from before --precision existed were float32)."""
-    held = {"precision": "float32", **(existing.get("config") or {})}
-    wanted = json.loads(json.dumps(config.to_dict()))
-    differing = sorted(k for k in set(held) | set(wanted) if held.get(k) != wanted.get(k))
-    if differing:
-        raise TransferError(f"{output_dir} holds an unfinished run with other settings ({', '.join(differing)}): "
-                            "pass --overwrite to replace it, or choose another --output_dir")
+    """See `record.refuse_other_settings`."""
+    record.refuse_other_settings(existing, config.to_dict(), output_dir)
 
 
 def save_probabilities(output_dir: str, probabilities: dict) -> None:
@@ -680,12 +674,16 @@ def result_path(config: StackConfig, output_dir: str) -> str:
 
 
 def completed_result(config: StackConfig, output_dir: str):
-    """The result of a completed run of `config` in `output_dir`, or None."""
+    """The result of a completed run of `config` in `output_dir`, or None; `TransferError` if the completed run
+    there had other settings (so that a changed command is never answered with an old result)."""
     path = result_path(config, output_dir)
     if not os.path.exists(path):
         return None
     existing = _read_json(path)
-    return existing if existing.get("completed") else None
+    if not existing.get("completed"):
+        return None
+    _check_same_run(existing, config, output_dir)
+    return existing
 
 
 def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False) -> dict:

@@ -1,0 +1,24 @@
+#!/bin/bash
+# The multi-task minBERT comparison (issue #8): the paper's rows with all-MiniLM-L6-v2, EXAMPLES training examples
+# per task, EPOCHS epochs, 64 tokens, mixed_bfloat16, pinned to one core. From the repository root:
+#   bash reports/multitask/run.sh /work/runs/multitask [CORE] [EXAMPLES] [EPOCHS]
+# Each row resumes if interrupted (rerun the script); finished rows are not trained again.
+set -u
+OUT=${1:-runs/multitask_cpu}
+CORE=${2:-0}
+EXAMPLES=${3:-1000}
+EPOCHS=${4:-4}
+D=../shared/data/cs224n_minbert
+# li_heads_then_finetune starts from li_heads_first's best epoch, so that row comes first.
+ROWS="li_heads_first li_heads_then_finetune li_finetune li_pooling_mean li_llrd li_summed li_concat"
+for row in $ROWS; do
+  extra=""
+  [ $row = li_heads_then_finetune ] && extra="--init_from=$OUT/li_heads_first"
+  taskset -c "$CORE" python -m tf_transfer.multitask --flagfile=flags/$row.flags --data_dir=$D \
+      --preset=all_minilm_l6_v2_en --precision=mixed_bfloat16 \
+      --max_train_examples=$EXAMPLES --max_epochs=$EPOCHS --max_seq_length=64 \
+      --output_dir="$OUT/$row" $extra
+  echo "$row: exit $?"
+done
+runs=$(for row in $ROWS; do printf '%s,' "$OUT/$row"; done)
+python -m tf_transfer.multitask --report="${runs%,}"

@@ -212,11 +212,13 @@ def test_sparse_baselines_json_schema_and_values(study_run):
     assert results == study_run["sparse"]
     assert set(results) == {"tfidf", "count", "hash"}
     for result in results.values():
-        assert set(result) == {"accuracy_mean", "accuracy_std", "f1_mean", "f1_std", "folds"}
+        assert set(result) == {"accuracy_mean", "accuracy_std", "f1_mean", "f1_std", "fit_time_s_mean", "folds"}
         assert [fold["fold"] for fold in result["folds"]] == [1, 2, 3, 4, 5]
+        assert all(set(fold) == {"fold", "accuracy", "f1", "fit_time_s"} for fold in result["folds"])
+        fit_times = [fold["fit_time_s"] for fold in result["folds"]]
+        assert all(t > 0 for t in fit_times) and result["fit_time_s_mean"] == pytest.approx(np.mean(fit_times))
         for metric in ("accuracy", "f1"):
             values = [fold[metric] for fold in result["folds"]]
-            assert all(set(fold) == {"fold", "accuracy", "f1"} for fold in result["folds"])
             assert all(0.0 <= v <= 1.0 for v in values)
             assert result[f"{metric}_mean"] == pytest.approx(np.mean(values))
             assert result[f"{metric}_std"] == pytest.approx(np.std(values, ddof=1))
@@ -391,6 +393,12 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
     assert again == resumed and trained == [1]
 
 
+def without_times(results: dict) -> dict:
+    return {name: {**{k: v for k, v in r.items() if k != "fit_time_s_mean"},
+                   "folds": [{k: v for k, v in fold.items() if k != "fit_time_s"} for fold in r["folds"]]}
+            for name, r in results.items()}
+
+
 def test_sparse_interrupted_resumes_at_the_next_fold(tmp_path, monkeypatch, capsys):
     data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=9))
     # Hashed counts fit 2**20 columns (seconds per fold on a busy CPU); two representations show the same resume.
@@ -412,10 +420,13 @@ def test_sparse_interrupted_resumes_at_the_next_fold(tmp_path, monkeypatch, caps
     assert not os.path.exists(os.path.join(output_dir, study.SPARSE_JSON))
     calls.clear()
     monkeypatch.setattr(study, "fit_until_converged", lambda *a, **k: calls.append(1) or fit(*a, **k))
-    assert study.run_sparse_baselines(data, output_dir, folds=3, seed=0) == straight
+    resumed = study.run_sparse_baselines(data, output_dir, folds=3, seed=0)
+    assert without_times(resumed) == without_times(straight)
     assert len(calls) == 2  # count's folds 2 and 3
+    # The folds finished before the interruption keep the times they took then.
+    assert all(fold["fit_time_s"] > 0 for result in resumed.values() for fold in result["folds"])
     capsys.readouterr()
-    assert study.run_sparse_baselines(data, output_dir, folds=3, seed=0) == straight
+    assert study.run_sparse_baselines(data, output_dir, folds=3, seed=0) == resumed
     assert "is already complete" in capsys.readouterr().out and len(calls) == 2
     with pytest.raises(TransferError, match="sparse baselines with other settings .*folds 3 vs 4"):
         study.run_sparse_baselines(data, output_dir, folds=4, seed=0)

@@ -81,6 +81,24 @@ def test_dry_run_lists_every_run_without_data(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown study")
 
 
+def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path):
+    runs_dir = tmp_path / "runs"
+    missing = run_module("tf_transfer.experiments", "run", "layer_freezing", "--variant=cpu", "--tasks=rte",
+                         f"--data_dir={tmp_path / 'nope'}", f"--runs_dir={runs_dir}")
+    assert missing.returncode == 2, missing.stderr[-2000:]
+    assert missing.stderr.strip().splitlines()[-1] == (
+        f"error: data folder {tmp_path / 'nope'} does not exist: point --data_dir (or $GLUE_DIR) at a GLUE folder")
+    assert not runs_dir.exists()  # refused before any run was tried
+    (tmp_path / "glue").mkdir()  # exists, but holds no RTE/ folder: every run that starts fails
+    failing = run_module("tf_transfer.experiments", "run", "layer_freezing", "--variant=cpu", "--tasks=rte",
+                         f"--data_dir={tmp_path / 'glue'}", f"--runs_dir={runs_dir}")
+    assert failing.returncode == 1, failing.stderr[-2000:]
+    assert "5 failed" in failing.stdout  # the line search's 5 runs; the sweep waits for it
+    assert failing.stderr.strip().splitlines()[-1].startswith("error: 5 runs failed")
+    errors = list(runs_dir.glob("layer_freezing/rte/*/seed*/error.json"))
+    assert len(errors) == 5 and "has no RTE/ folder" in errors[0].read_text()
+
+
 def _fake_study(tmp_path):
     from tf_transfer.studies import Study, Variant
 

@@ -5,12 +5,14 @@
     python -m tf_transfer.experiments report transfer_learning --variant=cpu --runs_dir=runs --out=reports/transfer_learning
 
 `run` skips completed runs and runs locked by another process (so several processes or machines can share one
-grid and `runs/`), records a failed run's error beside it and goes on. `report` writes Markdown, CSV and PNG.
+grid and `runs/`), records a failed run's error beside it and goes on; it exits with status 1 when any run
+failed. `report` writes Markdown, CSV and PNG.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from absl import flags, logging
@@ -33,7 +35,7 @@ USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags]"
 
 
 def main(argv):
-    from tf_transfer import studies
+    from tf_transfer import studies, tasks
     from tf_transfer.errors import TransferError
 
     if len(argv) != 3 or argv[1] not in ("run", "report"):
@@ -62,6 +64,8 @@ def main(argv):
                   f"{studies.run_dir(FLAGS.runs_dir, study, settings)}")
         print(f"{len(selected)} runs ({len(runs)} in the whole grid)")
         return
+    if data_dir:  # not one error per run for a folder that is not there (without one, runs read TFDS)
+        tasks.check_data_dir(data_dir)
     logging.set_verbosity(logging.INFO)
 
     import keras
@@ -77,6 +81,11 @@ def main(argv):
     print(f"{name}: {counts['ran']} ran, {counts['completed']} already completed, {counts['failed']} failed, "
           f"{counts['locked']} taken by other processes, {counts['waiting']} waiting; "
           f"{(time.time() - start) / 60:.1f} min")
+    if counts["failed"]:
+        # Scripts chaining a grid and its report must see that the grid is not whole.
+        print(f"error: {counts['failed']} runs failed; each one's error is in the error.json beside it under "
+              f"{FLAGS.runs_dir} (rerun the same command to retry them)", file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -214,11 +214,16 @@ def read_tsv(task: Task, path: str, skip_bad_rows: bool = False) -> Examples:
     return Examples(text_a, text_b if task.is_pair else None, np.asarray(labels, dtype=dtype), path, skipped)
 
 
+def check_data_dir(data_dir: str) -> None:
+    """Raises the one-line error for a GLUE folder that is not there."""
+    if not os.path.isdir(data_dir):
+        raise TransferError(f"data folder {data_dir} does not exist: point --data_dir (or $GLUE_DIR) at a GLUE folder")
+
+
 def read_glue_split(task: Task, data_dir: str, split: str, skip_bad_rows: bool = False) -> Examples:
     """Reads `split` ("train" or a key of `task.test_files`) from a GLUE folder in the original layout."""
     folder = os.path.join(data_dir, task.folder)
-    if not os.path.isdir(data_dir):
-        raise TransferError(f"data folder {data_dir} does not exist: point --data_dir (or $GLUE_DIR) at a GLUE folder")
+    check_data_dir(data_dir)
     if not os.path.isdir(folder):
         raise TransferError(f"{data_dir} has no {task.folder}/ folder for task {task.name}")
     file_name = task.train_file if split == "train" else task.test_files[split]

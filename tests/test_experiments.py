@@ -97,6 +97,14 @@ def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path)
     assert failing.stderr.strip().splitlines()[-1].startswith("error: 5 runs failed")
     errors = list(runs_dir.glob("layer_freezing/rte/*/seed*/error.json"))
     assert len(errors) == 5 and "has no RTE/ folder" in errors[0].read_text()
+    # A report needs completed runs: none (or no runs folder at all) is refused, and nothing is written.
+    out = tmp_path / "report"
+    for folder, message in ((runs_dir, "error: no completed run of layer_freezing (--variant=cpu) under"),
+                            (tmp_path / "typo", "error: runs folder")):
+        refused = run_module("tf_transfer.experiments", "report", "layer_freezing", "--variant=cpu",
+                             f"--runs_dir={folder}", f"--out={out}")
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(message)
+    assert not out.exists()
 
 
 def _fake_study(tmp_path):

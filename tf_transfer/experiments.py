@@ -52,7 +52,14 @@ def main(argv):
             settings["cache_dir"] = FLAGS.cache_dir
     if command == "report":
         out = FLAGS.out or os.path.join("reports", name)
+        if not os.path.isdir(FLAGS.runs_dir):
+            raise TransferError(f"runs folder {FLAGS.runs_dir} does not exist: point --runs_dir at the grid's runs "
+                                "(the committed reproductions are under reports/runs)")
         collected = studies.collect(study, runs, FLAGS.runs_dir)
+        if not any(c["summary"] for c in collected):
+            # A report of nothing but "missing" would overwrite a real one at --out and look like a result.
+            raise TransferError(f"no completed run of {name} (--variant={FLAGS.variant}) under {FLAGS.runs_dir}: "
+                                "run the grid first, or point --runs_dir at its runs; nothing written")
         study.report(collected, out, study, FLAGS.variant)
         done = sum(1 for c in collected if c["summary"])
         print(f"report of {name} ({FLAGS.variant}): {done}/{len(collected)} runs completed; written to {out}")

@@ -50,7 +50,7 @@ import numpy as np
 from absl import logging
 
 from tf_transfer import metrics as metrics_lib
-from tf_transfer import ner_metrics, record, stack_data
+from tf_transfer import feeds, inputs, ner_metrics, record, stack_data
 from tf_transfer.config import PRECISIONS
 from tf_transfer.errors import TransferError
 
@@ -237,36 +237,22 @@ def encode(config: StackConfig, data, tokenizer, pair_head: bool) -> dict:
     return encoded
 
 
-class StackFeed:
-    """Length-bucketed batches of one or two packed sequences (and per-token labels when tagging)."""
+class StackFeed(feeds.Feed):
+    """Length-bucketed batches of one or two packed sequences (and per-token labels when tagging).
+
+    The epoch plans, warm-up shapes and training datasets are `feeds.Feed`'s; what is its own is the features of
+    one or two sequences, per-token labels, and scoring through one traced predictor (`probabilities`).
+    """
 
     FEATURES = ("token_ids", "segment_ids", "padding_mask")
 
     def __init__(self, splits: dict, batch_size: int, seed: int, bucket_step: int, eval_batch_size: int = 64):
-        from tf_transfer import feeds
-
-        self.splits, self.batch_size, self.seed = splits, batch_size, seed
-        self.train = splits["train"]
-        self.bucket_step = feeds.train_bucket_step(batch_size, bucket_step, jit=False)
-        self.eval_bucket_step = bucket_step
-        self.eval_batch_size = eval_batch_size
-        self.max_seq_length = next(iter(self.train.inputs.values())).token_ids.shape[1]
+        max_seq_length = next(iter(splits["train"].inputs.values())).token_ids.shape[1]
+        super().__init__(splits, batch_size, seed, "bucket", bucket_step, max_seq_length, eval_batch_size, jit=False)
         self.feature_names = [f"{n}{s}" for s in self.train.inputs for n in self.FEATURES]
         self._predictors = {}
 
-    def plan(self, epoch: int) -> list:
-        from tf_transfer import inputs
-
-        return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, "bucket",
-                                         self.max_seq_length, self.bucket_step)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return len(self.plan(1))
-
     def _length(self, split, indices, bucket_step) -> int:
-        from tf_transfer import inputs
-
         return inputs.padded_length(split.lengths[indices], "bucket", self.max_seq_length, bucket_step)
 
     def features(self, split: stack_data.EncodedSplit, indices, length: int) -> dict:
@@ -284,27 +270,16 @@ class StackFeed:
             labels = split.labels[indices, :length] if split.tagging else split.labels[indices]
             yield self.features(split, indices, length), labels.astype(np.int32)
 
-    def _dataset(self, plan: list):
+    def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
+        """Training batches with labels (scoring goes through `probabilities`); never filled (no XLA here)."""
         import tensorflow as tf
 
-        from tf_transfer import inputs
-
         signature = ({name: tf.TensorSpec([None, None], tf.int32) for name in self.feature_names},
-                     tf.TensorSpec([None, None] if self.train.tagging else [None], tf.int32))
-        dataset = tf.data.Dataset.from_generator(lambda: self._batches(self.train, plan, self.bucket_step),
+                     tf.TensorSpec([None, None] if split.tagging else [None], tf.int32))
+        dataset = tf.data.Dataset.from_generator(lambda: self._batches(split, plan, bucket_step),
                                                  output_signature=signature)
         # A fixed prefetch buffer, autotuning off: its thread made every fit's teardown wait (inputs.prefetched).
         return inputs.prefetched(dataset, len(plan))
-
-    def train_dataset(self, epoch: int):
-        return self._dataset(self.plan(epoch))
-
-    def warmup_dataset(self):
-        """One batch of each of the first three padded shapes: Keras relaxes the step's input shapes after that."""
-        first = {}
-        for indices in self.plan(1):
-            first.setdefault((len(indices), self._length(self.train, indices, self.bucket_step)), indices)
-        return self._dataset(list(first.values())[:3])
 
     def _predictor(self, model):
         """`model` in inference mode, traced once for any batch shape. `predict_on_batch` would trace again for
@@ -319,8 +294,6 @@ class StackFeed:
 
     def probabilities(self, model, split_name: str):
         """Class probabilities in inference mode: `[N, C]`, or for tagging one `[length_i, C]` array per example."""
-        from tf_transfer import inputs
-
         split = self.splits[split_name]
         plan = inputs.plan_eval_batches(split.lengths, self.eval_batch_size, "bucket")
         results = [None] * len(split)

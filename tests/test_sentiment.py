@@ -1,6 +1,7 @@
 """Hart's sentiment study: reading Kaggle-style files, sparse baselines, BERT modes, Welch tests, report, errors."""
 
 import csv
+import glob
 import json
 import math
 import os
@@ -226,6 +227,38 @@ def test_sparse_baselines_json_schema_and_values(study_run):
     assert results["tfidf"]["accuracy_mean"] >= 0.7 and results["tfidf"]["accuracy_std"] > 0
     markdown = open(os.path.join(study_run["dir"], study.SPARSE_MARKDOWN)).read()
     assert "| tfidf |" in markdown and "| 5 |" in markdown and "F1 of the positive class (label '1')" in markdown
+
+
+def _events(logdir: str):
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator
+
+    (event_file,) = glob.glob(os.path.join(logdir, "events.out.tfevents.*"))  # one file: never a second copy
+    accumulator = event_accumulator.EventAccumulator(event_file, size_guidance={"tensors": 0})
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["tensors"])
+    # (steps, values) of one tag
+    return tags, lambda tag: ([e.step for e in accumulator.Tensors(tag)],
+                              pytest.approx([float(tf.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)]))
+
+
+def test_tensorboard_events_for_every_baseline_and_seed(study_run):
+    board = os.path.join(study_run["dir"], study.TENSORBOARD_DIR)
+    assert sorted(os.listdir(board)) == ["bert_frozen_cls", "bert_top2_cls", "sparse_count", "sparse_hash",
+                                         "sparse_tfidf"]
+    tags, values = _events(os.path.join(board, "sparse_tfidf"))
+    assert "_hparams_/session_start_info" in tags
+    folds = study_run["sparse"]["tfidf"]["folds"]
+    steps = [f["fold"] for f in folds]
+    assert values("fold/accuracy") == (steps, [f["accuracy"] for f in folds])
+    assert values("fold/fit_time_s") == (steps, [f["fit_time_s"] for f in folds])
+    assert values("f1") == ([5], [study_run["sparse"]["tfidf"]["f1_mean"]])
+    assert sorted(os.listdir(os.path.join(board, "bert_frozen_cls"))) == ["seed0", "seed1"]
+    for run in study_run["frozen"]["runs"]:
+        tags, values = _events(os.path.join(board, "bert_frozen_cls", f"seed{run['seed']}"))
+        assert "_hparams_/session_start_info" in tags
+        assert values("train_time_s") == ([1, 2], [e["train_time_s"] for e in run["epochs"]])
+        assert values("accuracy") == ([2], [run["accuracy"]])
 
 
 def test_fit_until_converged_raises_max_iter_only_when_needed():

@@ -18,6 +18,7 @@ Files written to the output folder:
   * `bert_<model>_<pooling>.json`: one file per BERT model, its runs keyed by seed (a rerun adds missing seeds).
   * `bert_<model>_<pooling>.in_progress/`: while a seed trains, its finished epochs and last checkpoint.
   * `report.md`, `boxplot_accuracy.png`, `boxplot_f1.png`: means, spreads and the Welch tests of whatever is there.
+  * `tensorboard/`: events and an HParams entry per sparse representation and per BERT seed.
 
 Standard deviations are sample standard deviations (ddof=1, as in Welch's test); with a single value they are
 undefined and written as null.
@@ -45,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -66,6 +68,7 @@ BINARY_LABELS = ("0", "1")
 SPARSE_JSON = "sparse_baselines.json"
 SPARSE_MARKDOWN = "sparse_baselines.md"
 SPARSE_PROGRESS = "sparse_baselines.progress.json"  # finished folds and the settings they belong to
+TENSORBOARD_DIR = "tensorboard"  # events per sparse representation and per BERT seed
 REPORT = "report.md"
 BOXPLOT = "boxplot_{metric}.png"
 
@@ -398,6 +401,7 @@ def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, 
                                 # vectorising, fitting and predicting: the cost a BERT run's train time compares to
                                 "fit_time_s": time.perf_counter() - start})
             record.write_json_atomic(progress_path, progress)
+        write_sparse_events(output_dir, representation, fold_scores, folds, seed)
         results[representation] = {
             **summarise({metric: [s[metric] for s in fold_scores] for metric in ("accuracy", "f1")}),
             # Folds finished before timing was recorded have none; the mean is then over the timed ones.
@@ -412,6 +416,39 @@ def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, 
     progress["completed"] = True
     record.write_json_atomic(progress_path, progress)
     return _read_json(os.path.join(output_dir, SPARSE_JSON))
+
+
+def _fresh_event_dir(output_dir: str, *parts: str) -> str:
+    """An empty TensorBoard folder: a run written again (resumed, or redone) must not leave a second copy."""
+    logdir = os.path.join(output_dir, TENSORBOARD_DIR, *parts)
+    shutil.rmtree(logdir, ignore_errors=True)
+    return logdir
+
+
+def write_sparse_events(output_dir: str, representation: str, fold_scores: list, folds: int, seed: int) -> None:
+    """TensorBoard: per fold `fold/accuracy`, `fold/f1`, `fold/fit_time_s` (step = fold), the means as `accuracy`
+    and `f1` (step = folds), and an HParams entry, so that the HParams table lists the baselines beside BERT."""
+    logdir = _fresh_event_dir(output_dir, f"sparse_{representation}")
+    recorder = record.TensorBoardRecorder(logdir, {"model": f"sparse {representation}", "seed": seed, "folds": folds},
+                                          f"sparse_{representation}")
+    for fold in fold_scores:
+        recorder.scalars(fold["fold"], {f"fold/{key}": fold.get(key) for key in ("accuracy", "f1", "fit_time_s")})
+    recorder.scalars(folds, {metric: np.mean([fold[metric] for fold in fold_scores]) for metric in ("accuracy", "f1")})
+    recorder.close()
+
+
+def write_bert_events(output_dir: str, settings: "BertSettings", run: dict) -> None:
+    """TensorBoard for one seed: per epoch `loss`, `epoch_time_s`, `train_time_s` (step = epoch), the held-out
+    `accuracy` and `f1` at the last epoch, and an HParams entry with the model's settings and the seed."""
+    name = settings.file_name[:-len(".json")]
+    logdir = _fresh_event_dir(output_dir, name, f"seed{run['seed']}")
+    hparams = {**settings.comparable(), "model": f"BERT {settings.model_name} ({settings.pooling})",
+               "seed": run["seed"]}
+    recorder = record.TensorBoardRecorder(logdir, hparams, f"{name}/seed{run['seed']}")
+    for epoch in run["epochs"]:
+        recorder.scalars(epoch["epoch"], {key: epoch.get(key) for key in ("loss", "epoch_time_s", "train_time_s")})
+    recorder.scalars(run["epochs"][-1]["epoch"], {"accuracy": run["accuracy"], "f1": run["f1"]})
+    recorder.close()
 
 
 def _refuse_other_settings(path: str, held: dict, wanted: dict, what: str) -> None:
@@ -708,6 +745,8 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     existing = _load_results(path, settings, data, overwrite)
     if overwrite:
         _remove_work(work_dir)
+        shutil.rmtree(os.path.join(output_dir, TENSORBOARD_DIR, settings.file_name[:-len(".json")]),
+                      ignore_errors=True)
     train_data, test_data = held_out_split(data, settings.test_fraction, settings.seed)
     done = {run["seed"]: run for run in (existing or {}).get("runs", [])}
     seeds = [settings.seed + r for r in range(settings.runs)]
@@ -766,6 +805,7 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     for seed in todo:
         work = _SeedWork(work_dir, seed, settings.comparable())
         run = trainer.run(seed, work)
+        write_bert_events(output_dir, settings, run)
         done[seed] = run
         results["runs"] = [done[s] for s in sorted(done)]
         results.update(summarise({m: [r[m] for r in results["runs"]] for m in ("accuracy", "f1")}))

@@ -440,11 +440,10 @@ def write_sparse_events(output_dir: str, representation: str, fold_scores: list,
 def write_bert_events(output_dir: str, settings: "BertSettings", run: dict) -> None:
     """TensorBoard for one seed: per epoch `loss`, `epoch_time_s`, `train_time_s` (step = epoch), the held-out
     `accuracy` and `f1` at the last epoch, and an HParams entry with the model's settings and the seed."""
-    name = settings.file_name[:-len(".json")]
-    logdir = _fresh_event_dir(output_dir, name, f"seed{run['seed']}")
+    logdir = _fresh_event_dir(output_dir, settings.stem, f"seed{run['seed']}")
     hparams = {**settings.comparable(), "model": f"BERT {settings.model_name} ({settings.pooling})",
                "seed": run["seed"]}
-    recorder = record.TensorBoardRecorder(logdir, hparams, f"{name}/seed{run['seed']}")
+    recorder = record.TensorBoardRecorder(logdir, hparams, f"{settings.stem}/seed{run['seed']}")
     for epoch in run["epochs"]:
         recorder.scalars(epoch["epoch"], {key: epoch.get(key) for key in ("loss", "epoch_time_s", "train_time_s")})
     recorder.scalars(run["epochs"][-1]["epoch"], {"accuracy": run["accuracy"], "f1": run["f1"]})
@@ -573,13 +572,18 @@ class BertSettings:
         return "frozen" if k == 0 else "unfrozen" if k == freezing.ALL else f"top{k}"
 
     @property
+    def stem(self) -> str:
+        """The model's name in file names: its results, its work folder, its TensorBoard folder."""
+        return f"bert_{self.model_name}_{self.pooling}"
+
+    @property
     def file_name(self) -> str:
-        return f"bert_{self.model_name}_{self.pooling}.json"
+        return f"{self.stem}.json"
 
     @property
     def work_name(self) -> str:
         """The folder holding the seed in training (its finished epochs and last checkpoint)."""
-        return f"bert_{self.model_name}_{self.pooling}.in_progress"
+        return f"{self.stem}.in_progress"
 
     def comparable(self) -> dict:
         """The settings that runs must share to be merged into one file (everything but the number of runs)."""
@@ -745,8 +749,7 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     existing = _load_results(path, settings, data, overwrite)
     if overwrite:
         _remove_work(work_dir)
-        shutil.rmtree(os.path.join(output_dir, TENSORBOARD_DIR, settings.file_name[:-len(".json")]),
-                      ignore_errors=True)
+        shutil.rmtree(os.path.join(output_dir, TENSORBOARD_DIR, settings.stem), ignore_errors=True)
     train_data, test_data = held_out_split(data, settings.test_fraction, settings.seed)
     done = {run["seed"]: run for run in (existing or {}).get("runs", [])}
     seeds = [settings.seed + r for r in range(settings.runs)]

@@ -18,10 +18,10 @@ from absl import app, flags
 from tf_transfer.errors import TransferError
 
 
-def fail(message: str) -> None:
-    """Prints `error: message` as one line on stderr and exits with status 2."""
+def fail(message: str, status: int = 2) -> None:
+    """Prints `error: message` as one line on stderr and exits with `status` (2: bad input)."""
     print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    sys.exit(status)
 
 
 def _parse_flags(argv):

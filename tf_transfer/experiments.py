@@ -12,7 +12,6 @@ failed. `report` writes Markdown, CSV and PNG.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from absl import flags, logging
@@ -90,9 +89,8 @@ def main(argv):
           f"{(time.time() - start) / 60:.1f} min")
     if counts["failed"]:
         # Scripts chaining a grid and its report must see that the grid is not whole.
-        print(f"error: {counts['failed']} runs failed; each one's error is in the error.json beside it under "
-              f"{FLAGS.runs_dir} (rerun the same command to retry them)", file=sys.stderr, flush=True)
-        sys.exit(1)
+        cli.fail(f"{counts['failed']} runs failed; each one's error is in the error.json beside it under "
+                 f"{FLAGS.runs_dir} (rerun the same command to retry them)", status=1)
 
 
 if __name__ == "__main__":

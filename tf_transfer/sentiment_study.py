@@ -401,13 +401,13 @@ def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, 
                                 # vectorising, fitting and predicting: the cost a BERT run's train time compares to
                                 "fit_time_s": time.perf_counter() - start})
             record.write_json_atomic(progress_path, progress)
-        write_sparse_events(output_dir, representation, fold_scores, folds, seed)
         results[representation] = {
             **summarise({metric: [s[metric] for s in fold_scores] for metric in ("accuracy", "f1")}),
             # Folds finished before timing was recorded have none; the mean is then over the timed ones.
             "fit_time_s_mean": _mean_or_none([s["fit_time_s"] for s in fold_scores if "fit_time_s" in s]),
             "folds": fold_scores,
         }
+        write_sparse_events(output_dir, representation, results[representation], seed)
         logging.info("sparse %s: accuracy %.4f, F1 %.4f over %d folds", representation,
                      results[representation]["accuracy_mean"], results[representation]["f1_mean"], folds)
     record.write_json_atomic(os.path.join(output_dir, SPARSE_JSON), results)
@@ -425,15 +425,16 @@ def _fresh_event_dir(output_dir: str, *parts: str) -> str:
     return logdir
 
 
-def write_sparse_events(output_dir: str, representation: str, fold_scores: list, folds: int, seed: int) -> None:
+def write_sparse_events(output_dir: str, representation: str, result: dict, seed: int) -> None:
     """TensorBoard: per fold `fold/accuracy`, `fold/f1`, `fold/fit_time_s` (step = fold), the means as `accuracy`
     and `f1` (step = folds), and an HParams entry, so that the HParams table lists the baselines beside BERT."""
+    folds = len(result["folds"])
     logdir = _fresh_event_dir(output_dir, f"sparse_{representation}")
     recorder = record.TensorBoardRecorder(logdir, {"model": f"sparse {representation}", "seed": seed, "folds": folds},
                                           f"sparse_{representation}")
-    for fold in fold_scores:
+    for fold in result["folds"]:
         recorder.scalars(fold["fold"], {f"fold/{key}": fold.get(key) for key in ("accuracy", "f1", "fit_time_s")})
-    recorder.scalars(folds, {metric: np.mean([fold[metric] for fold in fold_scores]) for metric in ("accuracy", "f1")})
+    recorder.scalars(folds, {"accuracy": result["accuracy_mean"], "f1": result["f1_mean"]})
     recorder.close()
 
 

@@ -23,7 +23,7 @@ import argparse
 import json
 import time
 
-from tf_transfer import tasks  # only NumPy and the standard library: the same reader and split as the trainer
+from tf_transfer.data import tasks  # only NumPy and the standard library: the same reader and split as the trainer
 
 
 def main() -> None:

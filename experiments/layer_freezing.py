@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from tf_transfer import record, reports, studies
-from tf_transfer.studies import Study, Variant
+from tf_transfer.training import record
+from tf_transfer.reporting import tables as reports
+from tf_transfer.studies import grid as studies
+from tf_transfer.studies.grid import Study, Variant
 
 from experiments.transfer_learning import pinned_commands
 

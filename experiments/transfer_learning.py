@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from tf_transfer import reports
-from tf_transfer.studies import Study, Variant
+from tf_transfer.reporting import tables as reports
+from tf_transfer.studies.grid import Study, Variant
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 SETTINGS = [1, 2, 3, 4, "all"]

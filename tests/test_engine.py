@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 
-from tf_transfer import cache, freezing, heads, inputs, runner, tasks
-from tf_transfer.config import RunConfig
+from tf_transfer.data import cache
+from tf_transfer.models import freezing
+from tf_transfer.models import heads
+from tf_transfer.data import inputs
+from tf_transfer.studies import glue as runner
+from tf_transfer.data import tasks
+from tf_transfer.studies.glue_config import RunConfig
 
 from conftest import NUM_LAYERS, make_tiny_backbone, make_tiny_tokenizer
 
@@ -181,7 +186,7 @@ def test_fused_adamw_updates_exactly_like_keras_adamw():
     import keras
     import tensorflow as tf
 
-    from tf_transfer import train
+    from tf_transfer.training import optimizers
 
     def run(optimizer_class):
         keras.utils.set_random_seed(0)
@@ -199,6 +204,6 @@ def test_fused_adamw_updates_exactly_like_keras_adamw():
             optimizer.apply_gradients(zip(grads, [embedding, kernel, bias]))
         return [np.asarray(v) for v in (embedding, kernel, bias)]
 
-    for fused, reference in zip(run(train.FusedAdamW), run(keras.optimizers.AdamW)):
+    for fused, reference in zip(run(optimizers.FusedAdamW), run(keras.optimizers.AdamW)):
         # Float32 rounding only (the bias-corrected step size is computed in a different order).
         np.testing.assert_allclose(fused, reference, rtol=1e-5, atol=1e-6)

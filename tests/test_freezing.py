@@ -4,8 +4,10 @@ import keras
 import numpy as np
 import pytest
 
-from tf_transfer import freezing, heads, train
-from tf_transfer.errors import TransferError
+from tf_transfer.models import freezing
+from tf_transfer.models import heads
+from tf_transfer.training import optimizers
+from tf_transfer.core.errors import TransferError
 
 from conftest import NUM_LAYERS, make_tiny_backbone
 
@@ -38,7 +40,7 @@ def test_exactly_the_right_variables_train_and_frozen_ones_stay_bit_identical(k)
     backbone = make_tiny_backbone()
     model = heads.build_classifier(backbone, num_outputs=2)
     freezing.set_trainable_layers(backbone, k)
-    model.compile(optimizer=train.build_optimizer(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    model.compile(optimizer=optimizers.build_optimizer(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(True))
 
     expected = _expected_layers(k) | {"head"}
     trainable_owners = {_owner(v.path) for v in model.trainable_variables}

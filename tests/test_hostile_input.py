@@ -6,9 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tf_transfer import predict, tasks
-from tf_transfer.errors import TransferError
-from tf_transfer.sentiment_study import read_labelled_texts
+from tf_transfer import predict
+from tf_transfer.data import tasks
+from tf_transfer.core.errors import TransferError
+from tf_transfer.studies.sentiment import read_labelled_texts
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -108,7 +109,7 @@ def test_sentiment_and_predict_readers_on_random_bytes(tmp_path_factory, data, e
 @SETTINGS
 @given(data=st.binary(max_size=1500), layout=st.sampled_from(["sst", "para", "sts"]), skip=st.booleans())
 def test_cs224n_readers_on_random_bytes(tmp_path_factory, data, layout, skip):
-    from tf_transfer.multitask_data import CS224N_LAYOUTS, read_cs224n_file
+    from tf_transfer.data.cs224n import CS224N_LAYOUTS, read_cs224n_file
 
     path = _write(tmp_path_factory.mktemp("cs224n"), "data.csv", data)
     try:
@@ -122,7 +123,7 @@ def test_cs224n_readers_on_random_bytes(tmp_path_factory, data, layout, skip):
 @SETTINGS
 @given(rows=st.lists(row, max_size=10), layout=st.sampled_from(["sst", "para", "sts"]))
 def test_cs224n_readers_on_ragged_rows(tmp_path_factory, rows, layout):
-    from tf_transfer.multitask_data import CS224N_LAYOUTS, read_cs224n_file
+    from tf_transfer.data.cs224n import CS224N_LAYOUTS, read_cs224n_file
 
     spec = CS224N_LAYOUTS[layout]
     header = ["", "id", *spec.text_columns, spec.label_column] if hasattr(spec, "text_columns") else ["", "id"]
@@ -136,7 +137,7 @@ def test_cs224n_readers_on_ragged_rows(tmp_path_factory, rows, layout):
 @SETTINGS
 @given(data=st.binary(max_size=1500))
 def test_stack_readers_on_random_bytes(tmp_path_factory, data):
-    from tf_transfer import stack_data
+    from tf_transfer.data import stack_data
 
     folder = tmp_path_factory.mktemp("stack")
     for name, read in (("ner.txt", stack_data.read_conll), ("texts.csv", stack_data.read_texts),
@@ -150,7 +151,7 @@ def test_stack_readers_on_random_bytes(tmp_path_factory, data):
 @SETTINGS
 @given(lines=st.lists(row, max_size=15))
 def test_conll_reader_on_ragged_columns(tmp_path_factory, lines):
-    from tf_transfer import stack_data
+    from tf_transfer.data import stack_data
 
     text = "-DOCSTART- -X- -X- O\n\n" + "\n".join(" ".join(r) for r in lines)
     path = _write(tmp_path_factory.mktemp("conll"), "ner.txt", text.encode("utf-8", errors="replace"))

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from scipy import stats
 from sklearn import metrics as skm
 
-from tf_transfer import metrics
-from tf_transfer.train import EarlyStopping
+from tf_transfer.core import metrics
+from tf_transfer.training.engine import EarlyStopping
 
 binary = st.lists(st.integers(0, 1), min_size=2, max_size=60)
 

@@ -13,8 +13,9 @@ SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from tf_transfer import runner, strategies
-    from tf_transfer.config import RunConfig
+    from tf_transfer.studies import glue as runner
+    from tf_transfer.core import strategies
+    from tf_transfer.studies.glue_config import RunConfig
 
     glue_dir, preset, out = sys.argv[1:4]
     result = {}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, SENTENCES, make_tiny_backbone, run_module
-from tf_transfer import multitask_data
-from tf_transfer.errors import TransferError
+from tf_transfer.data import cs224n as multitask_data
+from tf_transfer.core.errors import TransferError
 
 
 def _write(path, header, rows):
@@ -124,7 +124,7 @@ def test_missing_file_and_glue_layout(tmp_path, glue_dir):
 
 
 def test_mean_pooling_ignores_padded_positions():
-    from tf_transfer.multitask_model import MeanPooling
+    from tf_transfer.studies.multitask import MeanPooling
 
     real = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 9.0]], np.float32)
     padded = np.concatenate([real, [[1e6, np.nan], [-7.0, 3.0]]]).astype(np.float32)
@@ -134,7 +134,7 @@ def test_mean_pooling_ignores_padded_positions():
 
 
 def test_mean_pooled_sentence_vector_does_not_depend_on_padding_length():
-    from tf_transfer.multitask_model import MeanPooling
+    from tf_transfer.studies.multitask import MeanPooling
 
     backbone = make_tiny_backbone()
     tokens = np.array([2, 7, 9, 11, 3], np.int32)
@@ -152,7 +152,7 @@ def test_mean_pooled_sentence_vector_does_not_depend_on_padding_length():
 
 
 def test_sbert_pair_features_are_u_v_and_absolute_difference():
-    from tf_transfer.multitask_model import SbertPairFeatures
+    from tf_transfer.studies.multitask import SbertPairFeatures
 
     u = np.array([[1.0, 2.0, -3.0]], np.float32)
     v = np.array([[3.0, -1.0, -3.0]], np.float32)
@@ -161,7 +161,7 @@ def test_sbert_pair_features_are_u_v_and_absolute_difference():
 
 @pytest.fixture(scope="module")
 def built_model():
-    from tf_transfer import multitask_model
+    from tf_transfer.studies import multitask as multitask_model
 
     settings = multitask_model.MultitaskSettings(data_dir="unused")
     return multitask_model.build_model(make_tiny_backbone(), settings, num_sentiment_classes=5)
@@ -170,14 +170,14 @@ def built_model():
 @pytest.fixture
 def model(built_model):
     """The tiny multi-task model with everything trainable again (tests only compare weights before and after)."""
-    from tf_transfer import freezing
+    from tf_transfer.models import freezing
 
     freezing.set_trainable_layers(built_model.backbone, freezing.ALL)
     return built_model
 
 
 def test_layerwise_factors():
-    from tf_transfer.multitask_model import layerwise_factors
+    from tf_transfer.studies.multitask import layerwise_factors
 
     assert layerwise_factors(3, 0.5) == {"block_2": 1.0, "block_1": 0.5, "block_0": 0.25, "embeddings": 0.125,
                                          "pooler": 1.0}
@@ -186,7 +186,7 @@ def test_layerwise_factors():
 def test_effective_first_step_of_every_variable_is_its_blocks_learning_rate(model):
     import tensorflow as tf
 
-    from tf_transfer.multitask_model import GroupedAdamW, parameter_groups
+    from tf_transfer.studies.multitask import GroupedAdamW, parameter_groups
 
     lr, head_lr = 1e-3, 4e-3
     expected = {"embeddings": lr * 0.125, "block_0": lr * 0.25, "block_1": lr * 0.5, "block_2": lr, "pooler": lr,
@@ -208,7 +208,7 @@ def test_effective_first_step_of_every_variable_is_its_blocks_learning_rate(mode
 def test_weight_decay_scales_with_the_groups_learning_rate(model):
     import tensorflow as tf
 
-    from tf_transfer.multitask_model import GroupedAdamW, parameter_groups
+    from tf_transfer.studies.multitask import GroupedAdamW, parameter_groups
 
     groups = parameter_groups(model, 1e-2, 0.5)
     optimizer = GroupedAdamW(groups, weight_decay=0.1, clip_norm=0.0)
@@ -225,7 +225,7 @@ def test_weight_decay_scales_with_the_groups_learning_rate(model):
 def test_each_head_counts_its_own_adam_steps(model):
     import tensorflow as tf
 
-    from tf_transfer.multitask_model import GroupedAdamW, parameter_groups
+    from tf_transfer.studies.multitask import GroupedAdamW, parameter_groups
 
     groups = parameter_groups(model, 1e-3, 1.0)
     optimizer = GroupedAdamW(groups, weight_decay=0.0, clip_norm=0.0)
@@ -241,8 +241,8 @@ def test_each_head_counts_its_own_adam_steps(model):
 
 
 def test_frozen_blocks_and_pooler_have_no_group(model):
-    from tf_transfer import freezing
-    from tf_transfer.multitask_model import parameter_groups
+    from tf_transfer.models import freezing
+    from tf_transfer.studies.multitask import parameter_groups
 
     freezing.set_trainable_layers(model.backbone, 1)
     groups = parameter_groups(model, 1e-3, 0.95)
@@ -255,7 +255,7 @@ def test_frozen_blocks_and_pooler_have_no_group(model):
 
 
 def test_epoch_batches_of_both_schedules():
-    from tf_transfer.multitask_model import epoch_batches
+    from tf_transfer.studies.multitask import epoch_batches
 
     sizes = {"sst": 10, "para": 25, "sts": 7}
     sequential = epoch_batches(sizes, 4, seed=0, epoch=1, schedule="sequential", order=("sts", "sst", "para"))
@@ -276,7 +276,7 @@ def test_epoch_batches_of_both_schedules():
 
 
 def test_settings_are_validated():
-    from tf_transfer.multitask_model import MultitaskSettings
+    from tf_transfer.studies.multitask import MultitaskSettings
 
     for bad, fragment in [({"pair_head": "siamese"}, "--pair_head must be one of sbert, concat"),
                           ({"pooling_sts": "max"}, "--pooling_sts must be one of cls, mean"),
@@ -302,7 +302,7 @@ SCORE_KEYS = {"sst_accuracy", "paraphrase_accuracy", "sts_pearson", "overall"}
 
 @pytest.fixture(scope="module")
 def runs(cs224n_dir, tiny_preset, tmp_path_factory):
-    from tf_transfer import multitask_model
+    from tf_transfer.studies import multitask as multitask_model
 
     results = {}
     for schedule, overrides in (("sequential", {"pooling_sst": "mean", "llrd": 0.9}),
@@ -353,7 +353,8 @@ def test_one_epoch_run_writes_summary_weights_and_tensorboard(runs, schedule):
 
 def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     """`--init_from` loads best.weights.h5: scoring the loaded model gives the best epoch's dev scores again."""
-    from tf_transfer import backbones, multitask_model
+    from tf_transfer.models import backbones
+    from tf_transfer.studies import multitask as multitask_model
 
     import keras
 
@@ -407,7 +408,7 @@ def test_every_paper_flagfile_gives_valid_settings():
     import glob
     import re
 
-    from tf_transfer.multitask_model import MultitaskSettings
+    from tf_transfer.studies.multitask import MultitaskSettings
 
     with open(os.path.join(REPO, "tf_transfer", "multitask.py")) as f:
         defined = set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', f.read()))
@@ -440,7 +441,8 @@ def test_every_paper_flagfile_gives_valid_settings():
 
 
 def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tmp_path, monkeypatch):
-    from tf_transfer import checkpoints, multitask_model
+    from tf_transfer.training import checkpoints
+    from tf_transfer.studies import multitask as multitask_model
 
     settings = multitask_model.MultitaskSettings(
         data_dir=cs224n_dir, preset=tiny_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,
@@ -490,7 +492,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
 def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, tiny_preset, tmp_path):
     import keras
 
-    from tf_transfer import multitask_model
+    from tf_transfer.studies import multitask as multitask_model
 
     settings = multitask_model.MultitaskSettings(
         data_dir=cs224n_dir, preset=tiny_preset, max_epochs=1, batch_size=8, lr=1e-3, max_seq_length=32,

@@ -9,9 +9,11 @@ import time
 
 import pytest
 
-from tf_transfer import record, runner, train
-from tf_transfer.config import RunConfig
-from tf_transfer.errors import TransferError
+from tf_transfer.training import record
+from tf_transfer.studies import glue as runner
+from tf_transfer.training.run_folder import RunFolder
+from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.core.errors import TransferError
 
 from conftest import REPO
 
@@ -26,22 +28,20 @@ def _config(glue_dir, tiny_preset, **overrides):
 def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, tiny_preset, tmp_path, monkeypatch):
     straight = runner.run_glue(_config(glue_dir, tiny_preset), str(tmp_path / "straight"))
 
-    original_run = train.EpochLoop.run
+    original_save = RunFolder.save_epoch
 
-    def interrupted_run(self, make_train_dataset, evaluate, on_epoch_end, *args):
-        def stop_after_first(record_):
-            on_epoch_end(record_)
-            raise KeyboardInterrupt  # as if the process died right after epoch 1 was saved
-        return original_run(self, make_train_dataset, evaluate, stop_after_first, *args)
+    def save_then_die(self, epoch, model, optimizer=None):
+        original_save(self, epoch, model, optimizer)
+        raise KeyboardInterrupt  # as if the process died right after epoch 1 was saved
 
-    monkeypatch.setattr(train.EpochLoop, "run", interrupted_run)
+    monkeypatch.setattr(RunFolder, "save_epoch", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         runner.run_glue(_config(glue_dir, tiny_preset), str(tmp_path / "resumed"))
     partial = record.read_summary(str(tmp_path / "resumed"))
     assert partial["completed"] is False and [e["epoch"] for e in partial["epochs"]] == [1]
     assert os.path.exists(tmp_path / "resumed" / "checkpoint-epoch1.npz")
 
-    monkeypatch.setattr(train.EpochLoop, "run", original_run)
+    monkeypatch.setattr(RunFolder, "save_epoch", original_save)
     resumed = runner.run_glue(_config(glue_dir, tiny_preset), str(tmp_path / "resumed"))
     assert resumed["completed"] is True
     assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3]

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from tf_transfer import runner
-from tf_transfer.config import RunConfig
+from tf_transfer.studies import glue as runner
+from tf_transfer.studies.glue_config import RunConfig
 
 from conftest import REPO
 

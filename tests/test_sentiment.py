@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from conftest import run_module
-from tf_transfer import sentiment_study as study
-from tf_transfer.errors import TransferError
+from tf_transfer.studies import sentiment as study
+from tf_transfer.core.errors import TransferError
 
 KAGGLE_HEADER = ["id", "keyword", "location", "text", "target"]
 # Words the tiny preset's vocabulary knows, so that the BERT tests tokenize to real ids rather than [UNK].
@@ -307,7 +307,9 @@ def test_bert_reruns_add_missing_seeds_and_refuse_other_settings(study_run, tmp_
 def test_rebuilt_hidden_states_share_the_backbones_weights(tiny_preset):
     import keras
 
-    from tf_transfer import backbones, freezing, heads
+    from tf_transfer.models import backbones
+    from tf_transfer.models import freezing
+    from tf_transfer.models import heads
 
     backbone = backbones.load_preset(tiny_preset).backbone
     token_inputs = heads.backbone_inputs()
@@ -326,7 +328,7 @@ def test_rebuilt_hidden_states_share_the_backbones_weights(tiny_preset):
 
 
 def test_last4_concat_and_mean_feature_widths(tiny_preset):
-    from tf_transfer import backbones
+    from tf_transfer.models import backbones
 
     backbone = backbones.load_preset(tiny_preset).backbone
     widths = {pooling: study.build_feature_model(backbone, pooling).output.shape[-1] for pooling in study.POOLINGS}

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import SENTENCES, VOCAB, run_module
-from tf_transfer import ner_metrics, stack_data
-from tf_transfer.errors import TransferError
+from tf_transfer.core import ner_metrics
+from tf_transfer.data import stack_data
+from tf_transfer.core.errors import TransferError
 
 CONLL = """-DOCSTART- -X- -X- O
 
@@ -157,7 +158,7 @@ def test_entities_follow_conllevals_start_and_end_rules():
     ({"head": None, "ensemble": ("cnn",)}, "two or more different heads"),
 ])
 def test_config_rejects_impossible_settings(changes, message):
-    from tf_transfer.stack_training import StackConfig
+    from tf_transfer.studies.stack import StackConfig
 
     settings = {"task": "quora", "data": "x.tsv", "head": "linear", **changes}
     with pytest.raises(TransferError, match=message):
@@ -183,7 +184,9 @@ def batch(pair: bool, tagging: bool = False, size: int = 4, length: int = 9, see
 
 
 def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(tiny_preset):
-    from tf_transfer import backbones, stack_heads, stack_training
+    from tf_transfer.models import backbones
+    from tf_transfer.models import stack_heads
+    from tf_transfer.studies import stack as stack_training
 
     backbone = backbones.load_preset(tiny_preset).backbone
     model = stack_heads.build_model(backbone, stack_heads.make_head("mlp", 3, units=8))
@@ -215,7 +218,7 @@ def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optim
 def test_matching_layer_computes_bimpms_four_strategies():
     import keras
 
-    from tf_transfer.stack_heads import MultiPerspectiveMatching
+    from tf_transfer.models.stack_heads import MultiPerspectiveMatching
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(2, 5, 6)).astype(np.float32), rng.normal(size=(2, 7, 6)).astype(np.float32)
@@ -255,7 +258,9 @@ HEAD_CASES = [(name, False) for name in ("linear", "mlp", "bilstm", "cnn", "high
 def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_path, name, tagging):
     import keras
 
-    from tf_transfer import backbones, stack_heads, stack_training
+    from tf_transfer.models import backbones
+    from tf_transfer.models import stack_heads
+    from tf_transfer.studies import stack as stack_training
 
     keras.utils.set_random_seed(0)
     head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
@@ -284,7 +289,8 @@ def test_every_heads_layers_compute_in_float32_under_mixed_precision(tiny_preset
     blocks, matching) and its logits stay float32. Sublayers take the global policy unless given one."""
     import keras
 
-    from tf_transfer import backbones, stack_heads
+    from tf_transfer.models import backbones
+    from tf_transfer.models import stack_heads
 
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
@@ -346,7 +352,7 @@ def test_quora_stack_and_finetune_end_to_end(tmp_path, tiny_preset):
 
 
 def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_path, tiny_preset):
-    from tf_transfer import stack_training
+    from tf_transfer.studies import stack as stack_training
 
     config = _stack_config(str(tmp_path / "pairs.csv"), tiny_preset)
     run_dir = tmp_path / "run"
@@ -359,7 +365,7 @@ def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_pa
 
 
 def _stack_config(data, tiny_preset, **changes):
-    from tf_transfer.stack_training import StackConfig
+    from tf_transfer.studies.stack import StackConfig
 
     settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=tiny_preset,
                     phase1_epochs=2, max_epochs=3, max_gap=1.0, batch_size=8, head_units=8, seed=0)
@@ -379,7 +385,9 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     """Interrupted after epoch 1 (inside phase 1), then after epoch 2 (phase 1's last: the next start is phase 2's
     fresh optimizer), each time as if the process died right after the epoch was saved. The GLUE trainer's
     resume is tested with a real SIGKILL (test_resume.py); this one shares that checkpoint code."""
-    from tf_transfer import checkpoints, record, stack_training
+    from tf_transfer.training import checkpoints
+    from tf_transfer.training import record
+    from tf_transfer.studies import stack as stack_training
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     straight = stack_training.run_stack(_stack_config(data, tiny_preset), str(tmp_path / "straight"))
@@ -415,7 +423,7 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
 def _fake_gap(monkeypatch, from_epoch: int):
     """Scores the training sample at accuracy 1 and validation at 0.5 from epoch `from_epoch` of phase 1 on, so the
     gap rule fires there; before, both at 0.5."""
-    from tf_transfer import stack_training
+    from tf_transfer.studies import stack as stack_training
 
     seen = {"split": None, "phase1_epoch": 0}
     probabilities, score = stack_training.StackFeed.probabilities, stack_training.score
@@ -440,7 +448,7 @@ def _fake_gap(monkeypatch, from_epoch: int):
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, tiny_preset, monkeypatch):
-    from tf_transfer import stack_training
+    from tf_transfer.studies import stack as stack_training
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     config = _stack_config(data, tiny_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
@@ -466,7 +474,7 @@ def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, ti
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 @pytest.mark.parametrize("from_epoch", [1, 2])
 def test_gap_rule_never_undoes_phase_ones_first_epoch(tmp_path, tiny_preset, monkeypatch, from_epoch):
-    from tf_transfer import stack_training
+    from tf_transfer.studies import stack as stack_training
 
     _fake_gap(monkeypatch, from_epoch)
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
@@ -499,7 +507,7 @@ def _write_summary(folder, summary):
 
 
 def test_report_table_gives_last_and_best_validation_scores_and_lists_missing_runs(tmp_path):
-    from tf_transfer.stack_report import report_table
+    from tf_transfer.reporting.stack import report_table
 
     epochs = [
         {"epoch": 1, "phase": 1, "train_time_s": 20.0, "val": {"accuracy": 0.61, "f1": 0.0}},

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from tf_transfer import tasks
-from tf_transfer.errors import TransferError
+from tf_transfer.data import tasks
+from tf_transfer.core.errors import TransferError
 
 from conftest import write_glue
 

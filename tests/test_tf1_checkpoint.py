@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 from safetensors.numpy import save_file
 
-from tf_transfer import tf1_checkpoint
-from tf_transfer.errors import TransferError
+from tf_transfer.models import tf1_checkpoint
+from tf_transfer.core.errors import TransferError
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
     "the a is was of to and in on cat dog man woman car house tree red blue big small good bad run ran eat play "

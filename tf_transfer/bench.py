@@ -14,7 +14,7 @@ import os
 
 from absl import flags, logging
 
-from tf_transfer import cli
+from tf_transfer.core import cli
 from tf_transfer import glue  # noqa: F401  (defines the trainer's flags, which the benchmark shares)
 
 FLAGS = flags.FLAGS
@@ -35,13 +35,13 @@ flags.DEFINE_bool("compare_naive", False,
 
 def main(argv):
     del argv
-    from tf_transfer.errors import TransferError
+    from tf_transfer.core.errors import TransferError
 
     if FLAGS.steps < 1 or FLAGS.warmup_steps < 0 or FLAGS.repeats < 1:
         raise TransferError("--steps and --repeats must be >= 1 and --warmup_steps >= 0")
     config = glue.config_from_flags()
     logging.set_verbosity(logging.WARNING)
-    from tf_transfer import benchmark
+    from tf_transfer.training import benchmark
 
     result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats,
                                profile_dir=FLAGS.profile_dir)
@@ -61,4 +61,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, glue.COMMON)

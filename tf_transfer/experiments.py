@@ -16,7 +16,8 @@ import time
 
 from absl import flags, logging
 
-from tf_transfer import cli
+from tf_transfer.core import cli
+from tf_transfer.core import flags as flags_lib
 
 FLAGS = flags.FLAGS
 
@@ -25,22 +26,27 @@ flags.DEFINE_string("variant", "paper", "Which of the study's variants: paper, o
 flags.DEFINE_list("tasks", None, "Only these tasks (comma-separated).")
 flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-th (1 <= I <= N).")
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
-flags.DEFINE_string("runs_dir", "runs", "Root folder of the runs.")
 flags.DEFINE_string("out", None, "report: output folder (default reports/<study>).")
-flags.DEFINE_string("data_dir", None, "GLUE folder for every run (default $GLUE_DIR).")
-flags.DEFINE_string("cache_dir", None, "Frozen-prefix cache folder shared by the runs (variants that cache).")
+COMMON = flags_lib.common(
+    runs_dir=("runs", "Root folder of the runs."),
+    data_dir=(None, "GLUE folder for every run (default $GLUE_DIR)."),
+    cache_dir=(None, "Frozen-prefix cache folder shared by the runs (variants that cache)."),
+)
 
 USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags]"
 
 
 def main(argv):
-    from tf_transfer import studies, tasks
-    from tf_transfer.errors import TransferError
+    from tf_transfer.studies import grid as studies
+    from tf_transfer.data import tasks
+    from tf_transfer.core.errors import TransferError
 
     if len(argv) != 3 or argv[1] not in ("run", "report"):
         raise TransferError(USAGE)
     command, name = argv[1], argv[2]
-    study = studies.load_study(name)
+    from experiments import load_study
+
+    study = load_study(name)
     runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks)
     if FLAGS.tasks and not runs:
         raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
@@ -76,7 +82,7 @@ def main(argv):
 
     import keras
 
-    from tf_transfer import runner
+    from tf_transfer.studies import glue as runner
 
     def run_one(config, folder):
         keras.backend.clear_session()  # one process runs many models: free the previous graph and weights
@@ -94,4 +100,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, COMMON)

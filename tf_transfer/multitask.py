@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from absl import flags, logging
 
-from tf_transfer import cli
+from tf_transfer.core import cli
 
 FLAGS = flags.FLAGS
 
@@ -76,7 +76,7 @@ flags.DEFINE_bool("overwrite", False, "Start afresh even if --output_dir holds a
 
 
 def settings_from_flags():
-    from tf_transfer.multitask_model import MultitaskSettings
+    from tf_transfer.studies.multitask import MultitaskSettings
 
     return MultitaskSettings(
         data_dir=FLAGS.data_dir, data_format=FLAGS.data_format, preset=FLAGS.preset, pooling_sst=FLAGS.pooling_sst,
@@ -95,10 +95,10 @@ def settings_from_flags():
 
 def main(argv):
     del argv
-    from tf_transfer.errors import TransferError
+    from tf_transfer.core.errors import TransferError
 
     if FLAGS.report:
-        from tf_transfer.multitask_model import report_table
+        from tf_transfer.studies.multitask import report_table
 
         print(report_table(FLAGS.report))
         return
@@ -107,7 +107,7 @@ def main(argv):
     settings = settings_from_flags()
     logging.set_verbosity(logging.INFO)
 
-    from tf_transfer import multitask_model
+    from tf_transfer.studies import multitask as multitask_model
 
     summary = multitask_model.run_multitask(settings, FLAGS.output_dir, overwrite=FLAGS.overwrite)
     best = summary["best_epoch"]

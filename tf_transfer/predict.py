@@ -15,7 +15,8 @@ import sys
 
 from absl import flags
 
-from tf_transfer import cli
+from tf_transfer.core import cli
+from tf_transfer.core import flags as flags_lib
 
 FLAGS = flags.FLAGS
 
@@ -24,11 +25,11 @@ flags.DEFINE_string("input", None, "TSV (quoting disabled, as GLUE) or CSV (stan
 flags.DEFINE_string("output", None, "Where to write predictions (TSV); default standard output.")
 flags.DEFINE_string("text_a_column", None, "Header name of the first text (default: the exported task's).")
 flags.DEFINE_string("text_b_column", None, "Header name of the second text of pair tasks (default: the task's).")
-flags.DEFINE_integer("batch_size", 64, "Prediction batch size.")
+COMMON = flags_lib.common(batch_size=(64, "Prediction batch size."))
 
 
 def read_rows(path: str):
-    from tf_transfer.errors import TransferError
+    from tf_transfer.core.errors import TransferError
 
     if not os.path.isfile(path):
         raise TransferError(f"--input {path} does not exist")
@@ -47,13 +48,13 @@ def read_rows(path: str):
 
 def main(argv):
     del argv
-    from tf_transfer import tasks
-    from tf_transfer.errors import TransferError
+    from tf_transfer.data import tasks
+    from tf_transfer.core.errors import TransferError
 
     if not FLAGS.model or not FLAGS.input:
         raise TransferError("--model (an --export_dir folder) and --input are required")
     header, rows = read_rows(FLAGS.input)
-    from tf_transfer import export
+    from tf_transfer.models import export
 
     classifier, meta = export.load(FLAGS.model)
     task = tasks.TASKS.get(meta.get("task", ""))
@@ -83,4 +84,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, COMMON)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from absl import flags, logging
 
-from tf_transfer import cli
+from tf_transfer.core import cli
 
 FLAGS = flags.FLAGS
 
@@ -78,8 +78,8 @@ flags.DEFINE_bool("overwrite", False,
 
 
 def _read_data():
-    from tf_transfer import sentiment_study as study
-    from tf_transfer.errors import TransferError
+    from tf_transfer.studies import sentiment as study
+    from tf_transfer.core.errors import TransferError
 
     if not FLAGS.data:
         raise TransferError(f"--data is required for --approach={FLAGS.approach}: a CSV or TSV file with a header")
@@ -89,8 +89,8 @@ def _read_data():
 
 def main(argv):
     del argv
-    from tf_transfer import sentiment_study as study
-    from tf_transfer.errors import TransferError
+    from tf_transfer.studies import sentiment as study
+    from tf_transfer.core.errors import TransferError
 
     # Every value is checked before any data is read or TensorFlow imported, so a typo fails in a second.
     study.check_choice("approach", FLAGS.approach, study.APPROACHES)

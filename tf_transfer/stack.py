@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from absl import flags, logging
 
-from tf_transfer import cli
+from tf_transfer.core import cli
 
 FLAGS = flags.FLAGS
 
@@ -79,7 +79,7 @@ flags.DEFINE_bool("overwrite", False,
 
 
 def config_from_flags():
-    from tf_transfer.stack_training import StackConfig
+    from tf_transfer.studies.stack import StackConfig
 
     return StackConfig(
         task=FLAGS.task, data=FLAGS.data, head=FLAGS.head, strategy=FLAGS.strategy,
@@ -96,10 +96,10 @@ def config_from_flags():
 
 def main(argv):
     del argv
-    from tf_transfer.errors import TransferError
+    from tf_transfer.core.errors import TransferError
 
     if FLAGS.report:
-        from tf_transfer.stack_report import report_table
+        from tf_transfer.reporting.stack import report_table
 
         print(report_table(FLAGS.report))
         return
@@ -109,7 +109,7 @@ def main(argv):
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
 
-    from tf_transfer import stack_training
+    from tf_transfer.studies import stack as stack_training
 
     if not FLAGS.overwrite and stack_training.completed_result(config, output_dir):
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")

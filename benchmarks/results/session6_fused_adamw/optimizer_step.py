@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_transfer import train
+from tf_transfer.training import train
 
 # Word and position embeddings, 6 blocks of 4 attention projections and 2 feed-forward kernels, 60 vectors.
 SHAPES = [(30522, 384), (512, 384)] + [(384, 384)] * 24 + [(384, 1536), (1536, 384)] * 6 + [(384,)] * 60

@@ -33,8 +33,9 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer import inputs, machine
-from tf_transfer.errors import TransferError
+from tf_transfer.data import inputs
+from tf_transfer.core import machine
+from tf_transfer.core.errors import TransferError
 
 _MEMORY: dict = {}
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tf_transfer import cache, inputs
+from tf_transfer.data import cache
+from tf_transfer.data import inputs
 
 
 def train_bucket_step(batch_size: int, bucket_step: int, jit: bool) -> int:

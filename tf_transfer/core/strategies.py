@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 
 def make_strategy(distribution: str, devices: Optional[Sequence[str]] = None):

@@ -21,7 +21,7 @@ from typing import Optional
 
 from absl import logging
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 # keras-hub preset name -> (importable package, folder inside it in Hugging Face layout, pip name).
 OFFLINE_PACKAGES = {

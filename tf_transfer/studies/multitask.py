@@ -53,9 +53,14 @@ import numpy as np
 from absl import logging
 from keras import ops
 
-from tf_transfer import freezing, heads, metrics, multitask_data, record, tasks
-from tf_transfer.config import PRECISIONS
-from tf_transfer.errors import TransferError
+from tf_transfer.models import freezing
+from tf_transfer.models import heads
+from tf_transfer.core import metrics
+from tf_transfer.data import cs224n as multitask_data
+from tf_transfer.training import record
+from tf_transfer.data import tasks
+from tf_transfer.core.config import PRECISIONS
+from tf_transfer.core.errors import TransferError
 
 TASK_NAMES = multitask_data.TASK_NAMES
 POOLINGS = ("cls", "mean")
@@ -314,7 +319,7 @@ class GroupedAdamW:
     """
 
     def __init__(self, groups: list, weight_decay: float = 0.0, clip_norm: float = 0.0, epsilon: float = 1e-6):
-        from tf_transfer import train
+        from tf_transfer.training import train
 
         self.groups = groups
         self.clip_norm = clip_norm
@@ -371,7 +376,7 @@ class TaskSplit:
         return np.max([segment.lengths for segment in self.segments], axis=0)
 
     def features(self, indices: np.ndarray):
-        from tf_transfer import inputs
+        from tf_transfer.data import inputs
 
         parts = [next(inputs.batches(segment, [indices], "bucket", BUCKET_STEP, with_labels=False))
                  for segment in self.segments]
@@ -383,7 +388,7 @@ class TaskSplit:
 
 
 def encode_split(task: str, examples: tasks.Examples, tokenizer, pair_head: str, max_seq_length: int) -> TaskSplit:
-    from tf_transfer import inputs
+    from tf_transfer.data import inputs
 
     if examples.text_b is not None and pair_head == "sbert":
         segments = tuple(inputs.encode(tasks.Examples(texts, None, examples.labels), tokenizer, max_seq_length)
@@ -499,7 +504,7 @@ def overall_score(sst_accuracy, paraphrase_accuracy, sts_pearson) -> float:
 
 def score(predict: dict, splits: dict, eval_batch_size: int) -> dict:
     """Scores `{task: TaskSplit}` in inference mode: the three task metrics and `overall`."""
-    from tf_transfer import inputs
+    from tf_transfer.data import inputs
 
     outputs = {}
     for task, split in splits.items():
@@ -577,7 +582,7 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
     Raises `TransferError` for bad input before training starts, or (non-finite loss) after the completed
     epochs' summary has been written with `completed: false`.
     """
-    from tf_transfer import checkpoints
+    from tf_transfer.training import checkpoints
 
     existing = None if overwrite else record.read_summary(output_dir)
     if existing:
@@ -591,7 +596,8 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
                                settings.split_seed, settings.skip_bad_rows)
     raw = _split_validation(data, settings)
 
-    from tf_transfer import backbones, train
+    from tf_transfer.models import backbones
+    from tf_transfer.training import train
 
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     # The heads are float32 under any policy, so logits, scores and losses are too.

@@ -6,8 +6,8 @@ with the differences from the paper listed) and a `report(runs, out)` function. 
 
 Example:
 
->>> from tf_transfer import studies
->>> study = studies.load_study("transfer_learning")
+>>> from experiments import load_study
+>>> study = load_study("transfer_learning")
 >>> runs = study.runs(variant="paper")  # doctest: +SKIP
 >>> len(runs)  # 8 tasks x 5 settings x 2 rates x 2 seeds  # doctest: +SKIP
 160
@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import json
 import os
@@ -24,11 +23,11 @@ import socket
 import time
 from typing import Callable, Optional
 
-from tf_transfer import record
-from tf_transfer.config import RunConfig
-from tf_transfer.errors import TransferError
+from tf_transfer.training import record
+from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.core.errors import TransferError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Encoder depth of presets the studies name, so a grid can be listed without loading a model.
 PRESET_DEPTHS = {"bert_base_en_uncased": 12, "bert_base_en": 12, "bert_large_en_uncased": 24,
@@ -144,16 +143,6 @@ class Study:
                     continue
                 listed.append(settings)
         return listed
-
-
-def load_study(name: str) -> Study:
-    try:
-        module = importlib.import_module(f"experiments.{name}")
-    except ModuleNotFoundError:
-        known = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "experiments"))
-                       if f.endswith(".py") and not f.startswith("_"))
-        raise TransferError(f"unknown study {name!r}: choose one of {', '.join(known)}") from None
-    return module.STUDY
 
 
 def run_dir(runs_dir: str, study: Study, settings: dict) -> str:

@@ -15,7 +15,7 @@ import sys
 
 from absl import app, flags
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 
 def fail(message: str, status: int = 2) -> None:
@@ -31,8 +31,15 @@ def _parse_flags(argv):
         fail(f"{e} (see --help)")
 
 
-def run(main) -> None:
-    """`absl.app.run(main)` with bad flags and `TransferError` turned into one line and exit status 2."""
+def run(main, common_flags: dict = None) -> None:
+    """`absl.app.run(main)` with bad flags and `TransferError` turned into one line and exit status 2.
+
+    `common_flags` (from `tf_transfer.core.flags.common`) puts the command's defaults on the shared flags first.
+    """
+    if common_flags:
+        from tf_transfer.core import flags as shared_flags
+
+        shared_flags.apply(common_flags)
     # TensorFlow's C++ start-up chatter is not the user's business; keep warnings and errors.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 # Quoting is disabled (QUOTE_NONE) for every GLUE file: QQP, MNLI and QNLI contain lone quote characters that a
 # quoting reader would swallow together with the tabs and newlines that follow. Fields can be long (QNLI paragraphs).

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 PATTERN = "checkpoint-epoch{epoch}.npz"
 

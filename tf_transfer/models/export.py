@@ -20,8 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer import inputs
-from tf_transfer.errors import TransferError
+from tf_transfer.data import inputs
+from tf_transfer.core.errors import TransferError
 
 META = "tf_transfer_task.json"
 

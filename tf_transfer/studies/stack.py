@@ -49,10 +49,14 @@ from typing import Optional
 import numpy as np
 from absl import logging
 
-from tf_transfer import metrics as metrics_lib
-from tf_transfer import feeds, inputs, ner_metrics, record, stack_data
-from tf_transfer.config import PRECISIONS
-from tf_transfer.errors import TransferError
+from tf_transfer.core import metrics as metrics_lib
+from tf_transfer.data import feeds
+from tf_transfer.data import inputs
+from tf_transfer.core import ner_metrics
+from tf_transfer.training import record
+from tf_transfer.data import stack_data
+from tf_transfer.core.config import PRECISIONS
+from tf_transfer.core.errors import TransferError
 
 TASKS = ("conll_ner", "classification", "quora")
 STRATEGIES = ("stack_and_finetune", "finetune_only", "stack_only")
@@ -356,7 +360,8 @@ def set_phase(model, backbone, phase: int, lr: float, loss, weight_decay: float 
     Keras reads `trainable` at compile time, and an optimizer built for phase 1's variables cannot update new
     ones; a fresh optimizer also starts phase 2 without phase 1's moment estimates, which were for a 50x higher rate.
     """
-    from tf_transfer import freezing, train
+    from tf_transfer.models import freezing
+    from tf_transfer.training import train
 
     if phase == 1:
         backbone.trainable = False
@@ -368,7 +373,7 @@ def set_phase(model, backbone, phase: int, lr: float, loss, weight_decay: float 
 
 
 def build(config: StackConfig, backbone, head_name: str, num_labels: int, tagging: bool):
-    from tf_transfer import stack_heads
+    from tf_transfer.models import stack_heads
 
     head = stack_heads.make_head(head_name, num_labels, tagging=tagging, units=config.head_units,
                                  dropout=config.dropout, perspectives=config.perspectives)
@@ -430,7 +435,7 @@ def _check_same_run(existing: dict, config: StackConfig, output_dir: str) -> Non
 
 def save_probabilities(output_dir: str, probabilities: dict) -> None:
     """Writes `{split: probabilities}` (arrays, or per-example arrays when tagging) atomically."""
-    from tf_transfer import checkpoints
+    from tf_transfer.training import checkpoints
 
     arrays = {}
     for name, value in probabilities.items():
@@ -458,7 +463,7 @@ def load_probabilities(output_dir: str) -> Optional[dict]:
 
 def _clear(output_dir: str) -> None:
     """Removes what an earlier attempt left in `output_dir` (`--overwrite`, or a summary without epochs)."""
-    from tf_transfer import checkpoints
+    from tf_transfer.training import checkpoints
 
     checkpoints.clear(output_dir)
     if os.path.exists(os.path.join(output_dir, PROBABILITIES_FILE)):
@@ -478,7 +483,9 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
     """
     import keras
 
-    from tf_transfer import checkpoints, freezing, train
+    from tf_transfer.training import checkpoints
+    from tf_transfer.models import freezing
+    from tf_transfer.training import train
 
     tagging = config.task == "conll_ner"
     backbone = loaded.backbone
@@ -682,7 +689,7 @@ def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False) -> 
     data = read_data(config)
     import keras
 
-    from tf_transfer import backbones
+    from tf_transfer.models import backbones
 
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(config.precision)

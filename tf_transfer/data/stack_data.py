@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 # QQP and Quora texts can be long and carry lone quotes; the limit only guards against a runaway field.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -353,7 +353,8 @@ def _from_core(encoded) -> Sequences:
 
 def encode_texts(texts: Texts, tokenizer, max_seq_length: int) -> EncodedSplit:
     """Packs each example as `[CLS] a [SEP]` (or `[CLS] a [SEP] b [SEP]` for pairs), as BERT's classifier does."""
-    from tf_transfer import inputs, tasks
+    from tf_transfer.data import inputs
+    from tf_transfer.data import tasks
 
     examples = tasks.Examples(texts.text_a, texts.text_b, texts.labels, texts.source)
     return EncodedSplit({"": _from_core(inputs.encode(examples, tokenizer, max_seq_length))}, texts.labels)
@@ -361,7 +362,8 @@ def encode_texts(texts: Texts, tokenizer, max_seq_length: int) -> EncodedSplit:
 
 def encode_pairs_separately(texts: Texts, tokenizer, max_seq_length: int) -> EncodedSplit:
     """Packs each sentence of a pair on its own (`[CLS] a [SEP]`, `[CLS] b [SEP]`) for the matching heads."""
-    from tf_transfer import inputs, tasks
+    from tf_transfer.data import inputs
+    from tf_transfer.data import tasks
 
     if texts.text_b is None:
         raise ValueError("encode_pairs_separately needs pairs")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from tf_transfer import record
+from tf_transfer.training import record
 
 
 def _metric_names(summaries: list) -> list:

@@ -72,7 +72,7 @@ def refuse_other_settings(existing: dict, wanted: dict, output_dir: str, ignored
     An unfinished run is resumed, and a completed one reported as done, only with its own settings: a changed
     command must never be answered with an old result. `ignored` settings (where data lives, speed knobs) may differ.
     """
-    from tf_transfer.errors import TransferError
+    from tf_transfer.core.errors import TransferError
 
     held = {"precision": "float32", **(existing.get("config") or {})}
     wanted = json.loads(json.dumps(wanted))
@@ -89,7 +89,7 @@ def code_version():
     can then be told apart."""
     import subprocess
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def git(*args):
         return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Union
 
-from tf_transfer.errors import TransferError
+from tf_transfer.core.errors import TransferError
 
 ALL = "all"
 TrainableLayers = Union[int, str]

@@ -2,7 +2,7 @@
 
 Example:
 
->>> from tf_transfer.config import RunConfig
+>>> from tf_transfer.studies.glue_config import RunConfig
 >>> config = RunConfig(task="rte", trainable_layers=4, lr=1e-3)
 >>> config.default_output_dir("runs")
 'runs/rte/k4_lr0.001_bs1_.../seed0'
@@ -17,13 +17,11 @@ import math
 import os
 from typing import Optional, Union
 
-from tf_transfer import freezing, inputs, tasks
-from tf_transfer.errors import TransferError
-
-DISTRIBUTIONS = ("default", "mirrored", "multi_worker", "tpu")
-LR_SCHEDULES = ("constant", "linear")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-JIT_COMPILE = ("auto", "true", "false")
+from tf_transfer.models import freezing
+from tf_transfer.data import inputs
+from tf_transfer.data import tasks
+from tf_transfer.core.choices import DISTRIBUTIONS, JIT_COMPILE, LR_SCHEDULES, PRECISIONS
+from tf_transfer.core.errors import TransferError
 
 
 # Where data and caches live and knobs that only change speed: they never change a run's results.

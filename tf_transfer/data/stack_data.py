@@ -16,7 +16,7 @@ otherwise swallow the tabs and lines after them); comma-separated files use stan
 
 Example:
 
->>> from tf_transfer import stack_data
+>>> from tf_transfer.data import stack_data
 >>> pairs = stack_data.read_pairs("../shared/data/cs224n_minbert/quora-dev.csv")  # doctest: +SKIP
 >>> len(pairs), pairs.skipped_rows, pairs.label_names  # doctest: +SKIP
 (20212, 2, ('0', '1'))

@@ -23,7 +23,7 @@ packed sequence (`[CLS] a [SEP] b [SEP]` for pairs).
 
 Example:
 
->>> from tf_transfer import stack_heads
+>>> from tf_transfer.models import stack_heads
 >>> head = stack_heads.make_head("bimpm", num_outputs=2, units=128, perspectives=20)  # doctest: +SKIP
 >>> model = stack_heads.build_model(backbone, head, pair=True)  # doctest: +SKIP
 >>> logits = model({"token_ids_a": ids_a, "segment_ids_a": seg_a, "padding_mask_a": mask_a,

@@ -161,6 +161,8 @@ class Engine:
         steps = steps or getattr(train_epoch, "steps", 1)
         examples = examples or getattr(train_epoch, "examples", steps)
         label = "".join(f" ({k} {v})" for k, v in (tags or {}).items())
+        if self.summary.get("stopped_early"):
+            return "patience"  # resumed after the epoch that stopped the run, before `finish`: nothing left
         while self.next_epoch <= until_epoch:
             epoch = self.next_epoch
             progress = Progress(epoch, steps, examples, label=label)

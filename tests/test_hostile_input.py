@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tf_transfer import predict
 from tf_transfer.data import tasks
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.sentiment import read_labelled_texts
+from tf_transfer.data.labelled_texts import read_labelled_texts
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -6,14 +6,24 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import run_module
-from tf_transfer.studies import sentiment as study
+from conftest import REPO, run_module
 from tf_transfer.core.errors import TransferError
+from tf_transfer.data import labelled_texts as texts
+from tf_transfer.models import sentence_features
+from tf_transfer.reporting import sentiment as hart_report
+from tf_transfer.reporting import stats as hart_stats
+from tf_transfer.studies import sentiment as study
+from tf_transfer.studies import sentiment_bert as bert
+from tf_transfer.studies import sentiment_sparse as sparse
+from tf_transfer.training.run_folder import RunFolder
 
 KAGGLE_HEADER = ["id", "keyword", "location", "text", "target"]
 # Words the tiny preset's vocabulary knows, so that the BERT tests tokenize to real ids rather than [UNK].
@@ -56,28 +66,28 @@ def test_reads_kaggle_csv_with_quoted_commas_and_line_breaks(tmp_path):
                      '4,ablaze,"Birmingham, UK","He said ""run"", so we ran",1\n'
                      "7,,,What a lovely day,0\n"
                      "\n")
-    data = study.read_labelled_texts(path)
+    data = texts.read_labelled_texts(path)
     assert data.texts == ["Forest fire near La Ronge, Sask.\nCanada", 'He said "run", so we ran',
                           "What a lovely day"]
     assert data.labels.tolist() == [1, 1, 0]
     assert data.label_names == ("0", "1") and data.is_binary
-    with_keyword = study.read_labelled_texts(path, extra_text_columns=["keyword"])
+    with_keyword = texts.read_labelled_texts(path, extra_text_columns=["keyword"])
     assert with_keyword.texts[1] == 'He said "run", so we ran ablaze'
     assert with_keyword.texts[0] == data.texts[0]  # an empty keyword adds nothing
 
 
 def test_reads_tsv_by_extension_and_by_delimiter(tmp_path):
     tsv = write_kaggle_csv(tmp_path / "train.tsv", rows_per_class=3, delimiter="\t")
-    csv_data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=3))
-    tsv_data = study.read_labelled_texts(tsv)
+    csv_data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=3))
+    tsv_data = texts.read_labelled_texts(tsv)
     assert tsv_data.texts == csv_data.texts and tsv_data.labels.tolist() == csv_data.labels.tolist()
     renamed = write_kaggle_csv(tmp_path / "train.txt", rows_per_class=3, delimiter="\t")
-    assert study.read_labelled_texts(renamed, delimiter="tab").texts == csv_data.texts
+    assert texts.read_labelled_texts(renamed, delimiter="tab").texts == csv_data.texts
 
 
 def test_declared_labels_give_class_indices_in_their_order(tmp_path):
     path = write_raw(tmp_path / "three.csv", "text,sentiment\nawful,neg\nfine,neu\ngreat,pos\nmeh,neu\n")
-    data = study.read_labelled_texts(path, label_column="sentiment", labels="neg,neu,pos")
+    data = texts.read_labelled_texts(path, label_column="sentiment", labels="neg,neu,pos")
     assert data.labels.tolist() == [0, 1, 2, 1] and data.num_classes == 3
     assert "macro" in study.f1_description(data)
 
@@ -101,23 +111,23 @@ def test_declared_labels_give_class_indices_in_their_order(tmp_path):
 def test_bad_files_raise_one_clear_error(tmp_path, content, kwargs, fragments):
     path = write_raw(tmp_path / "bad.csv", content)
     if not fragments:  # the control case: the same layout with a declared label reads fine
-        assert study.read_labelled_texts(path, **kwargs).labels.tolist() == [0]
+        assert texts.read_labelled_texts(path, **kwargs).labels.tolist() == [0]
         return
     with pytest.raises(TransferError) as error:
-        study.read_labelled_texts(path, **kwargs)
+        texts.read_labelled_texts(path, **kwargs)
     for fragment in fragments:
         assert fragment in str(error.value)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(TransferError, match="does not exist"):
-        study.read_labelled_texts(str(tmp_path / "nowhere.csv"))
+        texts.read_labelled_texts(str(tmp_path / "nowhere.csv"))
 
 
 def test_fewer_rows_per_class_than_folds(tmp_path):
-    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "small.csv", rows_per_class=4))
+    data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "small.csv", rows_per_class=4))
     with pytest.raises(TransferError, match=r"4 row\(s\) with label '0', fewer than 10: --folds=10"):
-        study.run_sparse_baselines(data, str(tmp_path / "out"), folds=10)
+        sparse.run_sparse_baselines(data, str(tmp_path / "out"), folds=10)
     assert not os.path.exists(tmp_path / "out" / study.SPARSE_JSON)
 
 
@@ -135,7 +145,7 @@ def test_bad_bert_settings(kwargs, fragment):
 
 
 def test_held_out_split_needs_every_label_twice(tmp_path):
-    data = study.read_labelled_texts(write_raw(tmp_path / "one.csv", "text,target\na,0\nb,0\nc,0\nd,1\n"))
+    data = texts.read_labelled_texts(write_raw(tmp_path / "one.csv", "text,target\na,0\nb,0\nc,0\nd,1\n"))
     with pytest.raises(TransferError, match=r"1 row\(s\) with label '1', fewer than 2: a held-out split"):
         study.held_out_split(data, 0.2, seed=0)
 
@@ -179,13 +189,13 @@ def test_welch_df_and_t_against_hand_computation_and_scipy():
     va, vb = 0.00037 / 5, 0.00029166666666666664 / 4
     hand_df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 3)
     hand_t = (0.812 - 0.7775) / math.sqrt(va + vb)
-    assert study.welch_df(a, b) == pytest.approx(hand_df, rel=1e-12)
-    test = study.welch_test(a, b)
+    assert hart_stats.welch_df(a, b) == pytest.approx(hand_df, rel=1e-12)
+    test = hart_stats.welch_test(a, b)
     assert test.t == pytest.approx(hand_t, rel=1e-9)
     assert test.t == pytest.approx(stats.ttest_ind(a, b, equal_var=False).statistic, rel=1e-12)
     # scipy's p uses the same df: the two-sided tail of Student's t at that df.
     assert test.p == pytest.approx(2 * stats.t.sf(abs(hand_t), hand_df), rel=1e-9)
-    assert math.isnan(study.welch_test([0.5], b).t) and math.isnan(study.welch_df([0.5], b))
+    assert math.isnan(hart_stats.welch_test([0.5], b).t) and math.isnan(hart_stats.welch_df([0.5], b))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -195,15 +205,15 @@ def test_welch_df_and_t_against_hand_computation_and_scipy():
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory, tiny_preset):
     root = tmp_path_factory.mktemp("hart")
-    data = study.read_labelled_texts(write_kaggle_csv(root / "train.csv", rows_per_class=12))
+    data = texts.read_labelled_texts(write_kaggle_csv(root / "train.csv", rows_per_class=12))
     output_dir = str(root / "out")
-    sparse = study.run_sparse_baselines(data, output_dir, folds=5, seed=0)
-    frozen = study.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2,
-                                                                 epochs=2, batch_size=8))
-    top2 = study.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="top2", runs=1, epochs=1,
-                                                               batch_size=8))
-    report = study.write_report(output_dir)
-    return {"data": data, "dir": output_dir, "sparse": sparse, "frozen": frozen, "top2": top2, "report": report,
+    baselines = sparse.run_sparse_baselines(data, output_dir, folds=5, seed=0)
+    frozen = bert.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2,
+                                                                epochs=2, batch_size=8))
+    top2 = bert.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="top2", runs=1, epochs=1,
+                                                              batch_size=8))
+    report = hart_report.write_report(output_dir)
+    return {"data": data, "dir": output_dir, "sparse": baselines, "frozen": frozen, "top2": top2, "report": report,
             "preset": tiny_preset}
 
 
@@ -264,9 +274,9 @@ def test_tensorboard_events_for_every_baseline_and_seed(study_run):
 def test_fit_until_converged_raises_max_iter_only_when_needed():
     texts = [f"word{i} common" for i in range(30)]
     labels = np.arange(30) % 2
-    pipeline = study.sparse_pipeline("count", seed=0)
+    pipeline = sparse.sparse_pipeline("count", seed=0)
     pipeline.set_params(classifier__max_iter=1)
-    max_iter, converged = study.fit_until_converged(pipeline, texts, labels)
+    max_iter, converged = sparse.fit_until_converged(pipeline, texts, labels)
     assert converged and max_iter > 1
     assert pipeline.get_params()["classifier__max_iter"] == max_iter
 
@@ -293,15 +303,15 @@ def test_bert_reruns_add_missing_seeds_and_refuse_other_settings(study_run, tmp_
     output_dir = str(tmp_path / "copy")
     shutil.copytree(study_run["dir"], output_dir)  # the other tests read the shared folder as the fixture left it
     settings = study.BertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=2, batch_size=8)
-    merged = study.run_bert(study_run["data"], output_dir, settings)
+    merged = bert.run_bert(study_run["data"], output_dir, settings)
     assert [run["seed"] for run in merged["runs"]] == [0, 1, 2]
     assert merged["runs"][:2] == study_run["frozen"]["runs"]  # kept, not retrained
     other = study.BertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=5, batch_size=8)
     with pytest.raises(TransferError, match="epochs 2 vs 5"):
-        study.run_bert(study_run["data"], output_dir, other)
-    with_keyword = study.read_labelled_texts(study_run["data"].source, extra_text_columns=["keyword"])
+        bert.run_bert(study_run["data"], output_dir, other)
+    with_keyword = texts.read_labelled_texts(study_run["data"].source, extra_text_columns=["keyword"])
     with pytest.raises(TransferError, match=r"text_columns \['text'\] vs \['text', 'keyword'\]"):
-        study.run_bert(with_keyword, output_dir, settings)
+        bert.run_bert(with_keyword, output_dir, settings)
 
 
 def test_rebuilt_hidden_states_share_the_backbones_weights(tiny_preset):
@@ -313,7 +323,7 @@ def test_rebuilt_hidden_states_share_the_backbones_weights(tiny_preset):
 
     backbone = backbones.load_preset(tiny_preset).backbone
     token_inputs = heads.backbone_inputs()
-    states = study.hidden_states(backbone, token_inputs)
+    states = sentence_features.hidden_states(backbone, token_inputs)
     model = keras.Model(token_inputs, states)
     batch = {"token_ids": np.array([[2, 7, 9, 3, 0], [2, 11, 3, 0, 0]], np.int32),
              "segment_ids": np.zeros((2, 5), np.int32),
@@ -331,7 +341,8 @@ def test_last4_concat_and_mean_feature_widths(tiny_preset):
     from tf_transfer.models import backbones
 
     backbone = backbones.load_preset(tiny_preset).backbone
-    widths = {pooling: study.build_feature_model(backbone, pooling).output.shape[-1] for pooling in study.POOLINGS}
+    widths = {pooling: sentence_features.build_feature_model(backbone, pooling).output.shape[-1]
+              for pooling in sentence_features.POOLINGS}
     assert widths == {"cls": 16, "mean": 16, "last4_concat": 64}
 
 
@@ -358,14 +369,14 @@ def test_report_has_tables_box_plots_and_welch_tests(study_run):
 
 def test_report_from_sparse_results_alone(study_run, tmp_path):
     shutil.copy(os.path.join(study_run["dir"], study.SPARSE_JSON), tmp_path)
-    report = open(study.write_report(str(tmp_path))).read()
+    report = open(hart_report.write_report(str(tmp_path))).read()
     assert "| tfidf |" in report and "## BERT models" not in report
     assert "No Welch tests" in report and os.path.exists(tmp_path / "boxplot_f1.png")
 
 
 def test_report_without_results_is_an_error(tmp_path):
     with pytest.raises(TransferError, match="no results in"):
-        study.write_report(str(tmp_path))
+        hart_report.write_report(str(tmp_path))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -377,22 +388,22 @@ def test_report_without_results_is_an_error(tmp_path):
 @pytest.mark.parametrize("mode, epochs", [("frozen", 3), ("top2", 2)])
 def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_path, monkeypatch, capsys, mode,
                                                                epochs):
-    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
+    data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
     settings = study.BertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs, batch_size=8)
-    straight = study.run_bert(data, str(tmp_path / "straight"), settings)
+    straight = bert.run_bert(data, str(tmp_path / "straight"), settings)
     output_dir = str(tmp_path / "resumed")
     work_dir = os.path.join(output_dir, settings.work_name)
 
-    finish_epoch = study._SeedWork.epoch_done
+    save_epoch = RunFolder.save_epoch
 
-    def killed_after_seed1_epoch1(self, loop, model, epoch_record):
-        finish_epoch(self, loop, model, epoch_record)
-        if self.summary["seed"] == 1 and epoch_record["epoch"] == 1:
+    def killed_after_seed1_epoch1(self, epoch, model, optimizer=None):
+        save_epoch(self, epoch, model, optimizer)
+        if self.summary["seed"] == 1 and epoch == 1:
             raise KeyboardInterrupt  # as if the process died right after seed 1's first epoch was saved
 
-    monkeypatch.setattr(study._SeedWork, "epoch_done", killed_after_seed1_epoch1)
+    monkeypatch.setattr(RunFolder, "save_epoch", killed_after_seed1_epoch1)
     with pytest.raises(KeyboardInterrupt):
-        study.run_bert(data, output_dir, settings)
+        bert.run_bert(data, output_dir, settings)
     with open(os.path.join(output_dir, settings.file_name)) as f:
         partial = json.load(f)
     assert [run["seed"] for run in partial["runs"]] == [0] and partial["completed"] is False
@@ -401,12 +412,13 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
     assert in_progress["seed"] == 1 and [e["epoch"] for e in in_progress["epochs"]] == [1]
     assert sorted(os.listdir(work_dir)) == ["checkpoint-epoch1.npz", "summary.json"]
 
-    monkeypatch.setattr(study._SeedWork, "epoch_done", finish_epoch)
+    monkeypatch.setattr(RunFolder, "save_epoch", save_epoch)
     trained = []
-    trainer = study._FrozenTrainer if mode == "frozen" else study._FineTuner
+    trainer = bert._FrozenTrainer if mode == "frozen" else bert._FineTuner
     run_seed = trainer.run
-    monkeypatch.setattr(trainer, "run", lambda self, seed, work: trained.append(seed) or run_seed(self, seed, work))
-    resumed = study.run_bert(data, output_dir, settings)
+    monkeypatch.setattr(trainer, "run",
+                        lambda self, seed, folder: trained.append(seed) or run_seed(self, seed, folder))
+    resumed = bert.run_bert(data, output_dir, settings)
     assert trained == [1]  # seed 0 was finished and is not trained again
     assert resumed["completed"] is True and resumed["runs"][0] == partial["runs"][0]
     # Weights, optimizer state, dropout RNG and data order continue: the same scores; losses equal up to float
@@ -423,9 +435,28 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
     assert not os.path.exists(work_dir)  # nothing left to resume
 
     capsys.readouterr()
-    again = study.run_bert(data, output_dir, settings)
+    again = bert.run_bert(data, output_dir, settings)
     assert "already holds all 2 run(s) (seeds 0-1); nothing to train" in capsys.readouterr().out
     assert again == resumed and trained == [1]
+
+
+@pytest.mark.parametrize("mode", ["frozen", "top2"])
+def test_progress_counts_the_real_steps_of_every_epoch(tiny_preset, tmp_path, monkeypatch, mode):
+    from tf_transfer.training import engine
+
+    seen = []
+
+    class Recording(engine.Progress):
+        def step(self, done, **values):
+            seen.append((self.epoch, done, self.steps, self.examples))
+            super().step(done, **values)
+
+    monkeypatch.setattr(engine, "Progress", Recording)
+    data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
+    bert.run_bert(data, str(tmp_path / "out"), study.BertSettings(preset=tiny_preset, mode=mode, runs=1, epochs=2,
+                                                                  batch_size=8))
+    # 19 training rows in batches of 8: 3 steps per epoch, each reported once against that total.
+    assert seen == [(epoch, done, 3, 19) for epoch in (1, 2) for done in (1, 2, 3)]
 
 
 def without_times(results: dict) -> dict:
@@ -435,11 +466,11 @@ def without_times(results: dict) -> dict:
 
 
 def test_sparse_interrupted_resumes_at_the_next_fold(tmp_path, monkeypatch, capsys):
-    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=9))
+    data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=9))
     # Hashed counts fit 2**20 columns (seconds per fold on a busy CPU); two representations show the same resume.
-    monkeypatch.setattr(study, "SPARSE_REPRESENTATIONS", ("tfidf", "count"))
-    straight = study.run_sparse_baselines(data, str(tmp_path / "straight"), folds=3, seed=0)
-    fit = study.fit_until_converged
+    monkeypatch.setattr(sparse, "SPARSE_REPRESENTATIONS", ("tfidf", "count"))
+    straight = sparse.run_sparse_baselines(data, str(tmp_path / "straight"), folds=3, seed=0)
+    fit = sparse.fit_until_converged
     calls = []
 
     def dies_on_the_fifth_fit(*args, **kwargs):
@@ -449,47 +480,47 @@ def test_sparse_interrupted_resumes_at_the_next_fold(tmp_path, monkeypatch, caps
         return fit(*args, **kwargs)
 
     output_dir = str(tmp_path / "resumed")
-    monkeypatch.setattr(study, "fit_until_converged", dies_on_the_fifth_fit)
+    monkeypatch.setattr(sparse, "fit_until_converged", dies_on_the_fifth_fit)
     with pytest.raises(KeyboardInterrupt):
-        study.run_sparse_baselines(data, output_dir, folds=3, seed=0)
+        sparse.run_sparse_baselines(data, output_dir, folds=3, seed=0)
     assert not os.path.exists(os.path.join(output_dir, study.SPARSE_JSON))
     calls.clear()
-    monkeypatch.setattr(study, "fit_until_converged", lambda *a, **k: calls.append(1) or fit(*a, **k))
-    resumed = study.run_sparse_baselines(data, output_dir, folds=3, seed=0)
+    monkeypatch.setattr(sparse, "fit_until_converged", lambda *a, **k: calls.append(1) or fit(*a, **k))
+    resumed = sparse.run_sparse_baselines(data, output_dir, folds=3, seed=0)
     assert without_times(resumed) == without_times(straight)
     assert len(calls) == 2  # count's folds 2 and 3
     # The folds finished before the interruption keep the times they took then.
     assert all(fold["fit_time_s"] > 0 for result in resumed.values() for fold in result["folds"])
     capsys.readouterr()
-    assert study.run_sparse_baselines(data, output_dir, folds=3, seed=0) == resumed
+    assert sparse.run_sparse_baselines(data, output_dir, folds=3, seed=0) == resumed
     assert "is already complete" in capsys.readouterr().out and len(calls) == 2
     with pytest.raises(TransferError, match="sparse baselines with other settings .*folds 3 vs 4"):
-        study.run_sparse_baselines(data, output_dir, folds=4, seed=0)
-    assert len(study.run_sparse_baselines(data, output_dir, folds=4, seed=0, overwrite=True)["count"]["folds"]) == 4
+        sparse.run_sparse_baselines(data, output_dir, folds=4, seed=0)
+    assert len(sparse.run_sparse_baselines(data, output_dir, folds=4, seed=0, overwrite=True)["count"]["folds"]) == 4
     assert len(calls) == 2 + 8
 
 
 def test_precision_is_recorded_and_checked_and_the_head_stays_float32(tiny_preset, tmp_path):
     import keras
 
-    data = study.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
+    data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
     output_dir = str(tmp_path / "out")
     try:
         settings = study.BertSettings(preset=tiny_preset, mode="frozen", runs=1, epochs=1, batch_size=8,
                                       precision="mixed_bfloat16")
-        results = study.run_bert(data, output_dir, settings)
+        results = bert.run_bert(data, output_dir, settings)
         assert results["precision"] == "mixed_bfloat16" and results["settings"]["precision"] == "mixed_bfloat16"
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
         features = keras.Input((8,))
-        outputs = study.head_outputs(features, 2, 4)
+        outputs = sentence_features.head_outputs(features, 2, 4)
         head = keras.Model(features, outputs)
         assert outputs.dtype == "float32"
         assert {layer.compute_dtype for layer in head.layers[1:]} == {"float32"}
     finally:
         keras.mixed_precision.set_global_policy("float32")
     with pytest.raises(TransferError, match="precision 'mixed_bfloat16' vs 'float32'"):
-        study.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2, epochs=1,
-                                                            batch_size=8))
+        bert.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2, epochs=1,
+                                                           batch_size=8))
     with pytest.raises(TransferError, match="--precision must be one of float32, mixed_bfloat16, mixed_float16"):
         study.BertSettings(precision="float16")
 
@@ -505,3 +536,35 @@ def test_entry_point_rerun_says_complete_and_refuses_other_settings(tmp_path):
     errors = [line for line in other.stderr.splitlines() if line.startswith("error:")]
     assert other.returncode == 2 and len(errors) == 1 and "Traceback" not in other.stderr, other.stderr[-2000:]
     assert "sparse baselines with other settings (folds 2 vs 3)" in errors[0] and "--overwrite" in errors[0]
+
+
+# Logical devices must be configured before TensorFlow initialises, hence a fresh process; MirroredStrategy then
+# mirrors over both CPUs as it would over GPUs.
+MIRRORED_COMMAND = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tf_transfer import sentiment
+    from tf_transfer.core import cli
+    sys.argv = ["tf_transfer.sentiment", *sys.argv[1:]]
+    cli.run(sentiment.main, sentiment.COMMON)
+""")
+
+
+def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path):
+    path = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=6)
+    output_dir = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", MIRRORED_COMMAND, "--approach=bert", "--distribution=mirrored",
+                           "--bert_mode=top2", f"--preset={tiny_preset}", "--runs=1", "--epochs=2", "--batch_size=4",
+                           "--max_seq_length=16", f"--data={path}", f"--output_dir={output_dir}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Using MirroredStrategy with devices" in done.stderr and "device:CPU:1" in done.stderr
+    with open(output_dir / "bert_top2_cls.json") as f:
+        results = json.load(f)
+    assert results["completed"] is True and "distribution" not in results["settings"]
+    (run,) = results["runs"]
+    assert run["distribution"] == "mirrored" and [e["epoch"] for e in run["epochs"]] == [1, 2]
+    assert all(e["loss"] > 0 for e in run["epochs"]) and 0.0 <= run["accuracy"] <= 1.0

@@ -2,7 +2,7 @@
 
 Example:
 
->>> from tf_transfer import reports
+>>> from tf_transfer.reporting import tables as reports
 >>> [round(x, 4) for x in reports.mean_std([0.5, 0.7])]
 [0.6, 0.1414]
 >>> reports.cell([0.5, 0.7], expected=2)
@@ -18,15 +18,16 @@ import math
 import os
 from typing import Optional
 
-import numpy as np
+from tf_transfer.reporting import stats
 
 
 def mean_std(values) -> tuple:
+    """`(mean, sample std)` of the values present (None and NaN dropped), by `stats`' convention: the std of one
+    value is NaN; `(None, None)` when no value is present."""
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if not values:
         return None, None
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return float(np.mean(values)), std
+    return stats.mean(values), stats.sample_std(values)
 
 
 def cell(values, expected: int, digits: int = 3, scale: float = 1.0) -> str:

@@ -226,10 +226,10 @@ class Engine:
             self.recorder.scalars(epoch_record["epoch"], scalars)
         val = epoch_record.get("val") or {}
         tags = "".join(f" ({k} {epoch_record[k]})" for k in ("phase",) if k in epoch_record)
-        logging.info("epoch %d%s: %.1f s (total %.1f s), loss %.4f, val %s", epoch_record["epoch"], tags,
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in val.items() if isinstance(v, (int, float)) and math.isfinite(v))
+        logging.info("epoch %d%s: %.1f s (total %.1f s), loss %.4f%s", epoch_record["epoch"], tags,
                      epoch_record["epoch_time_s"], epoch_record["train_time_s"], epoch_record["loss"],
-                     ", ".join(f"{k} {v:.4f}" for k, v in val.items() if isinstance(v, (int, float))
-                               and math.isfinite(v)))
+                     f", val {shown}" if shown else "")
 
     def __enter__(self):
         return self

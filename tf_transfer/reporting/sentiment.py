@@ -1,0 +1,203 @@
+"""Hart's study in Markdown and box plots: the sparse baselines' table and `report.md` over every result present.
+
+`report.md` holds the sparse baselines (folds) and the BERT models (seeds) as mean ± sample std (`stats`), box
+plots of accuracy and F1, and Welch's t-tests between every pair of BERT models and between the best sparse
+baseline (by mean F1) and each BERT model.
+
+Example:
+
+>>> from tf_transfer.reporting import sentiment as report
+>>> report.number(3.2e-7), report.number(float("nan"))
+('3.2e-07', 'n/a')
+>>> report.write_report("out/hart")  # doctest: +SKIP
+'out/hart/report.md'
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from typing import Optional
+
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data.labelled_texts import LabelledTexts
+from tf_transfer.reporting import stats
+from tf_transfer.studies.sentiment import BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN, f1_description, read_json
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    tmp_path = f"{path}.tmp-{os.getpid()}"
+    with open(tmp_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp_path, path)
+
+
+def sparse_markdown(results: dict, max_iters: dict, data: LabelledTexts, folds: int, seed: int) -> str:
+    lines = [
+        "# Sparse baselines: bag of words + logistic regression",
+        "",
+        f"Data: `{data.source}`, {len(data)} rows, labels {_counts_text(data)}. Stratified {folds}-fold "
+        f"cross-validation, shuffled with seed {seed}. scikit-learn defaults for the vectorizers and "
+        "LogisticRegression; max_iter is raised (doubled) only for a fold whose fit did not converge.",
+        f"F1 is the {f1_description(data)}. ± is the sample standard deviation over folds.",
+        "",
+        "| representation | accuracy | F1 | fit time per fold (s) | max_iter used (over the folds) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        iters = sorted({str(m) for m in max_iters[name]}, key=lambda s: (len(s), s))
+        lines.append(f"| {name} | {_mean_std(result, 'accuracy')} | {_mean_std(result, 'f1')} | "
+                     f"{_seconds(result.get('fit_time_s_mean'))} | {', '.join(iters)} |")
+    lines += ["", "Per fold:", "",
+              "| fold | " + " | ".join(f"{n} accuracy | {n} F1" for n in results) + " |",
+              "|---|" + "---|---|" * len(results)]
+    for i in range(folds):
+        cells = [f"{r['folds'][i]['accuracy']:.4f} | {r['folds'][i]['f1']:.4f}" for r in results.values()]
+        lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _seconds(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _counts_text(data: LabelledTexts) -> str:
+    return ", ".join(f"{name!r}: {count}" for name, count in data.class_counts().items())
+
+
+def _mean_std(result: dict, metric: str) -> str:
+    mean, std = result.get(f"{metric}_mean"), result.get(f"{metric}_std")
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "n/a"
+    if std is None or (isinstance(std, float) and math.isnan(std)):
+        return f"{mean:.4f}"
+    return f"{mean:.4f} ± {std:.4f}"
+
+
+def load_results(output_dir: str):
+    """`(sparse results or None, {model label: BERT results})` from the files in `output_dir`."""
+    sparse_path = os.path.join(output_dir, SPARSE_JSON)
+    sparse = read_json(sparse_path) if os.path.exists(sparse_path) else None
+    bert = {}
+    for path in sorted(glob.glob(os.path.join(output_dir, "bert_*.json"))):
+        results = read_json(path)
+        if results.get("runs"):
+            bert[f"BERT {results['model']} ({results['pooling']})"] = results
+    return sparse, bert
+
+
+def _values(result: dict, metric: str, key: str) -> list:
+    return [entry[metric] for entry in result[key]]
+
+
+def comparisons(sparse: Optional[dict], bert: dict) -> list:
+    """Welch tests: every pair of BERT models, and the best sparse baseline (by mean F1) vs each BERT model."""
+    groups = {name: {m: _values(r, m, "runs") for m in ("accuracy", "f1")} for name, r in bert.items()}
+    pairs = [(a, b) for i, a in enumerate(groups) for b in list(groups)[i + 1:]]
+    if sparse:
+        best = max(sparse, key=lambda name: -math.inf if sparse[name]["f1_mean"] is None else sparse[name]["f1_mean"])
+        best_name = f"sparse {best} (best by F1)"
+        groups[best_name] = {m: _values(sparse[best], m, "folds") for m in ("accuracy", "f1")}
+        pairs += [(best_name, name) for name in bert]
+    rows = []
+    for a, b in pairs:
+        for metric in ("accuracy", "f1"):
+            test = stats.welch_test(groups[a][metric], groups[b][metric])
+            rows.append({"a": a, "b": b, "metric": metric, "mean_a": stats.mean(groups[a][metric]),
+                         "mean_b": stats.mean(groups[b][metric]), "n_a": len(groups[a][metric]),
+                         "n_b": len(groups[b][metric]), "t": test.t, "df": test.df, "p": test.p})
+    return rows
+
+
+def _boxplot(path: str, metric: str, sparse: Optional[dict], bert: dict) -> None:
+    # A bare Figure renders with Agg without touching pyplot's global backend (headless, and safe in tests).
+    from matplotlib.figure import Figure
+
+    panels = []
+    if bert:
+        panels.append(("BERT models: seeds on one held-out split", {n: _values(r, metric, "runs")
+                                                                     for n, r in bert.items()}))
+    if sparse:
+        panels.append(("Sparse baselines: cross-validation folds", {n: _values(r, metric, "folds")
+                                                                     for n, r in sparse.items()}))
+    figure = Figure(figsize=(5 * len(panels) + 1, 4.5), layout="constrained")
+    # One y scale for both panels, so that a BERT box and a sparse box can be compared by eye.
+    axes = figure.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    for ax, (title, groups) in zip(axes, panels):
+        ax.boxplot(list(groups.values()), showmeans=True)
+        ax.set_xticks(range(1, len(groups) + 1), [f"{name}\n(n={len(v)})" for name, v in groups.items()],
+                      fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel("F1" if metric == "f1" else "accuracy")
+        ax.grid(axis="y", alpha=0.3)
+    figure.suptitle(f"{'F1' if metric == 'f1' else 'Accuracy'} (box: quartiles, line: median, triangle: mean)")
+    figure.savefig(path, dpi=120)
+
+
+def number(value, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if 0 < abs(value) < 10 ** -digits:  # a tiny p-value would otherwise print as 0.0000
+        return f"{value:.1e}"
+    return f"{value:.{digits}f}"
+
+
+def write_report(output_dir: str) -> str:
+    """Writes `report.md` and the box plots from whatever results `output_dir` holds; returns the report's path."""
+    sparse, bert = load_results(output_dir)
+    if not sparse and not bert:
+        raise TransferError(f"no results in {output_dir}: run --approach=sparse or --approach=bert with this "
+                            "--output_dir first")
+    lines = ["# Sparse baselines vs BERT (Hart's disaster-tweet study)", ""]
+    if bert:
+        any_bert = next(iter(bert.values()))
+        lines.append(f"Data: `{any_bert['data']}`. F1 is the {any_bert['f1_definition']}.")
+    else:
+        lines.append(f"F1 as defined in {SPARSE_MARKDOWN} (two labels: the positive class; more: macro F1).")
+    lines += ["± is the sample standard deviation (ddof=1).", ""]
+    if sparse:
+        folds = len(next(iter(sparse.values()))["folds"])
+        lines += [f"## Sparse baselines (logistic regression, {folds}-fold cross-validation)", "",
+                  "| representation | accuracy | F1 | fit time per fold (s) |", "|---|---|---|---|"]
+        lines += [f"| {name} | {_mean_std(r, 'accuracy')} | {_mean_std(r, 'f1')} | "
+                  f"{_seconds(r.get('fit_time_s_mean'))} |" for name, r in sparse.items()]
+        lines.append("")
+    if bert:
+        lines += ["## BERT models (one held-out split, one run per seed)", "",
+                  "| model | preset | runs | train / test | accuracy | F1 | train time per run (s) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, r in bert.items():
+            times = [run["train_time_s"] for run in r["runs"]]
+            lines.append(f"| {name} | {r['settings']['preset']} | {len(r['runs'])} | {r['examples']['train']} / "
+                         f"{r['examples']['test']} | {_mean_std(r, 'accuracy')} | {_mean_std(r, 'f1')} | "
+                         f"{stats.mean(times):.1f} |")
+        lines += ["", "Settings per model: " + "; ".join(
+            f"{name}: epochs {r['settings']['epochs']}, batch {r['settings']['batch_size']}, lr "
+            f"{r['settings']['lr']}, hidden {r['settings']['hidden_units']}, split seed {r['settings']['split_seed']}"
+            + (f", features computed once in {r['feature_time_s']:.1f} s" if "feature_time_s" in r else "")
+            for name, r in bert.items()), ""]
+    lines += ["## Box plots", ""]
+    for metric in ("accuracy", "f1"):
+        file_name = BOXPLOT.format(metric=metric)
+        _boxplot(os.path.join(output_dir, file_name), metric, sparse, bert)
+        lines.append(f"![{metric}]({file_name})")
+    lines.append("")
+    rows = comparisons(sparse, bert)
+    if rows:
+        lines += ["## Welch's t-tests", "",
+                  "Two-sided, unequal variances (`scipy.stats.ttest_ind(equal_var=False)`); df by Welch–"
+                  "Satterthwaite. n/a: fewer than two values in a group, or no spread in either.", "",
+                  "| A | B | metric | mean A (n) | mean B (n) | t | df | p |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['a']} | {r['b']} | {r['metric']} | {r['mean_a']:.4f} ({r['n_a']}) | {r['mean_b']:.4f} "
+                  f"({r['n_b']}) | {number(r['t'], 2)} | {number(r['df'], 1)} | {number(r['p'], 4)} |"
+                  for r in rows]
+        if sparse and bert:
+            lines += ["", "Sparse vs BERT compares cross-validation folds (spread over data) with seeds on one "
+                      "split (spread over initialisations), as the paper does; read those p-values with that in "
+                      "mind."]
+    else:
+        lines.append("No Welch tests: they need two BERT models, or a BERT model and the sparse baselines.")
+    path = os.path.join(output_dir, REPORT)
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return path

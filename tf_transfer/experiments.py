@@ -3,10 +3,13 @@
     python -m tf_transfer.experiments run transfer_learning --variant=cpu --tasks=rte,mrpc --shard=1/2
     python -m tf_transfer.experiments run layer_freezing --dry_run
     python -m tf_transfer.experiments report transfer_learning --variant=cpu --runs_dir=runs --out=reports/transfer_learning
+    python -m tf_transfer.experiments table reports/runs --out=/tmp/runs
 
 `run` skips completed runs and runs locked by another process (so several processes or machines can share one
 grid and `runs/`), records a failed run's error beside it and goes on; it exits with status 1 when any run
-failed. `report` writes Markdown, CSV and PNG.
+failed. `report` writes Markdown, CSV and PNG. `table` prints one row per `summary.json` below a folder, of any
+study or none, with the time saved and score difference against the task's fine-tuning
+(`tf_transfer.reporting.runs_table`); `--out=PATH` also writes PATH.csv and PATH.md.
 """
 
 from __future__ import annotations
@@ -26,14 +29,15 @@ flags.DEFINE_string("variant", "paper", "Which of the study's variants: paper, o
 flags.DEFINE_list("tasks", None, "Only these tasks (comma-separated).")
 flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-th (1 <= I <= N).")
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
-flags.DEFINE_string("out", None, "report: output folder (default reports/<study>).")
+flags.DEFINE_string("out", None, "report: output folder (default reports/<study>); table: PATH (no extension) "
+                    "to write PATH.csv and PATH.md (default: print only).")
 COMMON = flags_lib.common(
     runs_dir=("runs", "Root folder of the runs."),
     data_dir=(None, "GLUE folder for every run (default $GLUE_DIR)."),
     cache_dir=(None, "Frozen-prefix cache folder shared by the runs (variants that cache)."),
 )
 
-USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags]"
+USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags], or table RUNS_DIR [--out=PATH]"
 
 
 def main(argv):
@@ -41,6 +45,11 @@ def main(argv):
     from tf_transfer.data import tasks
     from tf_transfer.core.errors import TransferError
 
+    if len(argv) == 3 and argv[1] == "table":
+        from tf_transfer.reporting import runs_table
+
+        runs_table.command(argv[2], FLAGS.out)
+        return
     if len(argv) != 3 or argv[1] not in ("run", "report"):
         raise TransferError(USAGE)
     command, name = argv[1], argv[2]

@@ -1,0 +1,215 @@
+"""One row per run below a folder, compared with the same task's fine-tuning: the transfer-learning paper's
+comparison (time saved, score difference) for any sweep of `tf_transfer.glue` runs.
+
+    python -m tf_transfer.experiments table reports/runs --out=/tmp/runs   # also writes /tmp/runs.csv, .md
+
+Every `summary.json` below the folder (recursively) is one row: the settings, epochs trained, the best epoch, the
+test score at the best epoch (the summary's `metric`; MNLI's matched dev set, the mismatched one beside it in
+brackets and in its own CSV column), and the time to the best epoch with the frozen-prefix cache's build charged
+(`tables.elapsed`, wall clock). Summaries of other entry points that name a task and a metric (stack, multitask)
+are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped, as are files
+that are not JSON. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
+
+The reference of a GLUE task and preset is its completed fine-tuning runs (`trainable_layers` "all") of one
+setting: among several (learning rates, batch sizes, ...) the one with the best mean validation score at the best
+epoch, chosen by validation as the layer-freezing line search chooses its rate (by test score it would flatter the
+reference; a diverged setting would flatter the runs); within it the run of the same seed, else the mean over its
+seeds.
+Point the command at one study's folder to keep other studies' runs out of the reference.
+
+Example (from the repository root):
+
+>>> from tf_transfer.reporting import runs_table
+>>> table = runs_table.collect("reports/runs")
+>>> len(table.rows), table.skipped
+(120, 0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Optional
+
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data.tasks import TASKS
+from tf_transfer.reporting import stats, tables
+
+SUMMARY = "summary.json"
+COLUMNS = ("run", "task", "preset", "trainable_layers", "lr", "batch_size", "seed", "epochs", "best_epoch",
+           "metric", "score", "score_mismatched", "time_to_best_s", "time_saved_pct", "score_diff", "status")
+SHOWN = ("run", "task", "preset", "layers", "lr", "batch", "seed", "epochs", "best", "metric", "test score",
+         "time to best (s)", "time saved", "score diff", "status")
+# Where a run's files and data lived, not what it ran: the machines of one sweep may keep them apart.
+NOT_SETTINGS = ("seed", "data_dir", "cache_dir", "output_dir")
+
+
+@dataclasses.dataclass
+class Table:
+    rows: list  # dicts keyed by COLUMNS
+    skipped: int  # summaries of other kinds (or unreadable)
+    references: list  # one line per GLUE task and preset with a fine-tuning reference
+
+
+def find_summaries(root: str) -> list:
+    if not os.path.isdir(root):
+        raise TransferError(f"runs folder {root} does not exist (or is not a folder)")
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        if SUMMARY in files:
+            found.append(os.path.join(folder, SUMMARY))
+    if not found:
+        raise TransferError(f"no {SUMMARY} below {root}: point the command at a folder of runs")
+    return found
+
+
+def _number(value) -> Optional[float]:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+    return value if ok else None
+
+
+def _load(path: str) -> Optional[dict]:
+    """The summary if it is one this table can show: a task, a metric and a list of epochs."""
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not isinstance(summary.get("epochs"), list):
+        return None
+    ok = all(isinstance(summary.get(key), str) for key in ("task", "metric"))
+    return summary if ok and all(isinstance(e, dict) for e in summary["epochs"]) else None
+
+
+def _best(summary: dict) -> Optional[dict]:
+    best = summary.get("best_epoch")
+    return tables.best_epoch(summary) if isinstance(best, int) and 1 <= best <= len(summary["epochs"]) else None
+
+
+def _row(run: str, summary: dict) -> dict:
+    record, metric = _best(summary), summary["metric"]
+    test = record.get("test") if record else None
+    score = mismatched = None
+    if isinstance(test, dict):  # stack runs without test data hold None
+        score = _number(tables.test_score(record, metric))
+        mismatched = _number((test.get("dev_mismatched") or {}).get(metric))
+    timed = record is not None and _number(record.get("train_time_s")) is not None
+    return {"run": run, "task": summary["task"], "preset": summary.get("preset"),
+            "trainable_layers": summary.get("trainable_layers"), "lr": summary.get("lr"),
+            "batch_size": summary.get("batch_size"), "seed": summary.get("seed"), "epochs": len(summary["epochs"]),
+            "best_epoch": summary["best_epoch"] if record is not None else None, "metric": metric, "score": score,
+            "score_mismatched": mismatched, "time_to_best_s": tables.elapsed(summary, record) if timed else None,
+            "time_saved_pct": None, "score_diff": None,
+            "status": "completed" if summary.get("completed") else "unfinished"}
+
+
+def _setting(summary: dict) -> str:
+    config = summary.get("config")
+    if not isinstance(config, dict):
+        config = {key: summary.get(key) for key in ("lr", "batch_size")}
+    return json.dumps({k: v for k, v in config.items() if k not in NOT_SETTINGS}, sort_keys=True, default=str)
+
+
+def _comparable(row: dict) -> bool:
+    return (row["task"] in TASKS and row["status"] == "completed" and row["score"] is not None
+            and row["time_to_best_s"] is not None)
+
+
+def _validation(summary: dict) -> float:
+    record = _best(summary)
+    value = _number(((record or {}).get("val") or {}).get(summary["metric"]))
+    return -math.inf if value is None else value
+
+
+def _references(runs: list) -> dict:
+    """(task, preset) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
+    settings = {}
+    for row, summary in runs:
+        if _comparable(row) and row["trainable_layers"] == "all":
+            group = settings.setdefault((row["task"], row["preset"]), {}).setdefault(_setting(summary), [])
+            group.append((row, _validation(summary)))
+    chosen = {}
+    for key, groups in settings.items():
+        members = max(groups.values(), key=lambda group: stats.mean([value for _, value in group]))
+        chosen[key] = ([row for row, _ in members], stats.mean([value for _, value in members]))
+    return chosen
+
+
+def _describe(task: str, preset: str, members: list, validation: float) -> str:
+    first = members[0]
+    where = os.path.commonpath([m["run"] for m in members]) if len(members) > 1 else first["run"]
+    return (f"- {task} ({preset}): fine-tuning at lr {first['lr']}, batch {first['batch_size']}, "
+            f"{len(members)} run(s), mean validation {first['metric']} {validation:.3f}: {where}")
+
+
+def collect(root: str) -> Table:
+    runs, skipped = [], 0
+    for path in find_summaries(root):
+        summary = _load(path)
+        if summary is None:
+            skipped += 1
+            continue
+        runs.append((_row(os.path.relpath(os.path.dirname(path), root), summary), summary))
+    references = _references(runs)
+    for row, _ in runs:
+        chosen = references.get((row["task"], row["preset"]))
+        if not chosen or not _comparable(row):
+            continue
+        basis = [m for m in chosen[0] if m["seed"] == row["seed"]] or chosen[0]
+        seconds = stats.mean([m["time_to_best_s"] for m in basis])
+        row["time_saved_pct"] = 100.0 * (seconds - row["time_to_best_s"]) / seconds if seconds > 0 else None
+        row["score_diff"] = row["score"] - stats.mean([m["score"] for m in basis])
+    lines = [_describe(*key, *chosen) for key, chosen in sorted(references.items(), key=lambda kv: str(kv[0]))]
+    return Table([row for row, _ in runs], skipped, lines)
+
+
+def _cells(row: dict) -> list:
+    def shown(value, form):
+        return "-" if value is None else format(value, form) if _number(value) is not None else str(value)
+
+    score = shown(row["score"], ".3f")
+    if row["score_mismatched"] is not None:
+        score += f" (mm {row['score_mismatched']:.3f})"
+    # round first: a rounded -0.0 would read as a loss
+    saved = "-" if row["time_saved_pct"] is None else f"{round(row['time_saved_pct'], 1) + 0.0:.1f}%"
+    diff = "-" if row["score_diff"] is None else f"{round(row['score_diff'], 3) + 0.0:+.3f}"
+    return [row["run"], row["task"], shown(row["preset"], ""), shown(row["trainable_layers"], ""),
+            shown(row["lr"], "g"), shown(row["batch_size"], ""), shown(row["seed"], ""), str(row["epochs"]),
+            shown(row["best_epoch"], ""), row["metric"], score, shown(row["time_to_best_s"], ".1f"), saved,
+            diff, row["status"]]
+
+
+def render(table: Table, root: str) -> str:
+    """The table as Markdown, cells padded so that it also reads as plain text, and what it compares with."""
+    cells = [list(SHOWN)] + [_cells(row) for row in table.rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(SHOWN))]
+    padded = [[text.ljust(width) for text, width in zip(line, widths)] for line in cells]
+    unfinished = sum(row["status"] != "completed" for row in table.rows)
+    notes = [
+        "", f"{len(table.rows)} runs ({unfinished} unfinished) below {root}; "
+            f"{table.skipped} summaries of other kinds skipped.",
+        "", "Test score: the summary's metric at the best epoch (MNLI: dev_matched, mm = dev_mismatched). Time to "
+            "best: wall seconds of training to the end of the best epoch plus the frozen-prefix cache's build. Time "
+            "saved (% of the reference's time to its best epoch) and score diff (this run minus the reference) "
+            "compare completed GLUE runs with the fine-tuning reference of their task and preset: the run of the "
+            "same seed, else the mean over its seeds.", "",
+        "Fine-tuning references (per task and preset, the setting with the best mean validation score):" if
+        table.references else "No completed GLUE fine-tuning run (trainable_layers all) found: nothing compared.",
+    ]
+    return "\n".join([tables.markdown_table(padded[0], padded[1:])] + notes + table.references)
+
+
+def command(root: str, out: Optional[str] = None) -> Table:
+    """Prints the table of the runs below `root`; with `out`, also writes `out`.csv and `out`.md."""
+    table = collect(root)
+    text = render(table, root)
+    print(text)
+    if out:
+        tables.write_csv(out + ".csv", list(COLUMNS), [[row[c] for c in COLUMNS] for row in table.rows])
+        with open(out + ".md", "w") as f:
+            f.write(text + "\n")
+        print(f"written to {out}.csv and {out}.md")
+    return table

@@ -11,4 +11,10 @@ import os
 # keeps TensorFlow's own default. Set TF_ENABLE_ONEDNN_OPTS=0 to opt out.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
+# Before TensorFlow is imported, or its start-up chatter is already out: every command imports tf_transfer first.
+# TF_CPP_MIN_LOG_LEVEL set by the user, or --verbosity >= 1, turns this off (tf_transfer/core/quiet.py).
+from tf_transfer.core import quiet as _quiet  # noqa: E402
+
+_quiet.install()
+
 __version__ = "0.1.0"

@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags
@@ -40,8 +39,8 @@ def run(main, common_flags: dict = None) -> None:
         from tf_transfer.core import flags as shared_flags
 
         shared_flags.apply(common_flags)
-    # TensorFlow's C++ start-up chatter is not the user's business; keep warnings and errors.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # TensorFlow's C++ logging level is settled by `import tf_transfer` (core/quiet.py): a level set here would
+    # come after the user's choice was read and would hide the detail --verbosity=1 asks for.
 
     def guarded(argv):
         try:

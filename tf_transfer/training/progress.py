@@ -28,7 +28,8 @@ class Progress(keras.callbacks.Callback):
         super().__init__()
         self.epoch, self.steps, self.examples, self.every_s = epoch, max(int(steps), 1), examples, every_s
         self.label = label
-        self.interactive = sys.stderr.isatty() if interactive is None else interactive
+        # Keras draws its bar on stdout (stderr goes through the quiet-start filter, never a terminal).
+        self.interactive = sys.stdout.isatty() if interactive is None else interactive
         self.bar = None
         self.start = self.last = time.perf_counter()
 

@@ -3,6 +3,9 @@
 import json
 import logging
 import os
+import subprocess
+import sys
+import textwrap
 from collections import Counter
 
 import numpy as np
@@ -124,7 +127,7 @@ def test_missing_file_and_glue_layout(tmp_path, glue_dir):
 
 
 def test_mean_pooling_ignores_padded_positions():
-    from tf_transfer.studies.multitask import MeanPooling
+    from tf_transfer.models.pooling import MeanPooling
 
     real = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 9.0]], np.float32)
     padded = np.concatenate([real, [[1e6, np.nan], [-7.0, 3.0]]]).astype(np.float32)
@@ -134,7 +137,7 @@ def test_mean_pooling_ignores_padded_positions():
 
 
 def test_mean_pooled_sentence_vector_does_not_depend_on_padding_length():
-    from tf_transfer.studies.multitask import MeanPooling
+    from tf_transfer.models.pooling import MeanPooling
 
     backbone = make_tiny_backbone()
     tokens = np.array([2, 7, 9, 11, 3], np.int32)
@@ -152,7 +155,7 @@ def test_mean_pooled_sentence_vector_does_not_depend_on_padding_length():
 
 
 def test_sbert_pair_features_are_u_v_and_absolute_difference():
-    from tf_transfer.studies.multitask import SbertPairFeatures
+    from tf_transfer.models.multitask import SbertPairFeatures
 
     u = np.array([[1.0, 2.0, -3.0]], np.float32)
     v = np.array([[3.0, -1.0, -3.0]], np.float32)
@@ -161,10 +164,10 @@ def test_sbert_pair_features_are_u_v_and_absolute_difference():
 
 @pytest.fixture(scope="module")
 def built_model():
-    from tf_transfer.studies import multitask as multitask_model
+    from tf_transfer.models.multitask import build_model
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
 
-    settings = multitask_model.MultitaskSettings(data_dir="unused")
-    return multitask_model.build_model(make_tiny_backbone(), settings, num_sentiment_classes=5)
+    return build_model(make_tiny_backbone(), MultitaskSettings(data_dir="unused"), num_sentiment_classes=5)
 
 
 @pytest.fixture
@@ -177,7 +180,7 @@ def model(built_model):
 
 
 def test_layerwise_factors():
-    from tf_transfer.studies.multitask import layerwise_factors
+    from tf_transfer.training.optimizers import layerwise_factors
 
     assert layerwise_factors(3, 0.5) == {"block_2": 1.0, "block_1": 0.5, "block_0": 0.25, "embeddings": 0.125,
                                          "pooler": 1.0}
@@ -186,7 +189,7 @@ def test_layerwise_factors():
 def test_effective_first_step_of_every_variable_is_its_blocks_learning_rate(model):
     import tensorflow as tf
 
-    from tf_transfer.studies.multitask import GroupedAdamW, parameter_groups
+    from tf_transfer.training.optimizers import GroupedAdamW, parameter_groups
 
     lr, head_lr = 1e-3, 4e-3
     expected = {"embeddings": lr * 0.125, "block_0": lr * 0.25, "block_1": lr * 0.5, "block_2": lr, "pooler": lr,
@@ -208,7 +211,7 @@ def test_effective_first_step_of_every_variable_is_its_blocks_learning_rate(mode
 def test_weight_decay_scales_with_the_groups_learning_rate(model):
     import tensorflow as tf
 
-    from tf_transfer.studies.multitask import GroupedAdamW, parameter_groups
+    from tf_transfer.training.optimizers import GroupedAdamW, parameter_groups
 
     groups = parameter_groups(model, 1e-2, 0.5)
     optimizer = GroupedAdamW(groups, weight_decay=0.1, clip_norm=0.0)
@@ -225,7 +228,7 @@ def test_weight_decay_scales_with_the_groups_learning_rate(model):
 def test_each_head_counts_its_own_adam_steps(model):
     import tensorflow as tf
 
-    from tf_transfer.studies.multitask import GroupedAdamW, parameter_groups
+    from tf_transfer.training.optimizers import GroupedAdamW, parameter_groups
 
     groups = parameter_groups(model, 1e-3, 1.0)
     optimizer = GroupedAdamW(groups, weight_decay=0.0, clip_norm=0.0)
@@ -242,7 +245,7 @@ def test_each_head_counts_its_own_adam_steps(model):
 
 def test_frozen_blocks_and_pooler_have_no_group(model):
     from tf_transfer.models import freezing
-    from tf_transfer.studies.multitask import parameter_groups
+    from tf_transfer.training.optimizers import parameter_groups
 
     freezing.set_trainable_layers(model.backbone, 1)
     groups = parameter_groups(model, 1e-3, 0.95)
@@ -255,7 +258,7 @@ def test_frozen_blocks_and_pooler_have_no_group(model):
 
 
 def test_epoch_batches_of_both_schedules():
-    from tf_transfer.studies.multitask import epoch_batches
+    from tf_transfer.data.multitask_inputs import epoch_batches
 
     sizes = {"sst": 10, "para": 25, "sts": 7}
     sequential = epoch_batches(sizes, 4, seed=0, epoch=1, schedule="sequential", order=("sts", "sst", "para"))
@@ -276,7 +279,7 @@ def test_epoch_batches_of_both_schedules():
 
 
 def test_settings_are_validated():
-    from tf_transfer.studies.multitask import MultitaskSettings
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
 
     for bad, fragment in [({"pair_head": "siamese"}, "--pair_head must be one of sbert, concat"),
                           ({"pooling_sts": "max"}, "--pooling_sts must be one of cls, mean"),
@@ -302,17 +305,18 @@ SCORE_KEYS = {"sst_accuracy", "paraphrase_accuracy", "sts_pearson", "overall"}
 
 @pytest.fixture(scope="module")
 def runs(cs224n_dir, tiny_preset, tmp_path_factory):
-    from tf_transfer.studies import multitask as multitask_model
+    from tf_transfer.studies import multitask
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
 
     results = {}
     for schedule, overrides in (("sequential", {"pooling_sst": "mean", "llrd": 0.9}),
                                 ("summed", {"pair_head": "concat", "task_order": "sts,para,sst",
                                             "precision": "mixed_bfloat16"})):
-        settings = multitask_model.MultitaskSettings(
+        settings = MultitaskSettings(
             data_dir=cs224n_dir, preset=tiny_preset, schedule=schedule, max_epochs=1, batch_size=8, lr=1e-3,
             max_seq_length=32, max_train_examples=16, **overrides)
         output_dir = str(tmp_path_factory.mktemp(schedule))
-        results[schedule] = (settings, output_dir, multitask_model.run_multitask(settings, output_dir))
+        results[schedule] = (settings, output_dir, multitask.run_multitask(settings, output_dir))
     return results
 
 
@@ -353,8 +357,12 @@ def test_one_epoch_run_writes_summary_weights_and_tensorboard(runs, schedule):
 
 def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     """`--init_from` loads best.weights.h5: scoring the loaded model gives the best epoch's dev scores again."""
+    from tf_transfer.data.multitask_inputs import encode_split
     from tf_transfer.models import backbones
-    from tf_transfer.studies import multitask as multitask_model
+    from tf_transfer.models.multitask import build_model
+    from tf_transfer.studies import multitask
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask_steps import make_predict, score
 
     import keras
 
@@ -362,18 +370,17 @@ def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     assert summary["best_epoch"] == 1, "a finite overall score is expected on the fixture data"
     keras.mixed_precision.set_global_policy(settings.precision)  # the summed run left mixed_bfloat16 set
     loaded = backbones.load_preset(settings.preset)
-    model = multitask_model.build_model(loaded.backbone, settings, 5)
-    multitask_model.load_initial_weights(model, output_dir)
+    model = build_model(loaded.backbone, settings, 5)
+    multitask.load_initial_weights(model, output_dir)
     data = multitask_data.load(settings.data_dir)
-    dev = {task: multitask_model.encode_split(task, data.tasks[task].dev, loaded.tokenizer, settings.pair_head,
-                                              settings.max_seq_length) for task in data.tasks}
-    predict = {task: multitask_model.make_predict(model, task, settings.pair_head) for task in dev}
-    scores = multitask_model.score(predict, dev, 64)
+    dev = {task: encode_split(task, data.tasks[task].dev, loaded.tokenizer, settings.pair_head,
+                              settings.max_seq_length) for task in data.tasks}
+    predict = {task: make_predict(model, task, settings.pair_head) for task in dev}
+    scores = score(predict, dev, 64)
     assert scores == pytest.approx(summary["epochs"][0]["test"], abs=1e-6)
-    concat = multitask_model.MultitaskSettings(data_dir="d", preset=settings.preset, pair_head="concat",
-                                               init_from=output_dir)
+    concat = MultitaskSettings(data_dir="d", preset=settings.preset, pair_head="concat", init_from=output_dir)
     with pytest.raises(TransferError, match="--pair_head=sbert"):
-        multitask_model.check_init_from(concat)
+        multitask.check_init_from(concat)
 
 
 def test_bad_data_exits_2_with_one_error_line(tmp_path):
@@ -408,10 +415,12 @@ def test_every_paper_flagfile_gives_valid_settings():
     import glob
     import re
 
-    from tf_transfer.studies.multitask import MultitaskSettings
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
+
+    from tf_transfer import multitask as command
 
     with open(os.path.join(REPO, "tf_transfer", "multitask.py")) as f:
-        defined = set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', f.read()))
+        defined = set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', f.read())) | set(command.COMMON)
     defaults = {field.name: field.default for field in dataclasses.fields(MultitaskSettings)}
     convert = {bool: lambda v: v.lower() in ("true", "1"), int: int, float: float}
     rows = {}
@@ -441,13 +450,14 @@ def test_every_paper_flagfile_gives_valid_settings():
 
 
 def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tmp_path, monkeypatch):
+    from tf_transfer.studies import multitask
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
     from tf_transfer.training import checkpoints
-    from tf_transfer.studies import multitask as multitask_model
 
-    settings = multitask_model.MultitaskSettings(
+    settings = MultitaskSettings(
         data_dir=cs224n_dir, preset=tiny_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,
         max_seq_length=32, max_train_examples=16)
-    straight = multitask_model.run_multitask(settings, str(tmp_path / "straight"))
+    straight = multitask.run_multitask(settings, str(tmp_path / "straight"))
 
     original_prune = checkpoints.prune
 
@@ -459,13 +469,13 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
     monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
     resumed_dir = str(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
-        multitask_model.run_multitask(settings, resumed_dir)
+        multitask.run_multitask(settings, resumed_dir)
     with open(os.path.join(resumed_dir, "summary.json")) as f:
         partial = json.load(f)
     assert partial["completed"] is False and [e["epoch"] for e in partial["epochs"]] == [1]
 
     monkeypatch.setattr(checkpoints, "prune", original_prune)
-    resumed = multitask_model.run_multitask(settings, resumed_dir)
+    resumed = multitask.run_multitask(settings, resumed_dir)
     assert resumed["completed"] is True and [e["epoch"] for e in resumed["epochs"]] == [1, 2]
     assert resumed["epochs"][0] == partial["epochs"][0] and [r["after_epoch"] for r in resumed["resumes"]] == [1]
     # Weights, optimizer slots, dropout RNG and data order continue: the same losses and scores as unbroken.
@@ -474,33 +484,76 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
     assert not [f for f in os.listdir(resumed_dir) if f.startswith("checkpoint-epoch")]
 
     # Finished: the same settings get the stored result without training; other settings are refused.
-    again = multitask_model.run_multitask(settings, resumed_dir)
+    again = multitask.run_multitask(settings, resumed_dir)
     assert again["epochs"] == json.loads(json.dumps(resumed["epochs"]))
-    other = multitask_model.MultitaskSettings(**{**settings.to_dict(), "lr": 2e-3})
+    other = MultitaskSettings(**{**settings.to_dict(), "lr": 2e-3})
     with pytest.raises(TransferError, match=r"holds a completed run with other settings \(lr\)"):
-        multitask_model.run_multitask(other, resumed_dir)
+        multitask.run_multitask(other, resumed_dir)
     monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
     with pytest.raises(KeyboardInterrupt):
-        multitask_model.run_multitask(settings, str(tmp_path / "third"))
+        multitask.run_multitask(settings, str(tmp_path / "third"))
     with pytest.raises(TransferError, match="other settings"):
-        multitask_model.run_multitask(other, str(tmp_path / "third"))
-    bf16 = multitask_model.MultitaskSettings(**{**settings.to_dict(), "precision": "mixed_bfloat16"})
+        multitask.run_multitask(other, str(tmp_path / "third"))
+    bf16 = MultitaskSettings(**{**settings.to_dict(), "precision": "mixed_bfloat16"})
     with pytest.raises(TransferError, match="other settings"):
-        multitask_model.run_multitask(bf16, str(tmp_path / "third"))
+        multitask.run_multitask(bf16, str(tmp_path / "third"))
 
 
 def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, tiny_preset, tmp_path):
     import keras
 
-    from tf_transfer.studies import multitask as multitask_model
+    from tf_transfer.studies import multitask
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
 
-    settings = multitask_model.MultitaskSettings(
+    settings = MultitaskSettings(
         data_dir=cs224n_dir, preset=tiny_preset, max_epochs=1, batch_size=8, lr=1e-3, max_seq_length=32,
         max_train_examples=8, precision="mixed_float16")
     try:
-        summary = multitask_model.run_multitask(settings, str(tmp_path / "fp16"))
+        summary = multitask.run_multitask(settings, str(tmp_path / "fp16"))
     finally:
         keras.mixed_precision.set_global_policy("float32")
     (epoch,) = summary["epochs"]
     assert summary["precision"] == "mixed_float16" and summary["completed"] is True
     assert np.isfinite(epoch["loss"]) and set(epoch["task_loss"]) == {"sst", "para", "sts"}
+
+
+MIRRORED = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tf_transfer.core import strategies
+    from tf_transfer.studies import multitask
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
+
+    data_dir, preset, out = sys.argv[1:4]
+    result = {}
+    for name, devices in (("default", None), ("mirrored", ["/cpu:0", "/cpu:1"])):
+        # No dropout, so that both strategies compute the same function; batches of 5 and 2 split unevenly.
+        settings = MultitaskSettings(data_dir=data_dir, preset=preset, schedule="summed", max_epochs=1, batch_size=5,
+                                     lr=1e-3, clip_norm=0.5, max_seq_length=32, max_train_examples=12, dropout=0.0,
+                                     head_dropout=0.0, distribution=name)
+        strategy = strategies.make_strategy(name, devices)
+        summary = multitask.run_multitask(settings, f"{out}/{name}", strategy=strategy)
+        result[name] = {"replicas": strategy.num_replicas_in_sync, "completed": summary["completed"],
+                        "epoch": summary["epochs"][0]}
+    print("RESULT " + json.dumps(result))
+""")
+EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss",
+              "val", "test", "task_loss"}
+
+
+def test_mirrored_over_two_logical_cpus_computes_what_one_device_does(cs224n_dir, tiny_preset, tmp_path):
+    """Logical devices must be set before TensorFlow starts, hence a process of its own."""
+    done = subprocess.run([sys.executable, "-c", MIRRORED, cs224n_dir, tiny_preset, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    assert result["default"]["replicas"] == 1 and result["mirrored"]["replicas"] == 2
+    default, mirrored = result["default"]["epoch"], result["mirrored"]["epoch"]
+    assert result["mirrored"]["completed"] is True and set(mirrored) == EPOCH_KEYS == set(default)
+    # Each replica's loss is its share of the step's mean, and the gradients are summed over the replicas.
+    assert mirrored["loss"] == pytest.approx(default["loss"], rel=1e-5)
+    assert mirrored["task_loss"] == pytest.approx(default["task_loss"], rel=1e-5)
+    assert mirrored["test"] == pytest.approx(default["test"], abs=1e-4)

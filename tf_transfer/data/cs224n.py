@@ -19,8 +19,8 @@ split into train and dev with `split_seed` (a share `quora_dev_fraction` becomes
 
 Example (from the repository root):
 
->>> from tf_transfer import multitask_data
->>> data = multitask_data.load("../shared/data/cs224n_minbert")
+>>> from tf_transfer.data import cs224n
+>>> data = cs224n.load("../shared/data/cs224n_minbert")
 >>> {name: (len(task.train), len(task.dev)) for name, task in data.tasks.items()}
 {'sst': (8544, 1101), 'para': (16170, 4042), 'sts': (6040, 863)}
 >>> data.num_sentiment_classes, data.skipped_rows["quora-dev.csv"]

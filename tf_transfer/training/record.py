@@ -65,16 +65,18 @@ def read_summary(output_dir: str):
         return json.load(f)
 
 
-def refuse_other_settings(existing: dict, wanted: dict, output_dir: str, ignored: tuple = ()) -> None:
+def refuse_other_settings(existing: dict, wanted: dict, output_dir: str, ignored: tuple = (),
+                          added: dict = None) -> None:
     """Raises `TransferError` naming the settings that differ between the run in `output_dir` (its summary,
-    `existing`) and `wanted` (compared as read back from JSON; runs from before `precision` existed were float32).
+    `existing`) and `wanted` (compared as read back from JSON). `added` gives settings introduced after runs were
+    made, with the value those runs had (runs from before `precision` existed were float32).
 
     An unfinished run is resumed, and a completed one reported as done, only with its own settings: a changed
     command must never be answered with an old result. `ignored` settings (where data lives, speed knobs) may differ.
     """
     from tf_transfer.core.errors import TransferError
 
-    held = {"precision": "float32", **(existing.get("config") or {})}
+    held = {"precision": "float32", **(added or {}), **(existing.get("config") or {})}
     wanted = json.loads(json.dumps(wanted))
     differing = sorted(k for k in set(held) | set(wanted) if held.get(k) != wanted.get(k) and k not in ignored)
     if differing:

@@ -27,13 +27,15 @@ def now() -> str:
 
 class RunFolder:
     """`settings` (a JSON-able dict) is what a rerun must match; `ignored` settings (where data lives, speed knobs)
-    may differ. Nothing is written until `start`."""
+    may differ; `added` settings came after some runs were made, with the value those runs had. Nothing is written
+    until `start`."""
 
-    def __init__(self, path: str, settings: dict, ignored: tuple = (), overwrite: bool = False):
+    def __init__(self, path: str, settings: dict, ignored: tuple = (), overwrite: bool = False,
+                 added: dict = None):
         self.path = path
         self.existing = None if overwrite else record.read_summary(path)
         if self.existing:
-            record.refuse_other_settings(self.existing, settings, path, ignored)
+            record.refuse_other_settings(self.existing, settings, path, ignored, added)
         self.summary: Optional[dict] = None
         self.summary_path = os.path.join(path, record.SUMMARY)
 

@@ -1,0 +1,89 @@
+"""The multi-task study's inputs: each task's split tokenized, and the training steps of an epoch.
+
+A step is `{task: index array}`: one task per step (the `sequential` schedule) or all three (`summed`). The steps of
+epoch e depend only on the seed and e, so a resumed run sees the same batches.
+
+Example:
+
+>>> from tf_transfer.data.multitask_inputs import epoch_batches
+>>> steps = epoch_batches({"sst": 5, "para": 3, "sts": 2}, batch_size=2, seed=0, epoch=1, schedule="sequential",
+...                       order=("sst", "para", "sts"))
+>>> [sorted(step) for step in steps]
+[['sst'], ['sst'], ['sst'], ['para'], ['para'], ['sts']]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tf_transfer.data import inputs
+from tf_transfer.data import tasks
+from tf_transfer.data.cs224n import TASK_NAMES
+
+# Batches are padded to the next multiple of this above their longest example (never changes what is computed).
+BUCKET_STEP = 16
+
+
+@dataclasses.dataclass
+class TaskSplit:
+    """One task's split, tokenized: one packed sequence per example, or two (sentence a, sentence b) for SBERT."""
+
+    segments: tuple
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.max([segment.lengths for segment in self.segments], axis=0)
+
+    def features(self, indices: np.ndarray):
+        parts = [next(inputs.batches(segment, [indices], "bucket", BUCKET_STEP, with_labels=False))
+                 for segment in self.segments]
+        return parts[0] if len(parts) == 1 else {"a": parts[0], "b": parts[1]}
+
+    def batch(self, indices: np.ndarray):
+        labels = self.labels[indices]
+        return self.features(indices), labels.astype(np.int32 if labels.dtype.kind == "i" else np.float32)
+
+
+def encode_split(task: str, examples: tasks.Examples, tokenizer, pair_head: str, max_seq_length: int) -> TaskSplit:
+    """Tokenizes `examples`: a pair's sentences one by one for the SBERT head, else as one packed sequence."""
+    if examples.text_b is not None and pair_head == "sbert":
+        segments = tuple(inputs.encode(tasks.Examples(texts, None, examples.labels), tokenizer, max_seq_length)
+                         for texts in (examples.text_a, examples.text_b))
+    else:
+        segments = (inputs.encode(examples, tokenizer, max_seq_length),)
+    labels = examples.labels.astype(np.float32) if task == "para" else examples.labels
+    return TaskSplit(segments, labels)
+
+
+def epoch_batches(sizes: dict, batch_size: int, seed: int, epoch: int, schedule: str, order: tuple) -> list:
+    """The epoch's training steps: a list of `{task: index array}` (one task per step, or all three when summed).
+
+    Sequential: each task in `order`, one seeded permutation cut into batches. Summed: as many steps as the largest
+    task needs; every step takes equally many examples of each task, from a stream of fresh seeded permutations, so
+    smaller tasks are reshuffled and reused within the epoch.
+    """
+    def stream(task: str, repeat: int) -> np.ndarray:
+        return np.random.default_rng([seed, epoch, TASK_NAMES.index(task), repeat]).permutation(sizes[task])
+
+    if schedule == "sequential":
+        steps = []
+        for task in order:
+            permutation = stream(task, 0)
+            steps += [{task: permutation[i:i + batch_size]} for i in range(0, sizes[task], batch_size)]
+        return steps
+    largest = max(sizes.values())
+    step_sizes = [min(batch_size, largest - start) for start in range(0, largest, batch_size)]
+    total = sum(step_sizes)
+    indices = {}
+    for task in order:
+        repeats = math.ceil(total / sizes[task])
+        indices[task] = np.concatenate([stream(task, r) for r in range(repeats)])[:total]
+    bounds = np.cumsum([0] + step_sizes)
+    return [{task: indices[task][bounds[i]:bounds[i + 1]] for task in order} for i in range(len(step_sizes))]

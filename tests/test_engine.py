@@ -9,6 +9,7 @@ from tf_transfer.models import heads
 from tf_transfer.data import inputs
 from tf_transfer.studies import glue as runner
 from tf_transfer.data import tasks
+from tf_transfer.data.examples import Examples
 from tf_transfer.studies.glue_config import RunConfig
 
 from conftest import NUM_LAYERS, make_tiny_backbone, make_tiny_tokenizer
@@ -33,7 +34,7 @@ def test_packing_is_cls_a_sep_b_sep_with_segments(encoded_rte):
 
 
 def test_truncation_to_max_seq_length():
-    examples = tasks.Examples(["the cat " * 40], ["a dog " * 40], np.array([0]))
+    examples = Examples(["the cat " * 40], ["a dog " * 40], np.array([0]))
     encoded = inputs.encode(examples, make_tiny_tokenizer(), 16)
     assert encoded.lengths[0] == 16 and encoded.token_ids.shape == (1, 16)
     # Round robin keeps both segments: 7 tokens each plus [CLS] and two [SEP].

@@ -1,11 +1,13 @@
-"""Every task's TSV layout parses; bad rows are reported with file and line; the split is seeded."""
+"""Every task's TSV layout parses; bad rows are reported with file and line; the split is seeded; the table reader
+and the examples container every format shares."""
 
 import os
 
 import numpy as np
 import pytest
 
-from tf_transfer.data import tasks
+from tf_transfer.data import tables, tasks
+from tf_transfer.data.examples import train_validation_split
 from tf_transfer.core.errors import TransferError
 
 from conftest import write_glue
@@ -106,9 +108,9 @@ def test_unknown_task():
 
 def test_split_is_seeded_disjoint_and_complete(glue_dir):
     examples = tasks.read_glue_split(tasks.get_task("sst2"), glue_dir, "train")
-    train, validation = tasks.train_validation_split(examples, 0.1, seed=3)
-    again, _ = tasks.train_validation_split(examples, 0.1, seed=3)
-    other, _ = tasks.train_validation_split(examples, 0.1, seed=4)
+    train, validation = train_validation_split(examples, 0.1, seed=3)
+    again, _ = train_validation_split(examples, 0.1, seed=3)
+    other, _ = train_validation_split(examples, 0.1, seed=4)
     assert len(validation) == 4 and len(train) == 36
     assert train.text_a == again.text_a
     assert train.text_a != other.text_a
@@ -123,3 +125,77 @@ def test_tfds_path_with_mock_data():
     assert len(train) == 7 and len(tests["dev"]) == 7
     assert all(isinstance(t, str) for t in train.text_a + train.text_b)
     assert set(train.labels.tolist()) <= {0, 1}
+
+
+# --- the one table reader and examples container under every format ---------------------------------------------
+
+
+def _columns(path, names=("text", "label")):
+    """Columns `names`; a row with an empty last one is skipped, one whose last is `bad` is malformed."""
+
+    def columns(header):
+        found = tables.positions(str(path), header, names, "lacks {missing} (found: {found})")
+
+        def convert(row):
+            values = [row.fields[p] for p in found]
+            if not values[-1]:
+                raise tables.SkipRow()
+            if values[-1] == "bad":
+                raise tables.BadRow("a bad label")
+            return row.line, values
+
+        return convert
+
+    return columns
+
+
+def test_table_bad_rows_are_skipped_counted_or_one_error_line(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_text("text\tlabel\na\t1\nb\t\nc\tbad\nd\t0\n")
+    rows = tables.read_rows(str(path), _columns(path), tables.TSV, skip_bad_rows=True)
+    assert rows.records == [(2, ["a", "1"]), (5, ["d", "0"])] and rows.skipped_lines == [3] and rows.skipped == 2
+    with pytest.raises(TransferError, match=r"t\.tsv:4: a bad label \(or pass --skip_bad_rows"):
+        tables.read_rows(str(path), _columns(path), tables.TSV, skip_bad_rows=False)
+    with pytest.raises(TransferError, match=r"t\.tsv:4: a bad label$"):  # a reader without the option: no hint
+        tables.read_rows(str(path), _columns(path), tables.TSV)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "the file is empty; expected a header row"),
+    ("\n\ntext,label\n", ":1: the first line is blank"),
+    ("text,label\n\n", ": no data rows"),
+    ("text,label\na,\n", r": no usable rows \(1 skipped\)"),
+    ("text,kind\na,1\n", r":1: lacks 'label' \(found: 'text', 'kind'\)"),
+    (b"text,label\na,\xff\n", "not valid UTF-8 text"),
+])
+def test_table_file_problems_are_one_error_line_naming_it(tmp_path, content, message):
+    path = tmp_path / "t.csv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(TransferError, match=message) as error:
+        tables.read_rows(str(path), _columns(path))
+    assert str(path) in str(error.value)
+
+
+def test_table_dialect_bom_and_lines_of_quoted_rows(tmp_path):
+    path = tmp_path / "t.csv"  # a byte-order mark, a padded header name, a quoted text over two lines
+    path.write_bytes('\ufefftext ,label\n"two\nlines, one text",1\n""\nc,0\n'.encode())
+    rows = tables.read_rows(str(path), _columns(path))  # no tab in the header line: CSV, quoted
+    assert rows.records == [(3, ["two\nlines, one text", "1"]), (5, ["c", "0"])]
+    tsv = tmp_path / "t.tsv"  # a tab in the header line: quoting off, the quote character is text
+    tsv.write_text('text\tlabel\nhe said " yes\t1\nb\t0\n')
+    assert tables.read_rows(str(tsv), _columns(tsv)).records == [(2, ['he said " yes', "1"]),
+                                                                                (3, ["b", "0"])]
+
+
+def test_examples_take_and_split_keep_every_field(tmp_path):
+    from tf_transfer.data.labelled_texts import LabelledTexts
+
+    data = LabelledTexts.from_records([((t,), i % 2) for i, t in enumerate("abcdefghij")], np.int64, source="s",
+                                      label_names=("0", "1"), sha256="x", skipped_rows=3)
+    part = data.take([2, 0])
+    assert isinstance(part, LabelledTexts) and part.texts == ["c", "a"] and part.labels.tolist() == [0, 0]
+    assert (part.sha256, part.label_names, part.skipped_rows, part.text_b) == ("x", ("0", "1"), 3, None)
+    train, validation = train_validation_split(data, 0.2, seed=1)
+    assert len(train) == 8 and len(validation) == 2 and sorted(train.texts + validation.texts) == data.texts
+    with pytest.raises(TransferError, match="10 examples in s cannot be split"):
+        train_validation_split(data, 0.01, seed=1)

@@ -29,24 +29,20 @@ Example (from the repository root):
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
-import sys
 from typing import Callable, Optional
 
 import numpy as np
 from absl import logging
 
-from tf_transfer.data import tasks
 from tf_transfer.core.errors import TransferError
+from tf_transfer.data import tables, tasks
+from tf_transfer.data.examples import Examples, train_validation_split
 
 TASK_NAMES = ("sst", "para", "sts")
 DATA_FORMATS = ("cs224n", "glue")
-
-# Long Quora questions must not trip the csv module's default 128 KiB field limit.
-csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
 def _sentiment(value: str) -> int:
@@ -109,8 +105,8 @@ GLUE_TASKS = {"sst": "sst2", "para": "qqp", "sts": "stsb"}
 
 @dataclasses.dataclass
 class TaskData:
-    train: tasks.Examples
-    dev: tasks.Examples
+    train: Examples
+    dev: Examples
 
 
 @dataclasses.dataclass
@@ -130,8 +126,8 @@ class MultitaskData:
     notes: list
 
 
-def read_cs224n_file(path: str, layout: FileLayout, skip_bad_rows: bool = False) -> tasks.Examples:
-    """Reads one CS224N file of `layout`; returns `tasks.Examples` with the skipped rows counted.
+def read_cs224n_file(path: str, layout: FileLayout, skip_bad_rows: bool = False) -> Examples:
+    """Reads one CS224N file of `layout`; returns `Examples` with the skipped rows counted.
 
     Raises:
       TransferError: missing file, missing header columns, or a malformed row (unless `skip_bad_rows`), naming the
@@ -141,63 +137,40 @@ def read_cs224n_file(path: str, layout: FileLayout, skip_bad_rows: bool = False)
         raise TransferError(
             f"missing data file {path}: --data_dir must be a CS224N minBERT data folder (ids-sst-train.csv, "
             "quora-dev.csv, sts-train.csv, ...), or pass --data_format=glue for a GLUE folder")
-    text_a, text_b, labels = [], [], []
-    empty_label_lines, bad_rows = [], 0
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-            header = next(rows, None)
-            if header is None:
-                raise TransferError(f"{path}: the file is empty; expected a header row")
-            wanted = list(layout.text_columns) + [layout.label_column]
-            missing = [name for name in wanted if name not in header]
-            if missing:
-                raise TransferError(f"{path}:1: header lacks column(s) {', '.join(missing)} (found: "
-                                    f"{', '.join(repr(h) for h in header)}); is this the right file?")
-            positions = [header.index(name) for name in wanted]
-            for row in rows:
-                line = rows.line_num  # quoting is off, so a row is exactly one line
-                if not row or row == [""]:
-                    continue
-                problem = None
-                if len(row) != len(header):
-                    problem = f"expected {len(header)} tab-separated columns as in the header, found {len(row)}"
-                elif not row[positions[-1]].strip() and layout.empty_label_skipped:
-                    empty_label_lines.append(line)
-                    continue
-                else:
-                    texts = [row[p].strip() for p in positions[:-1]]
-                    if not all(texts):
-                        problem = "empty text"
-                    else:
-                        try:
-                            label = layout.parse_label(row[positions[-1]].strip())
-                        except ValueError:
-                            problem = f"{layout.label_column} {row[positions[-1]]!r} is not {layout.expected_label}"
-                if problem:
-                    if skip_bad_rows:
-                        bad_rows += 1
-                        continue
-                    raise TransferError(f"{path}:{line}: {problem} (or pass --skip_bad_rows to skip such rows)")
-                text_a.append(texts[0])
-                if len(texts) == 2:
-                    text_b.append(texts[1])
-                labels.append(label)
-    except UnicodeDecodeError as e:
-        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
-    except csv.Error as e:
-        raise TransferError(f"{path}: unreadable tab-separated file ({e})") from None
-    if empty_label_lines:
-        shown = ", ".join(map(str, empty_label_lines[:10])) + (", ..." if len(empty_label_lines) > 10 else "")
-        logging.warning("%s: skipped %d row(s) with an empty %s (line %s)", path, len(empty_label_lines),
-                        layout.label_column, shown)
-    if bad_rows:
-        logging.warning("%s: skipped %d malformed row(s) (--skip_bad_rows)", path, bad_rows)
-    if not labels:
-        raise TransferError(f"{path}: no usable rows")
-    pair = len(layout.text_columns) == 2
-    return tasks.Examples(text_a, text_b if pair else None, np.asarray(labels, dtype=layout.dtype), path,
-                          len(empty_label_lines) + bad_rows)
+
+    def columns(header):
+        wanted = [*layout.text_columns, layout.label_column]
+        found = tables.positions(path, header, wanted,
+                                 "header lacks column(s) {missing} (found: {found}); is this the right file?")
+
+        def convert(row):
+            if len(row.fields) != len(header):
+                raise tables.BadRow(f"expected {len(header)} tab-separated columns as in the header, "
+                                    f"found {len(row.fields)}")
+            label = row.fields[found[-1]].strip()
+            if not label and layout.empty_label_skipped:
+                raise tables.SkipRow()
+            texts = tuple(row.fields[p].strip() for p in found[:-1])
+            if not all(texts):
+                raise tables.BadRow("empty text")
+            try:
+                return texts, layout.parse_label(label)
+            except ValueError:
+                raise tables.BadRow(f"{layout.label_column} {row.fields[found[-1]]!r} is not "
+                                    f"{layout.expected_label}") from None
+
+        return convert
+
+    # Tab-separated despite .csv, quoting off as for GLUE: Quora's lone quote characters stay text.
+    rows = tables.read_rows(path, columns, tables.TSV, skip_bad_rows=skip_bad_rows)
+    if rows.skipped_lines:
+        lines = rows.skipped_lines
+        shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+        logging.warning("%s: skipped %d row(s) with an empty %s (line %s)", path, len(lines), layout.label_column,
+                        shown)
+    if rows.bad_rows:
+        logging.warning("%s: skipped %d malformed row(s) (--skip_bad_rows)", path, rows.bad_rows)
+    return Examples.from_records(rows.records, layout.dtype, source=path, skipped_rows=rows.skipped)
 
 
 def load_cs224n(data_dir: str, quora_dev_fraction: float = 0.2, split_seed: int = 0,
@@ -213,7 +186,7 @@ def load_cs224n(data_dir: str, quora_dev_fraction: float = 0.2, split_seed: int 
         if name == "para" and not os.path.exists(train_path) and os.path.isfile(dev_path):
             pairs = read_cs224n_file(dev_path, layout, skip_bad_rows)
             skipped[layout.dev_file] = pairs.skipped_rows
-            train, dev = tasks.train_validation_split(pairs, quora_dev_fraction, split_seed)
+            train, dev = train_validation_split(pairs, quora_dev_fraction, split_seed)
             note = (f"no {layout.train_file} in {data_dir}: split {layout.dev_file} ({len(pairs)} usable pairs) "
                     f"into train ({len(train)}) and dev ({len(dev)}), dev share {quora_dev_fraction:g}, "
                     f"--split_seed={split_seed}")
@@ -250,7 +223,7 @@ def load(data_dir: str, data_format: str = "cs224n", quora_dev_fraction: float =
     raise TransferError(f"--data_format must be one of {', '.join(DATA_FORMATS)}, got {data_format!r}")
 
 
-def cap(examples: tasks.Examples, max_examples: Optional[int]) -> tasks.Examples:
+def cap(examples: Examples, max_examples: Optional[int]) -> Examples:
     """The first `max_examples` examples (all when None), as the core trainer's --max_train_examples."""
     if max_examples is None or max_examples >= len(examples):
         return examples

@@ -47,7 +47,7 @@ class Encoded:
 
 
 def encode(examples, tokenizer, max_seq_length: int, chunk_size: int = 4096) -> Encoded:
-    """Tokenizes and packs `examples` (a `tasks.Examples`) with `tokenizer` (a keras-hub BertTokenizer)."""
+    """Tokenizes and packs `examples` (an `examples.Examples`) with `tokenizer` (a keras-hub BertTokenizer)."""
     import keras_hub
     import tensorflow as tf
 

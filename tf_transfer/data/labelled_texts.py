@@ -15,37 +15,31 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import os
-import sys
 from typing import Optional, Sequence
 
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.data import tables
+from tf_transfer.data.examples import Examples
 
 BINARY_LABELS = ("0", "1")
 
-# Kaggle texts can be long after joining columns; the csv module's default 128 KiB field limit is not a bound on them.
-csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-
 
 @dataclasses.dataclass
-class LabelledTexts:
-    """Texts with class indices; `label_names[i]` is the value written in the file for class `i`."""
+class LabelledTexts(Examples):
+    """`Examples` of one text each (`texts`) with class indices, and what identifies the file they were read from."""
 
-    texts: list
-    labels: np.ndarray
-    label_names: tuple
-    source: str
-    sha256: str
+    sha256: str = ""
     text_columns: tuple = ("text",)
     label_column: str = "target"
 
-    def __len__(self) -> int:
-        return len(self.texts)
+    @property
+    def texts(self) -> list:
+        return self.text_a
 
     @property
     def num_classes(self) -> int:
@@ -58,9 +52,6 @@ class LabelledTexts:
     def class_counts(self) -> dict:
         counts = np.bincount(self.labels, minlength=self.num_classes)
         return {name: int(count) for name, count in zip(self.label_names, counts)}
-
-    def take(self, indices) -> "LabelledTexts":
-        return dataclasses.replace(self, texts=[self.texts[i] for i in indices], labels=self.labels[indices])
 
     def identity(self) -> dict:
         """What makes two readings of a file the same data: its bytes, the columns read, the labels declared."""
@@ -113,54 +104,39 @@ def read_labelled_texts(path: str, text_column: str = "text", label_column: str 
     """
     if not os.path.isfile(path):
         raise TransferError(f"data file {path} does not exist: pass --data=<CSV or TSV with a header row>")
-    separator = delimiter_for(path, delimiter)
+    dialect = tables.Dialect(delimiter_for(path, delimiter), quoted=True)
     label_names = parse_labels(labels)
     label_index = {name: i for i, name in enumerate(label_names)}
-    wanted = [text_column, *extra_text_columns, label_column]
-    texts, class_indices = [], []
-    try:
-        # utf-8-sig: files saved by spreadsheet programs often start with a byte-order mark that would glue
-        # itself to the first column's name.
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            rows = csv.reader(f, delimiter=separator)
-            header = next(rows, None)
-            if header is None:
-                raise TransferError(f"{path} is empty: expected a header row naming the columns")
-            header = [name.strip() for name in header]
-            missing = [name for name in dict.fromkeys(wanted) if name not in header]
-            if missing:
-                kind = "tab" if separator == "\t" else repr(separator)
-                raise TransferError(
-                    f"{path}: no column(s) {', '.join(repr(m) for m in missing)} in the header; found "
-                    f"{', '.join(repr(h) for h in header)} ({kind}-separated; set --text_column, --label_column, "
-                    "--text_columns or --delimiter)")
-            positions = [header.index(name) for name in wanted]
-            needed = max(positions) + 1
-            for row_number, row in enumerate(rows, start=1):
-                if not row:
-                    continue  # a blank line, e.g. at the end of the file
-                where = f"{path}: data row {row_number} (ending on line {rows.line_num})"
-                if len(row) < needed:
-                    raise TransferError(f"{where} has {len(row)} field(s), the header {len(header)}: is a "
-                                        "text with the delimiter in it missing its quotes?")
-                fields = [row[i].strip() for i in positions]
-                if not fields[0]:
-                    raise TransferError(f"{where}: empty text in column {text_column!r}")
-                label = fields[-1]
-                if label not in label_index:
-                    hint = "" if labels else " (declare other label values with --labels)"
-                    raise TransferError(f"{where}: label {label!r} in column {label_column!r} is not one of "
-                                        f"{', '.join(label_names)}{hint}")
-                texts.append(" ".join(field for field in fields[:-1] if field))
-                class_indices.append(label_index[label])
-    except UnicodeDecodeError as e:
-        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
-    except csv.Error as e:
-        raise TransferError(f"{path}: unreadable {'TSV' if separator == chr(9) else 'CSV'} ({e})") from None
-    if not texts:
-        raise TransferError(f"{path} has a header but no data rows")
-    return LabelledTexts(texts, np.asarray(class_indices, np.int64), label_names, path, _file_sha256(path),
-                         (text_column, *extra_text_columns), label_column)
+
+    def columns(header):
+        wanted = [text_column, *extra_text_columns, label_column]
+        kind = "tab" if dialect.delimiter == "\t" else repr(dialect.delimiter)
+        found = tables.positions(path, header, wanted, "no column(s) {missing} in the header; found {found} "
+                                 f"({kind}-separated; set --text_column, --label_column, --text_columns or "
+                                 "--delimiter)")
+        needed = max(found) + 1
+
+        def convert(row):
+            # Quoted texts can span lines: name the data row, and the line it ends on.
+            where = f"{path}: data row {row.number} (ending on line {row.line})"
+            if len(row.fields) < needed:
+                raise TransferError(f"{where} has {len(row.fields)} field(s), the header {len(header)}: is a text "
+                                    "with the delimiter in it missing its quotes?")
+            fields = [row.fields[i].strip() for i in found]
+            if not fields[0]:
+                raise TransferError(f"{where}: empty text in column {text_column!r}")
+            if fields[-1] not in label_index:
+                hint = "" if labels else " (declare other label values with --labels)"
+                raise TransferError(f"{where}: label {fields[-1]!r} in column {label_column!r} is not one of "
+                                    f"{', '.join(label_names)}{hint}")
+            return (" ".join(field for field in fields[:-1] if field),), label_index[fields[-1]]
+
+        return convert
+
+    rows = tables.read_rows(path, columns, dialect)
+    return LabelledTexts.from_records(rows.records, np.int64, source=path, label_names=label_names,
+                                      sha256=_file_sha256(path), text_columns=(text_column, *extra_text_columns),
+                                      label_column=label_column)
 
 
 def check_rows_per_class(data: LabelledTexts, minimum: int, why: str) -> None:

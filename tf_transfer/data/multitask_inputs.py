@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from tf_transfer.data import inputs
-from tf_transfer.data import tasks
+from tf_transfer.data.examples import Examples
 from tf_transfer.data.cs224n import TASK_NAMES
 
 # Batches are padded to the next multiple of this above their longest example (never changes what is computed).
@@ -51,10 +51,10 @@ class TaskSplit:
         return self.features(indices), labels.astype(np.int32 if labels.dtype.kind == "i" else np.float32)
 
 
-def encode_split(task: str, examples: tasks.Examples, tokenizer, pair_head: str, max_seq_length: int) -> TaskSplit:
+def encode_split(task: str, examples: Examples, tokenizer, pair_head: str, max_seq_length: int) -> TaskSplit:
     """Tokenizes `examples`: a pair's sentences one by one for the SBERT head, else as one packed sequence."""
     if examples.text_b is not None and pair_head == "sbert":
-        segments = tuple(inputs.encode(tasks.Examples(texts, None, examples.labels), tokenizer, max_seq_length)
+        segments = tuple(inputs.encode(Examples(texts, None, examples.labels), tokenizer, max_seq_length)
                          for texts in (examples.text_a, examples.text_b))
     else:
         segments = (inputs.encode(examples, tokenizer, max_seq_length),)

@@ -11,8 +11,9 @@ into token ids with the preset's tokenizer (TensorFlow is imported only there).
     named .csv).
 
 Rows with an empty label are skipped and counted (the CS224N Quora file has two); any other malformed row is an
-error. Tab-separated files are read with quoting disabled (lone quote characters in GLUE and Quora texts would
-otherwise swallow the tabs and lines after them); comma-separated files use standard CSV quoting.
+error. Texts and pairs are read by `tables` with the dialect of the header line: a tab makes it a TSV with quoting
+off (lone quote characters in GLUE and Quora texts would otherwise swallow the tabs and lines after them), else a
+comma-separated CSV with standard quoting.
 
 Example:
 
@@ -25,18 +26,16 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
-import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-
-# QQP and Quora texts can be long and carry lone quotes; the limit only guards against a runaway field.
-csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+from tf_transfer.data import tables
+# stack_feed splits texts, pairs and CoNLL sentences alike as stack_data.split.
+from tf_transfer.data.examples import Examples
 
 DOCSTART = "-DOCSTART-"
 IGNORED_LABEL = -1  # word pieces after a word's first one, [CLS], [SEP] and padding carry no tag
@@ -66,27 +65,6 @@ class Sentences:
 
     def tag_names(self) -> set:
         return {tag for sentence in self.tags for tag in sentence}
-
-
-@dataclasses.dataclass
-class Texts:
-    """One or two texts per example and a class index; `label_names[i]` is class i as written in the file."""
-
-    text_a: list
-    text_b: Optional[list]
-    labels: np.ndarray
-    label_names: tuple
-    source: str = ""
-    skipped_rows: int = 0
-
-    def __len__(self) -> int:
-        return len(self.text_a)
-
-    def take(self, indices: Sequence[int]) -> "Texts":
-        indices = list(indices)
-        return Texts([self.text_a[i] for i in indices],
-                     None if self.text_b is None else [self.text_b[i] for i in indices],
-                     self.labels[indices], self.label_names, self.source, self.skipped_rows)
 
 
 def _check_file(path: str) -> None:
@@ -139,31 +117,6 @@ def read_conll(path: str) -> Sentences:
     return Sentences(words, tags, path)
 
 
-def _open_table(path: str):
-    """Returns `(file, rows iterator, header)` with the delimiter taken from the header line."""
-    _check_file(path)
-    f = open(path, encoding="utf-8-sig", newline="")
-    try:
-        first = f.readline()
-        if not first.strip():
-            raise TransferError(f"{path}: the file is empty or starts with a blank line; expected a header row")
-        f.seek(0)
-        if "\t" in first:
-            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        else:
-            rows = csv.reader(f)
-        return f, rows, next(rows)
-    except UnicodeDecodeError as e:
-        f.close()
-        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
-    except csv.Error as e:
-        f.close()
-        raise TransferError(f"{path}: unreadable CSV/TSV ({e})") from None
-    except BaseException:
-        f.close()
-        raise
-
-
 def _column(header: list, wanted: Optional[str], candidates: tuple, path: str, what: str, flag: str) -> int:
     if wanted is not None:
         if wanted not in header:
@@ -188,72 +141,60 @@ def _label_key(value: str) -> str:
 def _sorted_labels(values) -> tuple:
     def order(value):
         try:
-            return (0, float(value), value)
+            number = float(value)
         except ValueError:
-            return (1, 0.0, value)
+            number = float("nan")
+        # "nan" sorts with the words: a NaN key has no order and would make the classes depend on set order.
+        return (0, number, value) if number == number else (1, 0.0, value)
 
     return tuple(sorted(set(values), key=order))
 
 
-def _read_rows(path: str, text_positions: list, label_position: int):
-    """Yields `(line number, texts, label key)` for every row with a label; counts rows without one."""
-    skipped = [0]
+def _read_labelled(path: str, choose: Callable[[list], tuple], label_names: Optional[Sequence[str]]) -> Examples:
+    """Reads the texts and label at the positions `choose(header)` gives; classes are `label_names` or the file's."""
+    _check_file(path)
 
-    def generate():
-        f, rows, _ = _open_table(path)
-        needed = max(text_positions + [label_position]) + 1
-        try:
-            with f:
-                for line_no, row in enumerate(rows, start=2):
-                    if not row or row == [""]:
-                        continue
-                    if len(row) < needed:
-                        raise TransferError(f"{path}:{line_no}: expected at least {needed} columns, found {len(row)}")
-                    label = row[label_position].strip()
-                    if not label:
-                        skipped[0] += 1
-                        continue
-                    texts = [row[p] for p in text_positions]
-                    if any(not text.strip() for text in texts):
-                        raise TransferError(f"{path}:{line_no}: empty text")
-                    yield line_no, texts, _label_key(label)
-        except UnicodeDecodeError as e:
-            raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
-        except csv.Error as e:
-            raise TransferError(f"{path}: unreadable CSV/TSV ({e})") from None
+    def columns(header):
+        text_positions, label_position = choose(header)
+        needed = max([*text_positions, label_position]) + 1
 
-    return generate(), skipped
+        def convert(row):
+            if len(row.fields) < needed:
+                raise tables.BadRow(f"expected at least {needed} columns, found {len(row.fields)}")
+            label = row.fields[label_position].strip()
+            if not label:
+                raise tables.SkipRow()  # the CS224N Quora file has two such rows
+            texts = tuple(row.fields[p] for p in text_positions)
+            if any(not text.strip() for text in texts):
+                raise tables.BadRow("empty text")
+            return row.line, texts, _label_key(label)
 
+        return convert
 
-def _to_texts(path: str, rows, skipped, label_names: Optional[Sequence[str]], pair: bool) -> Texts:
-    records = list(rows)
-    if not records:
-        raise TransferError(f"{path}: no labelled rows")
-    names = tuple(label_names) if label_names is not None else _sorted_labels(r[2] for r in records)
+    rows = tables.read_rows(path, columns)  # the dialect from the header line: tabs mean a GLUE-style TSV
+    names = tuple(label_names) if label_names is not None else _sorted_labels(label for *_, label in rows.records)
     index = {name: i for i, name in enumerate(names)}
-    labels = []
-    for line_no, _, label in records:
+    for line, _, label in rows.records:  # after reading, as the file's own classes are only known then
         if label not in index:
-            raise TransferError(f"{path}:{line_no}: label {label!r} is not one of {', '.join(names)}")
-        labels.append(index[label])
-    return Texts([r[1][0] for r in records], [r[1][1] for r in records] if pair else None,
-                 np.asarray(labels, np.int64), names, path, skipped[0])
+            raise TransferError(f"{path}:{line}: label {label!r} is not one of {', '.join(names)}")
+    return Examples.from_records([(texts, index[label]) for _, texts, label in rows.records], np.int64, source=path,
+                                 skipped_rows=rows.skipped, label_names=names)
 
 
 def read_texts(path: str, text_column: Optional[str] = None, label_column: Optional[str] = None,
-               label_names: Optional[Sequence[str]] = None) -> Texts:
+               label_names: Optional[Sequence[str]] = None) -> Examples:
     """Reads labelled texts from a CSV/TSV file with a header row.
 
     Without `text_column`/`label_column`, the first of `TEXT_COLUMNS`/`LABEL_COLUMNS` in the header is used. The
     classes are the file's distinct labels (numbers in numeric order), unless `label_names` fixes them (for a test
     file, the training file's classes).
     """
-    f, _, header = _open_table(path)
-    f.close()
-    text = _column(header, text_column, TEXT_COLUMNS, path, "text", "--text_column")
-    label = _column(header, label_column, LABEL_COLUMNS, path, "label", "--label_column")
-    rows, skipped = _read_rows(path, [text], label)
-    return _to_texts(path, rows, skipped, label_names, pair=False)
+
+    def choose(header):
+        text = _column(header, text_column, TEXT_COLUMNS, path, "text", "--text_column")
+        return [text], _column(header, label_column, LABEL_COLUMNS, path, "label", "--label_column")
+
+    return _read_labelled(path, choose, label_names)
 
 
 def pair_layout(header: list) -> Optional[str]:
@@ -264,30 +205,19 @@ def pair_layout(header: list) -> Optional[str]:
     return None
 
 
-def read_pairs(path: str) -> Texts:
+def read_pairs(path: str) -> Examples:
     """Reads question pairs (GLUE QQP or CS224N Quora layout, told apart by the header); classes are 0 and 1."""
-    f, _, header = _open_table(path)
-    f.close()
-    layout = pair_layout(header)
-    if layout is None:
-        expected = "; ".join(" ".join(columns) for columns in PAIR_LAYOUTS.values())
-        raise TransferError(f"{path}:1: not a question-pair file: the header needs the columns of one layout "
-                            f"({expected}), found {', '.join(header)}")
-    first, second, label = (header.index(column) for column in PAIR_LAYOUTS[layout])
-    rows, skipped = _read_rows(path, [first, second], label)
-    return _to_texts(path, rows, skipped, ("0", "1"), pair=True)
 
+    def choose(header):
+        layout = pair_layout(header)
+        if layout is None:
+            expected = "; ".join(" ".join(columns) for columns in PAIR_LAYOUTS.values())
+            raise TransferError(f"{path}:1: not a question-pair file: the header needs the columns of one layout "
+                                f"({expected}), found {', '.join(header)}")
+        first, second, label = (header.index(column) for column in PAIR_LAYOUTS[layout])
+        return [first, second], label
 
-def split(examples, fraction: float, seed: int):
-    """A seeded random `fraction` of `examples` as validation, the rest for training (both in file order)."""
-    if not 0.0 < fraction < 1.0:
-        raise TransferError(f"--validation_fraction must be between 0 and 1 (exclusive), got {fraction}")
-    n = len(examples)
-    n_validation = int(round(n * fraction))
-    if n_validation < 1 or n_validation >= n:
-        raise TransferError(f"{n} examples in {examples.source} cannot be split with --validation_fraction={fraction}")
-    order = np.random.default_rng(seed).permutation(n)
-    return examples.take(np.sort(order[n_validation:])), examples.take(np.sort(order[:n_validation]))
+    return _read_labelled(path, choose, ("0", "1"))
 
 
 def tag_vocabulary(*sentence_sets: Sentences) -> tuple:
@@ -351,25 +281,22 @@ def _from_core(encoded) -> Sequences:
     return Sequences(encoded.token_ids, encoded.segment_ids, encoded.lengths)
 
 
-def encode_texts(texts: Texts, tokenizer, max_seq_length: int) -> EncodedSplit:
+def encode_texts(texts: Examples, tokenizer, max_seq_length: int) -> EncodedSplit:
     """Packs each example as `[CLS] a [SEP]` (or `[CLS] a [SEP] b [SEP]` for pairs), as BERT's classifier does."""
     from tf_transfer.data import inputs
-    from tf_transfer.data import tasks
 
-    examples = tasks.Examples(texts.text_a, texts.text_b, texts.labels, texts.source)
-    return EncodedSplit({"": _from_core(inputs.encode(examples, tokenizer, max_seq_length))}, texts.labels)
+    return EncodedSplit({"": _from_core(inputs.encode(texts, tokenizer, max_seq_length))}, texts.labels)
 
 
-def encode_pairs_separately(texts: Texts, tokenizer, max_seq_length: int) -> EncodedSplit:
+def encode_pairs_separately(texts: Examples, tokenizer, max_seq_length: int) -> EncodedSplit:
     """Packs each sentence of a pair on its own (`[CLS] a [SEP]`, `[CLS] b [SEP]`) for the matching heads."""
     from tf_transfer.data import inputs
-    from tf_transfer.data import tasks
 
     if texts.text_b is None:
         raise ValueError("encode_pairs_separately needs pairs")
     sequences = {}
     for suffix, side in (("_a", texts.text_a), ("_b", texts.text_b)):
-        examples = tasks.Examples(side, None, texts.labels, texts.source)
+        examples = Examples(side, None, texts.labels, texts.source)
         sequences[suffix] = _from_core(inputs.encode(examples, tokenizer, max_seq_length))
     return EncodedSplit(sequences, texts.labels)
 

@@ -2,31 +2,29 @@
 
 Every task is one row of `TASKS`: where its files are, which columns hold the texts and the label, the label
 values in TensorFlow Datasets' index order, and its metrics (the first is the primary metric the paper reports).
-Readers return plain Python/NumPy `Examples` or raise `TransferError`; they never touch TensorFlow.
+Readers return plain Python/NumPy `Examples` or raise `TransferError`; they never touch TensorFlow. The files are
+read by `tables` as TSV with quoting off, as GLUE requires; CoLA's have no header row, MRPC's a byte-order mark.
 
 Example:
 
->>> from tf_transfer import tasks
+>>> from tf_transfer.data import tasks
 >>> task = tasks.get_task("rte")
 >>> examples = tasks.read_glue_split(task, "../shared/data/glue", "train")  # doctest: +SKIP
->>> train, validation = tasks.train_validation_split(examples, fraction=0.1, seed=0)  # doctest: +SKIP
+>>> from tf_transfer.data.examples import train_validation_split
+>>> train, validation = train_validation_split(examples, fraction=0.1, seed=0)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
-import sys
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-
-# Quoting is disabled (QUOTE_NONE) for every GLUE file: QQP, MNLI and QNLI contain lone quote characters that a
-# quoting reader would swallow together with the tabs and newlines that follow. Fields can be long (QNLI paragraphs).
-csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+from tf_transfer.data import tables
+from tf_transfer.data.examples import Examples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,30 +110,6 @@ def get_task(name: str) -> Task:
         raise TransferError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}") from None
 
 
-@dataclasses.dataclass
-class Examples:
-    """Texts and labels of one split. `labels` is int64 (class index) or float32 (regression)."""
-
-    text_a: list
-    text_b: Optional[list]
-    labels: np.ndarray
-    source: str = ""
-    skipped_rows: int = 0
-
-    def __len__(self) -> int:
-        return len(self.text_a)
-
-    def take(self, indices: Sequence[int]) -> "Examples":
-        indices = list(indices)
-        return Examples(
-            [self.text_a[i] for i in indices],
-            None if self.text_b is None else [self.text_b[i] for i in indices],
-            self.labels[indices],
-            self.source,
-            self.skipped_rows,
-        )
-
-
 def _parse_label(task: Task, value: str):
     value = value.strip()
     if task.is_regression:
@@ -157,61 +131,30 @@ def read_tsv(task: Task, path: str, skip_bad_rows: bool = False) -> Examples:
             f"missing data file {path}: --data_dir must be a GLUE folder in the original TSV layout "
             f"(it needs {task.folder}/{os.path.basename(path)})"
         )
-    text_a, text_b, labels, skipped = [], [], [], 0
-    try:
-        # utf-8-sig drops the byte-order mark that starts MRPC's header.
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-            if task.column_names is None:
-                header = next(rows, None)
-                if header is None:
-                    raise TransferError(f"{path}: the file is empty; expected a header row")
-                line_offset = 2
-            else:
-                header = list(task.column_names)
-                line_offset = 1
-            wanted = list(task.text_columns) + [task.label_column]
-            missing = [name for name in wanted if name not in header]
-            if missing:
-                raise TransferError(
-                    f"{path}:1: header lacks column(s) {', '.join(missing)} needed by task {task.name} "
-                    f"(found: {', '.join(header)})"
-                )
-            positions = [header.index(name) for name in wanted]
-            needed = max(positions) + 1
-            for line_no, row in enumerate(rows, start=line_offset):
-                if not row or row == [""]:
-                    continue  # blank line (e.g. at the end of a file)
-                problem = None
-                if len(row) < needed:
-                    problem = f"expected at least {needed} tab-separated columns, found {len(row)}"
-                else:
-                    texts = [row[p] for p in positions[:-1]]
-                    if any(not t.strip() for t in texts):
-                        problem = "empty text"
-                    else:
-                        try:
-                            label = _parse_label(task, row[positions[-1]])
-                        except ValueError:
-                            expected = "a number" if task.is_regression else "one of " + ", ".join(task.labels)
-                            problem = f"label {row[positions[-1]]!r} is not {expected}"
-                if problem:
-                    if skip_bad_rows:
-                        skipped += 1
-                        continue
-                    raise TransferError(f"{path}:{line_no}: {problem} (or pass --skip_bad_rows to skip such rows)")
-                text_a.append(texts[0])
-                if task.is_pair:
-                    text_b.append(texts[1])
-                labels.append(label)
-    except UnicodeDecodeError as e:
-        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
-    except csv.Error as e:
-        raise TransferError(f"{path}: unreadable TSV ({e})") from None
-    if not labels:
-        raise TransferError(f"{path}: no usable rows")
-    dtype = np.float32 if task.is_regression else np.int64
-    return Examples(text_a, text_b if task.is_pair else None, np.asarray(labels, dtype=dtype), path, skipped)
+
+    def columns(header):
+        wanted = [*task.text_columns, task.label_column]
+        found = tables.positions(path, header, wanted,
+                                 f"header lacks column(s) {{missing}} needed by task {task.name} (found: {{found}})")
+        needed = max(found) + 1
+
+        def convert(row):
+            if len(row.fields) < needed:
+                raise tables.BadRow(f"expected at least {needed} tab-separated columns, found {len(row.fields)}")
+            texts = tuple(row.fields[p] for p in found[:-1])
+            if any(not t.strip() for t in texts):
+                raise tables.BadRow("empty text")
+            try:
+                return texts, _parse_label(task, row.fields[found[-1]])
+            except ValueError:
+                expected = "a number" if task.is_regression else "one of " + ", ".join(task.labels)
+                raise tables.BadRow(f"label {row.fields[found[-1]]!r} is not {expected}") from None
+
+        return convert
+
+    rows = tables.read_rows(path, columns, tables.TSV, task.column_names, skip_bad_rows)
+    return Examples.from_records(rows.records, np.float32 if task.is_regression else np.int64, source=path,
+                                 skipped_rows=rows.skipped, label_names=task.labels)
 
 
 def check_data_dir(data_dir: str) -> None:
@@ -253,7 +196,8 @@ def read_tfds_split(task: Task, split: str, data_dir: Optional[str] = None) -> E
             text_b.append(row[fields[1]].decode("utf-8"))
         labels.append(row["label"])
     dtype = np.float32 if task.is_regression else np.int64
-    return Examples(text_a, text_b if task.is_pair else None, np.asarray(labels, dtype=dtype), f"tfds:glue/{task.name}")
+    return Examples(text_a, text_b if task.is_pair else None, np.asarray(labels, dtype=dtype), f"tfds:glue/{task.name}",
+                    label_names=task.labels)
 
 
 def load_task_data(task: Task, data_dir: Optional[str], skip_bad_rows: bool = False):
@@ -263,15 +207,3 @@ def load_task_data(task: Task, data_dir: Optional[str], skip_bad_rows: bool = Fa
     else:
         read = lambda split: read_tfds_split(task, split)  # noqa: E731
     return read("train"), {name: read(name) for name in task.test_files}
-
-
-def train_validation_split(examples: Examples, fraction: float, seed: int):
-    """Splits off a seeded random `fraction` of `examples` as validation (the paper: 10% of GLUE train)."""
-    if not 0.0 < fraction < 1.0:
-        raise TransferError(f"--validation_fraction must be between 0 and 1 (exclusive), got {fraction}")
-    n = len(examples)
-    n_validation = int(round(n * fraction))
-    if n_validation < 1 or n_validation >= n:
-        raise TransferError(f"{n} training rows cannot be split with --validation_fraction={fraction}")
-    order = np.random.default_rng(seed).permutation(n)
-    return examples.take(np.sort(order[n_validation:])), examples.take(np.sort(order[:n_validation]))

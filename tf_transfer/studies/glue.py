@@ -19,12 +19,12 @@ import time
 import types
 from typing import Optional
 
-import numpy as np
 from absl import logging
 
 from tf_transfer.core import machine
 from tf_transfer.training import record
 from tf_transfer.data import tasks
+from tf_transfer.data.examples import train_validation_split
 from tf_transfer.studies.glue_config import NOT_RESULT_SETTINGS, RunConfig
 
 
@@ -32,7 +32,7 @@ def load_data(config: RunConfig):
     """Returns `(train, validation, {test name: Examples}, skipped_rows)` for `config`'s task."""
     task = config.task_spec
     train_full, tests = tasks.load_task_data(task, config.data_dir, config.skip_bad_rows)
-    train, validation = tasks.train_validation_split(train_full, config.validation_fraction, config.seed)
+    train, validation = train_validation_split(train_full, config.validation_fraction, config.seed)
     if config.max_train_examples is not None and config.max_train_examples < len(train):
         train = train.take(range(config.max_train_examples))
     skipped = {"train": train_full.skipped_rows, **{name: t.skipped_rows for name, t in tests.items()}}
@@ -99,7 +99,6 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
     train_examples, validation_examples, test_examples, skipped = load_data(config)
     # TensorFlow is imported only once the data has been read, so that bad data fails fast.
     import keras
-    import tensorflow as tf
 
     from tf_transfer.models import backbones
     from tf_transfer.data import cache

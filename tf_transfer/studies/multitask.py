@@ -45,7 +45,7 @@ from absl import logging
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import cs224n
-from tf_transfer.data import tasks
+from tf_transfer.data.examples import train_validation_split
 from tf_transfer.data.multitask_inputs import encode_split, epoch_batches
 from tf_transfer.studies.multitask_settings import NOT_COMPARED, TASK_NAMES, MultitaskSettings
 from tf_transfer.studies.multitask_steps import METRIC
@@ -95,7 +95,7 @@ def _split_validation(data, settings: MultitaskSettings):
     for task, task_data in data.tasks.items():
         train, validation = task_data.train, None
         if settings.validation_fraction > 0:
-            train, validation = tasks.train_validation_split(train, settings.validation_fraction, settings.split_seed)
+            train, validation = train_validation_split(train, settings.validation_fraction, settings.split_seed)
         splits[task] = (cs224n.cap(train, settings.max_train_examples), validation, task_data.dev)
     return splits
 

@@ -26,6 +26,7 @@ from absl import logging
 
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
+from tf_transfer.data.examples import Examples
 from tf_transfer.data.labelled_texts import LabelledTexts
 from tf_transfer.models import freezing
 from tf_transfer.models.sentence_features import build_feature_model, head_outputs
@@ -65,9 +66,9 @@ def _predict_in_order(model, encoded) -> np.ndarray:
 
 
 def _encode(data: LabelledTexts, tokenizer, max_seq_length: int):
-    from tf_transfer.data import inputs, tasks
+    from tf_transfer.data import inputs
 
-    return inputs.encode(tasks.Examples(list(data.texts), None, data.labels), tokenizer, max_seq_length)
+    return inputs.encode(Examples(list(data.texts), None, data.labels), tokenizer, max_seq_length)
 
 
 def _array_dataset(arrays: tuple, batch_size: int):

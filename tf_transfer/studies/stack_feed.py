@@ -22,6 +22,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.data import feeds
 from tf_transfer.data import inputs
 from tf_transfer.data import stack_data
+from tf_transfer.data.examples import train_validation_split
 from tf_transfer.studies.stack_config import StackConfig
 
 
@@ -46,7 +47,7 @@ def read_data(config: StackConfig) -> types.SimpleNamespace:
         skipped = {"train": full.skipped_rows, **({"test": test.skipped_rows} if test is not None else {})}
         if len(label_names) < 2:
             raise TransferError(f"{config.data}: every row has the label {label_names[0]!r}; need two classes or more")
-    train, validation = stack_data.split(full, config.validation_fraction, config.seed)
+    train, validation = train_validation_split(full, config.validation_fraction, config.seed)
     if config.max_train_examples is not None and config.max_train_examples < len(train):
         train = train.take(range(config.max_train_examples))
     splits = {"train": train, "validation": validation, **({"test": test} if test is not None else {})}

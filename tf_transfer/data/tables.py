@@ -1,0 +1,165 @@
+"""The one reader of CSV and TSV files: opening, dialect, header, numbered rows, bad rows and read errors.
+
+Every tabular format (GLUE in `tasks`, CS224N in `cs224n`, stack's texts and pairs in `stack_data`, labelled texts in
+`labelled_texts`) reads through `read_rows`; its own module only says which columns it needs and how a row becomes
+a record (`convert`). A converter raises `BadRow` for a malformed row and `SkipRow` for a known quirk of a data set
+(skipped and counted always); anything about the file itself is one `TransferError` line naming it.
+
+Example:
+
+>>> import os, tempfile
+>>> from tf_transfer.data import tables
+>>> path = os.path.join(tempfile.mkdtemp(), "train.tsv")
+>>> _ = open(path, "w").write('sentence\\tlabel\\nhe said " yes\\t1\\nno label\\t\\n')
+>>> def columns(header):
+...     text, label = tables.positions("train.tsv", header, ["sentence", "label"], "lacks {missing}")
+...     def convert(row):
+...         if not row.fields[label]:
+...             raise tables.SkipRow()
+...         return row.fields[text], row.fields[label]
+...     return convert
+>>> rows = tables.read_rows(path, columns, tables.TSV)
+>>> rows.records, rows.skipped_lines
+([('he said " yes', '1')], [3])
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+import sys
+from typing import Callable, Optional, Sequence
+
+from tf_transfer.core.errors import TransferError
+
+# Texts can be long (QNLI paragraphs, joined Kaggle columns); the csv module's 128 KiB default is no bound on them.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+SKIP_HINT = " (or pass --skip_bad_rows to skip such rows)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+    """How fields are written: the delimiter, and whether quote characters quote (`quoted`) or are text."""
+
+    delimiter: str
+    quoted: bool
+
+    @property
+    def kind(self) -> str:
+        return "TSV" if self.delimiter == "\t" else "CSV"
+
+
+# GLUE requires quoting off for its TSVs (and CS224N's tab-separated .csv files follow it): QQP, MNLI, QNLI and Quora
+# hold lone quote characters that a quoting reader would merge with the tabs and lines after them.
+TSV = Dialect("\t", quoted=False)
+CSV = Dialect(",", quoted=True)  # Kaggle-style: standard quoting keeps commas, quotes and line breaks inside texts
+
+
+def sniff(header_line: str) -> Dialect:
+    """A header line with a tab is a GLUE-style TSV (quoting off), any other a comma-separated CSV."""
+    return TSV if "\t" in header_line else CSV
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One non-blank data row: `number` counts data rows from 1 (blank ones too), `line` is the line it ends on."""
+
+    path: str
+    number: int
+    line: int
+    fields: list
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+class BadRow(Exception):
+    """A converter's verdict on a malformed row; the message is the problem (`expected 4 columns, found 2`)."""
+
+
+class SkipRow(Exception):
+    """A converter's verdict on a row a data set is known to carry (an empty label): skip and count it."""
+
+
+@dataclasses.dataclass
+class Rows:
+    """What `read_rows` returns: the converted records in file order and the rows left out."""
+
+    records: list
+    skipped_lines: list  # lines of the rows a converter skipped (`SkipRow`)
+    bad_rows: int  # malformed rows skipped with skip_bad_rows
+
+    @property
+    def skipped(self) -> int:
+        return len(self.skipped_lines) + self.bad_rows
+
+
+def positions(path: str, header: Sequence[str], names: Sequence[str], problem: str) -> list:
+    """The header positions of `names`, or `TransferError` `path:1: <problem>` with `{missing}` and `{found}` filled."""
+    missing = [name for name in dict.fromkeys(names) if name not in header]
+    if missing:
+        listed = {"missing": missing, "found": header}
+        # One pass, not str.format: a brace in a header name or a delimiter is text.
+        message = re.sub(r"\{(missing|found)\}", lambda m: ", ".join(map(repr, listed[m.group(1)])), problem)
+        raise TransferError(f"{path}:1: {message}")
+    return [header.index(name) for name in names]
+
+
+def _is_blank(fields: list) -> bool:
+    # A line with nothing on it, or a quoted CSV's `""`: neither is a row of anything.
+    return not fields or fields == [""]
+
+
+def read_rows(path: str, columns: Callable[[list], Callable[[Row], object]], dialect: Optional[Dialect] = None,
+              column_names: Optional[Sequence[str]] = None, skip_bad_rows: Optional[bool] = None) -> Rows:
+    """Reads `path` (UTF-8, an optional byte-order mark) and converts every non-blank row.
+
+    `columns(header)` checks the header and returns the row converter. `dialect` None: `sniff` the header line.
+    `column_names` stand in for the header of a file without one (CoLA). A `BadRow` from the converter is skipped and
+    counted when `skip_bad_rows`, else one `TransferError` `path:line: problem`, with a hint to pass --skip_bad_rows
+    when the reader has that option (`skip_bad_rows` not None). No records at all is an error.
+    """
+    try:
+        # utf-8-sig drops a byte-order mark (MRPC's header, files saved by spreadsheets); newline="" lets the csv
+        # module see line breaks inside quoted fields, and counts a lone carriage return as a line end.
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            if dialect is None:
+                dialect = sniff(f.readline())
+                f.seek(0)
+            reader = csv.reader(f, delimiter=dialect.delimiter,
+                                quoting=csv.QUOTE_MINIMAL if dialect.quoted else csv.QUOTE_NONE)
+            header = list(column_names) if column_names is not None else _header(path, reader)
+            convert = columns(header)
+            rows = Rows([], [], 0)
+            for number, fields in enumerate(reader, start=1):
+                if _is_blank(fields):
+                    continue  # e.g. the blank line at the end of a file
+                row = Row(path, number, reader.line_num, fields)
+                try:
+                    rows.records.append(convert(row))
+                except SkipRow:
+                    rows.skipped_lines.append(row.line)
+                except BadRow as bad:
+                    if not skip_bad_rows:
+                        raise TransferError(f"{row.where}: {bad}{SKIP_HINT if skip_bad_rows is False else ''}")
+                    rows.bad_rows += 1
+    except UnicodeDecodeError as e:
+        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
+    except csv.Error as e:
+        raise TransferError(f"{path}: unreadable {dialect.kind} ({e})") from None
+    if not rows.records:
+        raise TransferError(f"{path}: no usable rows ({rows.skipped} skipped)" if rows.skipped
+                            else f"{path}: no data rows")
+    return rows
+
+
+def _header(path: str, reader) -> list:
+    header = next(reader, None)
+    if header is None:
+        raise TransferError(f"{path}: the file is empty; expected a header row")
+    if not any(name.strip() for name in header):
+        raise TransferError(f"{path}:1: the first line is blank; expected a header row")
+    return [name.strip() for name in header]  # `text ` from a spreadsheet is the column `text`

@@ -228,10 +228,3 @@ def one_per_bucket(lengths: np.ndarray, padding: str, max_seq_length: int, bucke
     for index in np.argsort(lengths, kind="stable"):
         first.setdefault(padded_length(lengths[[index]], padding, max_seq_length, bucket_step), index)
     return [np.asarray([index]) for index in first.values()]
-
-
-def subset(encoded: Encoded, indices: Optional[np.ndarray]) -> Encoded:
-    if indices is None:
-        return encoded
-    return Encoded(encoded.token_ids[indices], encoded.segment_ids[indices], encoded.lengths[indices],
-                   encoded.labels[indices], encoded.regression)

@@ -25,7 +25,8 @@ def test_transfer_learning_grid_is_the_papers():
     assert {r["lr"] for r in runs} == {1e-3, 2e-5} and {r["trainable_layers"] for r in runs} == {1, 2, 3, 4, "all"}
     assert not any(r.get("cache_frozen") for r in runs)  # the paper's flagfiles keep the computation faithful
     cpu = study.runs("cpu")
-    assert all(r["cache_frozen"] == (r["trainable_layers"] != "all") for r in cpu)
+    assert all(r["cache_frozen"] == (r["trainable_layers"] != "all") for r in cpu if r["part"] != "uncached")
+    assert all(r["cache_frozen"] is False for r in cpu if r["part"] == "uncached")  # freezing alone
     assert [r for r in cpu if r["batch_size"] == 1] and all(r["max_epochs"] == 10 for r in cpu)
 
 
@@ -119,14 +120,20 @@ def _fake_study(tmp_path):
                  variants={"paper": Variant()}, report=lambda *a: None)
 
 
-def _fake_summary(config, folder, score=0.5, slow_second_epoch=False):
-    epochs = [{"epoch": e, "epoch_time_s": 1.0, "train_time_s": float(e), "loss": 0.1,
+def _fake_summary(config, folder, score=0.5, slow_second_epoch=False, test=None, seconds=1.0, stopped_early=None):
+    """A completed run's summary: two epochs of `seconds` each scoring `score` (every metric of the task; `test`
+    overrides the test scores), stopped early unless `stopped_early=False`."""
+    metrics = config.task_spec.metrics
+    epochs = [{"epoch": e, "epoch_time_s": seconds, "train_time_s": seconds * e, "loss": 0.1,
                "cpu_utilization": 0.9 if slow_second_epoch and e == 2 else 1.9,
-               "epoch_cpu_s": 1.0, "train_cpu_s": float(e),
-               "val": {config.metric_name: score}, "test": {config.metric_name: score}} for e in (1, 2)]
+               "epoch_cpu_s": seconds, "train_cpu_s": seconds * e,
+               "val": {m: score for m in metrics}, "test": {m: score if test is None else test for m in metrics}}
+              for e in (1, 2)]
     record.write_json_atomic(os.path.join(folder, "summary.json"), {
-        "completed": True, "epochs": epochs, "best_epoch": 2, "metric": config.metric_name, "seed": config.seed,
-        "num_layers": 6, "cache_time_s": 0.0, "config": config.to_dict()})
+        "task": config.task, "completed": True, "epochs": epochs, "best_epoch": 2, "metric": config.metric_name,
+        "seed": config.seed, "num_layers": 6, "cache_time_s": 0.0, "config": config.to_dict(),
+        "stopped_early": stopped_early if stopped_early is not None else config.patience > 0,
+        "early_stopping": {"patience": config.patience, "wait": 0}})
 
 
 def test_runner_skips_completed_and_records_failures(tmp_path):
@@ -252,3 +259,208 @@ def test_report_lists_machines_and_warns_when_they_differ():
     assert "Xeon; 1 core(s); avx2, amx_bf16: 1" in "\n".join(reports.machines_section(one))
     resumed_elsewhere = [{"summary": {"machine": amx, "resumes": [{"machine": avx2}]}}]
     assert "More than one kind" in "\n".join(reports.machines_section(resumed_elsewhere))
+
+
+# --- Wang's protocol: CoLA on accuracy, censored runs, the uncached arm, the claims table ----------------------
+
+def _write_runs(study, runs, runs_dir, score_of, **fake):
+    """Fake completed summaries for `runs` (settings of `study`), scoring `score_of(settings)`."""
+    from tf_transfer.studies.glue_config import RunConfig
+
+    for settings in runs:
+        config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+        folder = studies.run_dir(runs_dir, study, settings)
+        os.makedirs(folder, exist_ok=True)
+        _fake_summary(config, folder, score=score_of(settings), **fake)
+
+
+def test_wang_grid_scores_and_stops_cola_on_accuracy():
+    from tf_transfer.studies.glue_config import RunConfig
+
+    study = load_study("transfer_learning")
+    for variant in ("paper", "cpu"):
+        runs = study.runs(variant)
+        cola = [r for r in runs if r["task"] == "cola"]
+        assert cola and all(r["metric"] == "accuracy" for r in cola)
+        assert all(r.get("metric") is None for r in runs if r["task"] != "cola")  # the task's own metric
+        config = RunConfig(**{k: v for k, v in cola[0].items() if k != "part"})
+        assert config.metric_name == "accuracy"
+    assert RunConfig(task="cola").metric_name == "mcc"  # the trainer's CoLA default, which other studies use
+    assert studies.parse_flagfile("flags/wang_cola.flags") == {"task": "cola", "metric": "accuracy"}
+
+
+def test_cola_runs_stopped_on_mcc_stand_in_until_rerun(tmp_path):
+    study = load_study("transfer_learning")
+    runs = [r for r in study.runs("cpu") if r["task"] == "cola" and r["seed"] == 0 and r["trainable_layers"] in
+            (2, "all")]
+    runs_dir = str(tmp_path / "runs")
+    older = [study.stand_in(r)[0] for r in runs]
+    assert all(o["metric"] is None for o in older)
+    _write_runs(study, older, runs_dir, lambda s: 0.3)  # the earlier protocol's runs, stopped on MCC
+    collected = studies.collect(study, runs, runs_dir)
+    assert all(c["summary"]["metric"] == "mcc" and c["stand_in"] for c in collected)
+    assert "Matthews" in collected[0]["stand_in"]["reason"]
+    out = tmp_path / "report"
+    study.report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    assert "stand-ins, not runs of the current protocol" in text and "## Still to run" in text
+    assert "0 of 4 runs completed, and 4 more are stood in for" in text
+    assert "--tasks=cola" in text
+    # Once the run itself has completed, it is reported, not its stand-in.
+    _write_runs(study, runs[:1], runs_dir, lambda s: 0.7)
+    first = studies.collect(study, runs, runs_dir)[0]
+    assert first["stand_in"] is None and first["summary"]["metric"] == "accuracy"
+
+
+def test_uncached_arm_is_listed_by_dry_run(tmp_path):
+    done = run_module("tf_transfer.experiments", "run", "transfer_learning", "--variant=cpu", "--dry_run",
+                      f"--runs_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    uncached = [line for line in lines if "part=uncached" in line]
+    assert len(uncached) == 2 * 4 * 2 * 2  # RTE, MRPC x last 1-4 x both rates x 2 seeds
+    assert all("cache_frozen=False" in line for line in uncached)
+    assert {line.split()[1] for line in uncached} == {"task=rte", "task=mrpc"}
+    assert lines[-1] == "114 runs (114 in the whole grid)"  # 82 + 32
+    cached = {line.split(" -> ")[1] for line in lines if "part=main" in line}
+    assert not cached & {line.split(" -> ")[1] for line in uncached}  # folders of their own
+    assert not os.listdir(tmp_path)
+
+
+def test_censored_runs_are_the_ones_the_epoch_cap_stopped():
+    from tf_transfer.reporting import tables as reports
+
+    def summary(stopped_early, wait, patience=2, completed=True):
+        return {"completed": completed, "stopped_early": stopped_early,
+                "early_stopping": {"patience": patience, "wait": wait}}
+
+    assert not reports.censored(summary(True, 2))  # patience stopped it
+    assert reports.censored(summary(False, 0))  # at the cap, still improving
+    assert reports.censored(summary(False, 1))  # at the cap, one epoch into its patience
+    assert not reports.censored(summary(False, 2))  # patience ran out at the cap itself
+    assert not reports.censored(summary(False, 0, patience=0))  # no early stopping: fixed epochs by design
+    assert not reports.censored(summary(False, 0, completed=False))
+    assert reports.censored_mark([summary(False, 0), summary(True, 2)]) == " †1/2"
+    assert reports.censored_mark([summary(True, 2)]) == ""
+
+
+def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
+    study = load_study("transfer_learning")
+    runs = [r for r in study.runs("cpu") if r["task"] in ("rte", "mrpc") and r["part"] in ("main", "uncached")]
+    runs_dir = str(tmp_path / "runs")
+    main = [r for r in runs if r["part"] == "main"]
+    full = [r for r in main if r["trainable_layers"] == "all"]
+    _write_runs(study, full, runs_dir, lambda s: 0.70, seconds=10.0, stopped_early=False)  # all hit the cap
+    _write_runs(study, [r for r in main if r["trainable_layers"] != "all"], runs_dir,
+                lambda s: 0.60 + 0.01 * s["trainable_layers"] + 0.002 * s["seed"], seconds=4.0)
+    collected = studies.collect(study, runs, runs_dir)
+    out = tmp_path / "report"
+    study.report(collected, str(out), study, "cpu")
+    lines = (out / "README.md").read_text().splitlines()
+    header = [i for i, line in enumerate(lines) if line.startswith("| claim |")]
+    assert header and header[0] < 60
+    claims = lines[header[0] + 2:lines.index("", header[0])]
+    verdicts = {line.split(" | ")[3] for line in claims}
+    assert verdicts <= {"reproduced", "not reproduced", "inconclusive"}
+    assert any("freezing alone: not yet run" in line for line in claims)
+    assert any("p " in line.split(" | ")[4] for line in claims)  # Welch tests in the basis
+    text = "\n".join(lines)
+    assert "fine-tune (all) @ 2e-05 †2/2" in text and "≥ 60%" in text  # the reference is a lower bound
+    assert "## Freezing alone vs freezing plus the cache" in text and "not yet run" in text
+    assert "32 runs of part `uncached` (mrpc, rte): not run yet" in text
+    rows = (out / "stopping_points.csv").read_text().splitlines()
+    assert rows[0].endswith(",censored,stopping_metric")
+    assert sum(line.split(",")[2] == "all" and ",True," in line for line in rows) == len(full)
+
+
+# --- Lee, Tang & Lin's protocol: the full training set, majority baselines, the relative 90% point -----------
+
+def test_validation_fraction_zero_needs_early_stopping_off():
+    from tf_transfer.studies.glue_config import RunConfig
+
+    with pytest.raises(TransferError, match="--patience=0"):
+        RunConfig(task="rte", validation_fraction=0.0)
+    config = RunConfig(task="rte", validation_fraction=0.0, patience=0)
+    assert config.validation_fraction == 0 and config.patience == 0
+    with pytest.raises(TransferError, match="--validation_fraction"):
+        RunConfig(task="rte", validation_fraction=1.0)
+    study = load_study("layer_freezing")
+    for settings in study.runs("cpu"):
+        expected = (0.1, 4) if settings["part"] == "line_search" else (0.0, 0)
+        assert (settings["validation_fraction"], settings["patience"]) == expected
+
+
+def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, tiny_preset):
+    from tf_transfer.studies import glue as runner
+    from tf_transfer.studies.glue_config import RunConfig
+
+    for trainable, cache in (("all", False), (1, True)):
+        config = RunConfig(task="rte", preset=tiny_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
+                           max_epochs=3, patience=0, validation_fraction=0.0, data_dir=glue_dir,
+                           max_seq_length=32, cache_frozen=cache, cache_dir=str(tmp_path / "cache") if cache else None)
+        summary = runner.run_glue(config, str(tmp_path / f"run_{trainable}"))
+        assert summary["completed"] and not summary["stopped_early"]
+        assert summary["examples"]["train"] == 40 and summary["examples"]["validation"] == 0  # all of train
+        assert [e["epoch"] for e in summary["epochs"]] == [1, 2, 3]  # every epoch, nothing stops it
+        assert all(e["val"] == {} and set(e["test"]) == {"accuracy"} for e in summary["epochs"])
+        assert summary["best_epoch"] is None  # no epoch is chosen: the result is the last epoch's
+
+
+def test_majority_baseline_and_relative_ninety_percent_point():
+    from experiments.layer_freezing import smallest_reaching
+    from tf_transfer.reporting import tables as reports
+
+    rte = reports.constant_baseline("rte", [0, 0, 0, 1])
+    assert rte["score"] == 0.75 and rte["majority"] == "entailment" and rte["share"] == 0.75
+    assert reports.constant_baseline("mrpc", [1, 1, 1, 0])["score"] == pytest.approx(6 / 7)  # all-positive F1
+    assert reports.constant_baseline("cola", [1, 1, 0])["score"] == 0.0  # MCC of a constant prediction
+    stsb = reports.constant_baseline("stsb", [0.5, 2.0, 4.5])
+    assert stsb["score"] == 0.0 and "undefined" in stsb["note"]
+    # A full model barely above the majority class (0.75): 90% of its score is reached at once, but only k = 3
+    # keeps 90% of its gain over the majority class.
+    means = {0: 0.73, 1: 0.74, 2: 0.76, 3: 0.796}
+    assert smallest_reaching(means, 0.80) == 0
+    assert smallest_reaching(means, 0.80, baseline=0.75) == 3
+    assert reports.above_baseline(0.79, 0.75, 0.80) == pytest.approx(0.8)
+    assert reports.above_baseline(0.79, 0.80, 0.80) is None  # a full model not above the baseline
+    assert smallest_reaching({1: 0.5}, 0.8, baseline=0.0) is None
+
+
+def test_layer_freezing_report_shows_the_majority_class_and_claims(tmp_path, glue_dir):
+    study = load_study("layer_freezing")
+    runs = [dict(r, data_dir=glue_dir) for r in study.runs("cpu", tasks=["rte"])]
+    runs_dir = str(tmp_path / "runs")
+    _write_runs(study, [r for r in runs if r["part"] == "line_search"], runs_dir,
+                lambda s: 0.7 if s["lr"] == 3e-5 else 0.6)
+    # The hand-made dev set has 6 examples of each label: the majority class scores 0.5. Above it, the full model
+    # (mean 0.62) gains 0.12; k = 2 reaches 90% of the full score (0.56 / 0.62) but keeps only 50% of its gain over
+    # the majority class, k = 3 keeps 92% of it.
+    over_majority = {0: -0.05, 1: 0.0, 2: 0.05, 3: 0.10, "all": 0.11}
+    sweep = [studies.resolve(study, r, runs_dir) for r in runs if r["part"] == "sweep"]
+    _write_runs(study, sweep, runs_dir, lambda s: 0.0, test=None)
+    for settings in sweep:  # the test scores of the sweep's own runs (the whole training set), seeds 0.01 apart
+        from tf_transfer.studies.glue_config import RunConfig
+
+        config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+        _fake_summary(config, studies.run_dir(runs_dir, study, settings), score=0.0,
+                      test=0.5 + over_majority[settings["trainable_layers"]] + 0.01 * config.seed)
+    collected = studies.collect(study, runs, runs_dir)
+    assert not any(c["stand_in"] for c in collected) and all(c["summary"] for c in collected)
+    out = tmp_path / "report"
+    study.report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    lines = text.splitlines()
+    header = [i for i, line in enumerate(lines) if line.startswith("| claim |")]
+    assert header and header[0] < 60
+    rte_claim = lines[header[0] + 2]
+    assert rte_claim.startswith("| rte: a fourth") and " | inconclusive | " in rte_claim
+    assert "BERT and RoBERTa" in rte_claim  # the row says how the setting differs
+    assert text.count("| majority class (constant prediction) |") == 2  # the line search's and the sweep's table
+    assert "| majority class (constant prediction) | – | – | 0.500 |" in text
+    assert "| 4 | 2 | 3e-05 | 0.560 ± 0.010 | -0.060 | 90% | 50% |" in text
+    assert ("reaching 90% of the full model's score: 2 (score / full, the paper's definition); relative to the "
+            "majority class: 3.") in text
+    assert (out / "majority.csv").read_text().splitlines()[1].startswith("rte,accuracy,0.5,12,")
+    # Without the GLUE data, the baseline of the previous report is reused, and the report says so.
+    study.report([dict(c, settings=dict(c["settings"], data_dir=None)) for c in collected], str(out), study, "cpu")
+    assert "| majority class (constant prediction) | – | – | 0.500 |" in (out / "README.md").read_text()

@@ -152,3 +152,111 @@ def machines_section(collected: list) -> list:
         lines += ["", "**More than one kind of machine**: compare times only between runs of the same machine "
                       "(the `machine` field of each summary.json)."]
     return lines + [""]
+
+
+# --- censored runs, constant-prediction baselines and claims tables (the study reports) ------------------------
+
+def censored(summary: dict) -> bool:
+    """True for a completed run stopped by the epoch cap, not by patience: it ran `max_epochs` epochs without
+    `stopped_early`, so where patience would have stopped it (and the time that took) is unknown; its stopping
+    point and time are lower bounds. A run whose patience ran out exactly at the last epoch is not censored (the
+    engine does not mark the last epoch `stopped_early`), nor is a run without early stopping (patience 0: a
+    fixed number of epochs is its protocol)."""
+    if not summary or not summary.get("completed") or summary.get("stopped_early"):
+        return False
+    held = summary.get("early_stopping") or {}
+    patience = held.get("patience", (summary.get("config") or {}).get("patience"))
+    if not patience:
+        return False
+    return held.get("wait", 0) < patience
+
+
+def censored_mark(summaries: list) -> str:
+    """` †n/m` when n of the m completed runs are censored, else ``."""
+    count = sum(1 for s in summaries if censored(s))
+    return f" †{count}/{len(summaries)}" if count else ""
+
+
+def constant_baseline(task_name: str, labels) -> dict:
+    """The score of always predicting the majority class of `labels` (a test set's), by the task's primary metric.
+
+    A regression task has no majority class, and a constant prediction's correlation is undefined: its baseline
+    is 0, said in `note`.
+
+    >>> constant_baseline("rte", [0, 1, 1, 1])["score"]
+    0.75
+    >>> round(constant_baseline("mrpc", [0, 1, 1, 1])["score"], 3)  # F1 of predicting 1 everywhere
+    0.857
+    >>> constant_baseline("stsb", [0.5, 3.0])["score"]
+    0.0
+    """
+    import numpy as np
+
+    from tf_transfer.core import metrics
+    from tf_transfer.data import tasks
+
+    task = tasks.get_task(task_name)
+    labels = np.asarray(labels)
+    metric = task.primary_metric
+    if task.is_regression:
+        return {"metric": metric, "score": 0.0, "examples": len(labels), "majority": None, "share": None,
+                "note": "a constant prediction's correlation is undefined; 0 used"}
+    values, counts = np.unique(labels, return_counts=True)
+    majority = values[int(np.argmax(counts))]
+    score = metrics.compute([metric], labels, np.full_like(labels, majority))[metric]
+    name = task.labels[int(majority)] if getattr(task, "labels", None) else str(majority)
+    return {"metric": metric, "score": float(score), "examples": len(labels), "majority": name,
+            "share": float(counts.max() / len(labels)), "note": f"always '{name}'"}
+
+
+def dev_baseline(task_name: str, data_dirs) -> Optional[dict]:
+    """`constant_baseline` of the task's first GLUE dev set, read from the first of `data_dirs` that holds it
+    (with `source`: the folder); None when none does."""
+    from tf_transfer.core.errors import TransferError
+    from tf_transfer.data import tasks
+
+    task = tasks.get_task(task_name)
+    for folder in data_dirs:
+        if not folder or not os.path.isdir(folder):
+            continue
+        try:
+            examples = tasks.read_glue_split(task, folder, next(iter(task.test_files)))
+        except (TransferError, OSError):
+            continue
+        return {**constant_baseline(task_name, examples.labels), "source": folder}
+    return None
+
+
+def above_baseline(score, baseline, full) -> Optional[float]:
+    """`(score - baseline) / (full - baseline)`: the share of the full model's gain over a constant prediction
+    that `score` keeps; None where undefined (a missing value, or a full model not above the baseline)."""
+    if score is None or baseline is None or full is None or full - baseline <= 0:
+        return None
+    return (score - baseline) / (full - baseline)
+
+
+def p_text(p) -> str:
+    """A p-value for a table: `p 0.03`, `p < 0.001`, or `no test` where undefined (too few seeds, no spread)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "no test"
+    return "p < 0.001" if p < 0.001 else f"p {p:.2f}" if p >= 0.01 else f"p {p:.3f}"
+
+
+def welch_p(a, b) -> float:
+    """Two-sided p of Welch's test of mean(a) vs mean(b) (`stats.welch_test`); NaN where undefined."""
+    a = [v for v in a if v is not None]
+    b = [v for v in b if v is not None]
+    return stats.welch_test(a, b).p
+
+
+VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+CLAIMS_HEADER = ["claim", "paper", "ours", "verdict", "basis"]
+
+
+def claims_table(rows: list) -> str:
+    """A Markdown table of a paper's claims: rows of `claim, paper, ours, verdict, basis` (verdict one of
+    `VERDICTS`)."""
+    for row in rows:
+        if row[3] not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {row[3]!r}")
+    return markdown_table(CLAIMS_HEADER, [[str(c).replace("|", "/") for c in row] for row in rows])

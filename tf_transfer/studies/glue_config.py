@@ -31,6 +31,10 @@ NOT_RESULT_SETTINGS = ("data_dir", "cache_dir", "steps_per_execution", "eval_bat
 class RunConfig:
     """The settings of one training run. Defaults are the transfer-learning paper's (Wang) where it fixes them.
 
+    `validation_fraction=0` trains on the whole of GLUE train (Lee, Tang & Lin's protocol): nothing is held out or
+    scored as validation, so early stopping must be off (`patience=0`), every epoch up to `max_epochs` is trained,
+    no epoch is chosen (`best_epoch` stays null) and the run's result is its last epoch.
+
     Optimizer defaults follow Google BERT's `optimization.py`: AdamW, decoupled weight decay 0.01 on all but
     LayerNorm and bias variables, epsilon 1e-6, gradients clipped to global norm 1.0.
     """
@@ -80,11 +84,14 @@ class RunConfig:
             (self.lr > 0 and math.isfinite(self.lr), "--lr must be a positive number"),
             (self.batch_size >= 1, "--batch_size must be at least 1"),
             (self.max_epochs >= 1, "--max_epochs must be at least 1"),
-            (self.patience >= 1, "--patience must be at least 1"),
+            (self.patience >= 0, "--patience must be >= 0 (0 turns early stopping off)"),
             (self.min_delta >= 0, "--min_delta must be >= 0"),
             (self.max_seq_length >= 8, "--max_seq_length must be at least 8"),
             (self.max_train_examples is None or self.max_train_examples >= 1, "--max_train_examples must be >= 1"),
-            (0.0 < self.validation_fraction < 1.0, "--validation_fraction must be between 0 and 1 (exclusive)"),
+            (0.0 <= self.validation_fraction < 1.0, "--validation_fraction must be in [0, 1)"),
+            # Nothing held out: nothing to stop early on or to pick an epoch by (every epoch is trained).
+            (self.validation_fraction > 0 or self.patience == 0,
+             "--validation_fraction=0 holds nothing out to stop early on: give --patience=0 (early stopping off)"),
             (self.lr_schedule in LR_SCHEDULES, f"--lr_schedule must be one of {', '.join(LR_SCHEDULES)}"),
             (0.0 <= self.warmup_proportion < 1.0, "--warmup_proportion must be in [0, 1)"),
             (self.weight_decay >= 0, "--weight_decay must be >= 0"),

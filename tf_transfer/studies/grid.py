@@ -69,6 +69,13 @@ def parse_flagfile(path: str) -> dict:
     return settings
 
 
+def own_settings(path: str, base: str) -> dict:
+    """The settings of flagfile `path` that differ from those of `base` (which `path` usually includes): what a
+    part of a grid (e.g. a line search) changes on top of the study's flagfile."""
+    below = parse_flagfile(base)
+    return {k: v for k, v in parse_flagfile(path).items() if k not in below or below[k] != v}
+
+
 def _convert(value: str, default):
     if isinstance(default, bool):
         return value.lower() in ("1", "true", "yes")
@@ -105,6 +112,13 @@ class Study:
     `dependent` maps a setting to a function `(settings, runs_dir, study) -> value or None` resolved when a run
     starts (e.g. the learning rate chosen by the line search); until then it is a placeholder such as
     "<line search>". A setting `cache_frozen="auto"` caches the frozen prefix whenever something is frozen.
+
+    `task_flagfiles` maps a task to a flagfile of settings only its runs take (e.g. Wang's CoLA: early stopping on
+    accuracy), layered over the study's flagfile and the variant's settings.
+
+    `stand_in` maps a run's settings to `(older settings, reason)` or None: when the protocol of a run changed
+    (a setting that is part of its name), the completed run of the older settings stands in for it in reports,
+    marked with the reason, until the run itself has completed (`run` trains the new run; it never reads stand-ins).
     """
 
     name: str
@@ -115,6 +129,8 @@ class Study:
     report: Callable
     parts: Optional[dict] = None
     dependent: Optional[dict] = None
+    task_flagfiles: Optional[dict] = None
+    stand_in: Optional[Callable] = None
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
@@ -130,13 +146,17 @@ class Study:
         base = self.base(variant)
         depth = preset_depth(base.get("preset", RunConfig.preset))
         parts = chosen.parts or self.parts or {"main": {}}
+        per_task = {task: {k: v for k, v in parse_flagfile(path).items() if k != "task"}
+                    for task, path in (self.task_flagfiles or {}).items()}
         listed = []
         for part, extra in parts.items():
             axes = {**(chosen.axes or self.axes), **extra}
             names = list(axes)
             values = [axis(depth) if callable(axis) else axis for axis in axes.values()]
             for combination in itertools.product(*values):
-                settings = {**base, **dict(zip(names, combination)), "part": part}
+                chosen_values = dict(zip(names, combination))
+                task = chosen_values.get("task", base.get("task"))
+                settings = {**base, **per_task.get(task, {}), **chosen_values, "part": part}
                 if settings.get("cache_frozen") == "auto":
                     settings["cache_frozen"] = settings["trainable_layers"] != "all"
                 if tasks and settings["task"] not in tasks:
@@ -158,7 +178,8 @@ def _is_pending(value) -> bool:
     return isinstance(value, str) and value.startswith("<")
 
 
-def describe(settings: dict, keys=("task", "trainable_layers", "lr", "batch_size", "max_epochs", "seed")) -> str:
+def describe(settings: dict, keys=("task", "trainable_layers", "lr", "batch_size", "max_epochs", "seed", "metric",
+                                   "cache_frozen")) -> str:
     return " ".join(f"{k}={settings[k]}" for k in keys if k in settings)
 
 
@@ -288,7 +309,10 @@ def _clear_error(folder: str) -> None:
 
 
 def collect(study: Study, runs: list, runs_dir: str) -> list:
-    """Each run's settings with its summary (None when missing or unfinished) and error (if any)."""
+    """Each run's settings with its summary (None when missing or unfinished) and error (if any).
+
+    A run not completed yet whose `study.stand_in` run has completed gets that run's summary, with `stand_in`:
+    `{"folder", "reason"}` (else None); `partial` and `error` stay the run's own."""
     collected = []
     for settings in runs:
         resolved = resolve(study, settings, runs_dir) or settings
@@ -298,8 +322,17 @@ def collect(study: Study, runs: list, runs_dir: str) -> list:
         if os.path.exists(os.path.join(folder, "error.json")):
             with open(os.path.join(folder, "error.json")) as f:
                 error = json.load(f)["error"]
-        collected.append({"settings": resolved, "folder": folder,
-                          "summary": summary if summary and summary.get("completed") else None,
-                          "partial": summary if summary and not summary.get("completed") else None,
-                          "error": error})
+        entry = {"settings": resolved, "folder": folder,
+                 "summary": summary if summary and summary.get("completed") else None,
+                 "partial": summary if summary and not summary.get("completed") else None,
+                 "error": error, "stand_in": None}
+        older = study.stand_in(resolved) if study.stand_in and not entry["summary"] else None
+        if older:
+            older_settings, reason = older
+            older_folder = run_dir(runs_dir, study, older_settings)
+            older_summary = record.read_summary(older_folder)
+            if older_summary and older_summary.get("completed"):
+                entry["summary"] = older_summary
+                entry["stand_in"] = {"folder": older_folder, "reason": reason}
+        collected.append(entry)
     return collected

@@ -428,13 +428,13 @@ def test_every_paper_flagfile_gives_valid_settings():
         name = os.path.basename(path)[:-len(".flags")]
         values = read_flagfile(path)
         assert set(values) <= defined, (name, set(values) - defined)
-        if name in ("li_common", "li_base"):
+        if name in ("li_common", "li_base", "li_base_mean", "li_base_mixed"):
             continue  # included by the rows below
         settings = {k: convert.get(type(defaults[k]), str)(v) for k, v in values.items() if k in defaults}
         rows[name] = dict(MultitaskSettings(data_dir="d", **settings).to_dict(), output_dir=values.get("output_dir"))
     assert set(rows) == {"li_frozen_heads", "li_finetune", "li_heads_first", "li_heads_then_finetune",
-                         "li_pooling_cls", "li_pooling_mean", "li_sbert", "li_concat", "li_llrd", "li_no_llrd",
-                         "li_sequential", "li_summed"}
+                         "li_pooling_cls", "li_pooling_mean", "li_pooling_mixed", "li_sbert", "li_concat", "li_llrd",
+                         "li_llrd_mixed", "li_no_llrd", "li_sequential", "li_summed"}
     assert rows["li_frozen_heads"]["lr"] == 1e-3 and rows["li_frozen_heads"]["trainable_layers"] == 0
     assert rows["li_frozen_heads"]["freeze_pooler"] is True
     assert rows["li_finetune"]["lr"] == 1e-5 and rows["li_finetune"]["trainable_layers"] == "all"
@@ -445,6 +445,24 @@ def test_every_paper_flagfile_gives_valid_settings():
     assert rows["li_llrd"]["llrd"] == 0.95 and rows["li_no_llrd"]["llrd"] == 1.0
     assert rows["li_summed"]["schedule"] == "summed" and rows["li_sequential"]["schedule"] == "sequential"
     assert all(r["batch_size"] == 32 and r["max_epochs"] == 20 for r in rows.values())
+    # The paper's bases: Table 2 (the baseline) [CLS] for all and the order sst, para, sts; after it the order para,
+    # sts, sst, with the mean for all three tasks (Tables 3, 5) or [CLS] for sst and the mean for the pairs (4, 6, 7).
+    poolings = {name: (r["pooling_sst"], r["pooling_para"], r["pooling_sts"]) for name, r in rows.items()}
+    orders = {name: r["task_order"] for name, r in rows.items()}
+    table = {"li_frozen_heads": 2, "li_finetune": 2, "li_heads_first": 2, "li_heads_then_finetune": 2,
+             "li_pooling_cls": 2, "li_sbert": 2, "li_concat": 2, "li_pooling_mean": 3, "li_no_llrd": 5, "li_llrd": 5,
+             "li_pooling_mixed": 4, "li_sequential": 6, "li_llrd_mixed": 6, "li_summed": 7}
+    bases = {2: (("cls", "cls", "cls"), "sst,para,sts"), 3: (("mean", "mean", "mean"), "para,sts,sst"),
+             5: (("mean", "mean", "mean"), "para,sts,sst"), 4: (("cls", "mean", "mean"), "para,sts,sst"),
+             6: (("cls", "mean", "mean"), "para,sts,sst"), 7: (("cls", "mean", "mean"), "para,sts,sst")}
+    assert set(table) == set(rows)
+    for name, number in table.items():
+        assert (poolings[name], orders[name]) == bases[number], name
+    assert rows["li_llrd_mixed"]["llrd"] == 0.95 and rows["li_summed"]["llrd"] == 1.0
+    # Rows that stand for each other have the same settings.
+    same = lambda a, b: {**rows[a], "output_dir": None} == {**rows[b], "output_dir": None}  # noqa: E731
+    assert same("li_finetune", "li_pooling_cls") and same("li_finetune", "li_sbert")
+    assert same("li_pooling_mean", "li_no_llrd") and same("li_pooling_mixed", "li_sequential")
     assert None not in {r["output_dir"] for r in rows.values()}
     assert len({r["output_dir"] for r in rows.values()}) == len(rows)
 
@@ -557,3 +575,18 @@ def test_mirrored_over_two_logical_cpus_computes_what_one_device_does(cs224n_dir
     assert mirrored["loss"] == pytest.approx(default["loss"], rel=1e-5)
     assert mirrored["task_loss"] == pytest.approx(default["task_loss"], rel=1e-5)
     assert mirrored["test"] == pytest.approx(default["test"], abs=1e-4)
+
+
+def test_report_opens_with_a_claims_table():
+    """reports/multitask/README.md: within its first 60 lines, a Markdown table whose first column is headed 'claim',
+    each row with the paper's number, ours and a verdict."""
+    with open(os.path.join(REPO, "reports", "multitask", "README.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")[:60]
+    header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
+    assert rows and all(len(row) == 5 for row in rows), rows
+    assert {row[3] for row in rows} <= {"reproduced", "not reproduced", "inconclusive"}

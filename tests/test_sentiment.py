@@ -137,6 +137,7 @@ def test_fewer_rows_per_class_than_folds(tmp_path):
     ({"trainable_layers": "some"}, "--trainable_layers must be"),
     ({"test_fraction": 1.0}, "--test_fraction must be between 0 and 1"),
     ({"runs": 0}, "--runs must be at least 1"),
+    ({"hidden_units": -1}, "--hidden_units must be 0 (the paper's logistic layer) or more, got -1"),
 ])
 def test_bad_bert_settings(kwargs, fragment):
     with pytest.raises(TransferError) as error:
@@ -335,6 +336,63 @@ def test_rebuilt_hidden_states_share_the_backbones_weights(tiny_preset):
     freezing.set_trainable_layers(backbone, 2)
     trainable = {id(v) for v in model.trainable_variables}
     assert trainable == {id(v) for block in backbone.transformer_layers[1:] for v in block.trainable_variables}
+
+
+def _head_layers(model, backbone):
+    """The layers of `model` that are neither the backbone's nor the feature model's (inputs, slicing, pooling)."""
+    inside = {id(layer) for layer in backbone._flatten_layers(include_self=True, recursive=True)}
+    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+            if id(layer) not in inside and layer.trainable_weights]
+
+
+@pytest.mark.parametrize("num_classes, hidden_units, expected", [
+    (2, 0, [("logistic", 1, "sigmoid")]),
+    (3, 0, [("softmax", 3, "softmax")]),
+    (2, 64, [("hidden", 64, "relu"), ("logistic", 1, "sigmoid")]),
+])
+def test_paper_head_is_one_logistic_layer_on_the_pooled_features(tiny_preset, num_classes, hidden_units, expected):
+    """--hidden_units=0 is Hart's "single dense layer with a logistic activation function" on the pooled features:
+    the fine-tuned model's only trainable layer outside BERT is Dense(1, sigmoid) (a softmax layer for 3+ classes)
+    reading the [CLS] vector; 64 puts the ReLU layer of the earlier results before it."""
+    import keras
+    import tensorflow as tf
+
+    from tf_transfer.models import backbones
+
+    backbone = backbones.load_preset(tiny_preset).backbone
+    settings = study.BertSettings(preset=tiny_preset, mode="top2", hidden_units=hidden_units)
+    model = bert._FineTuner(backbone, settings, num_classes, None, None, tf.distribute.get_strategy())._build()
+    layers = _head_layers(model, backbone)
+    assert [(layer.name, layer.units, layer.activation.__name__) for layer in layers] == expected
+    assert all(isinstance(layer, keras.layers.Dense) and layer.dtype_policy.name == "float32" for layer in layers)
+    width = backbone.hidden_dim
+    assert layers[0].kernel.shape == (width, hidden_units or (1 if num_classes == 2 else num_classes))
+    # It reads the pooled features: with the head's weights set by hand, the output is sigmoid(w . [CLS] + b).
+    if hidden_units == 0 and num_classes == 2:
+        rng = np.random.default_rng(0)
+        kernel, bias = rng.normal(size=(width, 1)).astype(np.float32), np.array([0.3], np.float32)
+        layers[0].set_weights([kernel, bias])
+        batch = {"token_ids": np.array([[2, 7, 9, 3, 0]], np.int32), "segment_ids": np.zeros((1, 5), np.int32),
+                 "padding_mask": np.array([[1, 1, 1, 1, 0]], np.int32)}
+        cls = np.asarray(backbone(batch, training=False)["sequence_output"])[:, 0, :]
+        expected_p = 1.0 / (1.0 + np.exp(-(cls @ kernel + bias)))
+        np.testing.assert_allclose(np.asarray(model(batch, training=False)), expected_p, rtol=1e-5, atol=1e-6)
+
+
+def test_paper_flagfile_head_runs_end_to_end(tiny_preset, tmp_path):
+    """A tiny top2 run through the flagfile chain (hart_bert_top2 -> hart_bert_common: the paper's head) completes,
+    and its results file records hidden_units 0."""
+    path = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=6)
+    done = run_module("tf_transfer.sentiment", "--flagfile=flags/hart_bert_top2.flags", f"--preset={tiny_preset}",
+                      "--runs=1", "--epochs=1", "--batch_size=4", "--max_seq_length=16", f"--data={path}",
+                      f"--output_dir={tmp_path / 'out'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(tmp_path / "out" / "bert_top2_cls.json") as f:
+        results = json.load(f)
+    assert results["completed"] is True and results["settings"]["hidden_units"] == 0
+    assert results["settings"]["lr"] == 5e-5 and results["settings"]["trainable_layers"] == 2
+    (run,) = results["runs"]
+    assert 0.0 <= run["accuracy"] <= 1.0 and run["epochs"][0]["loss"] > 0
 
 
 def test_last4_concat_and_mean_feature_widths(tiny_preset):
@@ -568,3 +626,18 @@ def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path):
     (run,) = results["runs"]
     assert run["distribution"] == "mirrored" and [e["epoch"] for e in run["epochs"]] == [1, 2]
     assert all(e["loss"] > 0 for e in run["epochs"]) and 0.0 <= run["accuracy"] <= 1.0
+
+
+def test_report_opens_with_a_claims_table():
+    """reports/sentiment/README.md: within its first 60 lines, a Markdown table whose first column is headed 'claim',
+    each row with the paper's number, ours and a verdict."""
+    with open(os.path.join(REPO, "reports", "sentiment", "README.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")[:60]
+    header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
+    assert rows and all(len(row) == 5 for row in rows), rows
+    assert {row[3] for row in rows} <= {"reproduced", "not reproduced", "inconclusive"}

@@ -286,6 +286,60 @@ def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_pa
     np.testing.assert_allclose(keras.ops.convert_to_numpy(restored(features, training=False)), outputs, atol=1e-6)
 
 
+def test_cnn_head_is_the_papers_densenet_of_four_blocks_of_four_convolutions():
+    """"Four independent blocks and each block has four CNNs": 4 dense blocks of 4 convolutions, each convolution
+    reading the block's input and every earlier convolution of its block, 1x1 transitions between blocks, and the
+    max-pooled last block concatenated with [CLS]. Padding changes nothing: a padded sequence scores as the same
+    sequence without the padding."""
+    import keras
+
+    from tf_transfer.models import stack_heads
+
+    keras.utils.set_random_seed(0)
+    units, width, length = 8, 16, 7
+    head = stack_heads.make_head("cnn", 3, units=units, dropout=0.0)
+    head.build({"sequence": (None, None, width), "pooled": (None, width), "mask": (None, None)})
+    assert (stack_heads.CNN_BLOCKS, stack_heads.CNN_LAYERS_PER_BLOCK) == (4, 4)
+    convolutions = {w.path.split("/")[1]: w.shape for w in head.weights if w.path.endswith("kernel")}
+    block_inputs = [width, units, units, units]  # BERT's width, then each transition's output
+    for b, block_input in enumerate(block_inputs):
+        for i in range(4):
+            assert convolutions[f"block{b}_conv{i}"] == (stack_heads.CNN_KERNEL, block_input + i * units, units)
+        if b < 3:
+            assert convolutions[f"transition{b}"] == (1, block_input + 4 * units, units)
+    assert convolutions["logits"] == (units + 4 * units + width, 3)  # last block's output + [CLS]
+    assert len(convolutions) == 16 + 3 + 1
+
+    rng = np.random.default_rng(1)
+    sequence = rng.normal(size=(1, length, width)).astype(np.float32)
+    pooled = rng.normal(size=(1, width)).astype(np.float32)
+    padded = np.concatenate([sequence, rng.normal(size=(1, 4, width)).astype(np.float32)], axis=1)
+    mask = np.concatenate([np.ones((1, length), np.int32), np.zeros((1, 4), np.int32)], axis=1)
+    short = head({"sequence": sequence, "pooled": pooled, "mask": np.ones((1, length), np.int32)})
+    long = head({"sequence": padded, "pooled": pooled, "mask": mask})
+    np.testing.assert_allclose(np.asarray(long), np.asarray(short), rtol=1e-5, atol=1e-5)
+
+
+def test_quora_mlp_flagfile_is_the_papers_finetune_only_baseline():
+    """flags/stack_quora_mlp.flags: [CLS] and two fully connected layers (the mlp head), fine-tuned only."""
+    from tf_transfer.studies.stack_config import StackConfig
+
+    values = {}
+    for path in ("flags/stack_common.flags", "flags/stack_quora_mlp.flags"):
+        with open(os.path.join(REPO, path)) as f:
+            values.update(line.strip()[2:].split("=", 1) for line in f
+                          if line.startswith("--") and not line.startswith("--flagfile"))
+    assert open(os.path.join(REPO, "flags/stack_quora_mlp.flags")).read().count("--flagfile=flags/stack_common.flags")
+    assert (values["task"], values["head"], values["strategy"]) == ("quora", "mlp", "finetune_only")
+    assert values["phase2_lr"] == "2e-5" and values["max_epochs"] == "6"
+    config = StackConfig(task="quora", data="x.tsv", head=values["head"], strategy=values["strategy"])
+    assert config.heads == ("mlp",)
+    # absl takes every line of the chain; the run stops at the first thing it needs, the data.
+    done = run_module("tf_transfer.stack", "--flagfile=flags/stack_quora_mlp.flags", "--data=no/such/quora.csv",
+                      "--output_dir=unused")
+    assert done.returncode == 2 and "no/such/quora.csv" in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_every_heads_layers_compute_in_float32_under_mixed_precision(tiny_preset, policy):
     """The backbone computes in 16 bits; each head's own sublayers (dense, LSTM cells, convolutions, transformer
@@ -599,3 +653,18 @@ def test_report_table_gives_last_and_best_validation_scores_and_lists_missing_ru
                                           "0.8000", "0.7500", "3/3", "180", "400", "mixed_bfloat16 |"]
     assert finetune_row.split(" | ")[3] == "none" and "1/3 (unfinished)" in finetune_row
     assert missing_row.startswith("| absent | missing |")
+
+
+def test_report_opens_with_a_claims_table():
+    """reports/stack_quora/README.md: within its first 60 lines, a Markdown table whose first column is headed 'claim',
+    each row with the paper's number, ours and a verdict."""
+    with open(os.path.join(REPO, "reports", "stack_quora", "README.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")[:60]
+    header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
+    assert rows and all(len(row) == 5 for row in rows), rows
+    assert {row[3] for row in rows} <= {"reproduced", "not reproduced", "inconclusive"}

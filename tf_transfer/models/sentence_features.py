@@ -1,4 +1,4 @@
-"""One feature vector per text from a keras-hub BERT backbone, and Hart's dense head on top of it.
+"""One feature vector per text from a keras-hub BERT backbone, and Hart's logistic head on top of it.
 
 Poolings: `cls` (the last block's [CLS] vector), `mean` (over real tokens, [CLS] and [SEP] included, as
 sentence-BERT) and `last4_concat` (the [CLS] vectors of the last four hidden states, BERT's feature-based recipe),
@@ -10,7 +10,8 @@ Example:
 >>> sentence_features.POOLINGS
 ('cls', 'last4_concat', 'mean')
 >>> features = sentence_features.build_feature_model(backbone, "mean")  # doctest: +SKIP
->>> probabilities = sentence_features.head_outputs(features.output, num_classes=2, hidden_units=64)  # doctest: +SKIP
+>>> paper_head = sentence_features.head_outputs(features.output, num_classes=2)  # doctest: +SKIP
+>>> relu_first = sentence_features.head_outputs(features.output, num_classes=2, hidden_units=64)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -71,15 +72,21 @@ def build_feature_model(backbone, pooling: str):
     return keras.Model(token_inputs, features, name=f"features_{pooling}")
 
 
-def head_outputs(features, num_classes: int, hidden_units: int):
-    """One dense hidden layer (ReLU) and a logistic output (sigmoid for two classes, softmax for more).
+def head_outputs(features, num_classes: int, hidden_units: int = 0):
+    """Hart's head on the features: with `hidden_units=0` (the paper's) a single dense layer with a logistic
+    activation, i.e. logistic regression on the features, the equivalent of the sparse baselines' classifier (one
+    sigmoid unit for two classes; for more, its multi-class form, a softmax layer of one unit per class). With
+    `hidden_units` > 0 a dense ReLU layer of that many units comes first.
 
-    Both layers are float32 under any precision policy (given explicitly: layers take the global policy
+    Every layer is float32 under any precision policy (given explicitly: layers take the global policy
     otherwise), so the head computes, and returns probabilities, in float32 and the loss is taken in float32.
     """
     import keras
 
-    hidden = keras.layers.Dense(hidden_units, activation="relu", dtype="float32", name="hidden")(features)
+    if hidden_units < 0:
+        raise TransferError(f"--hidden_units must be 0 (the paper's logistic layer) or more, got {hidden_units}")
+    if hidden_units:
+        features = keras.layers.Dense(hidden_units, activation="relu", dtype="float32", name="hidden")(features)
     if num_classes == 2:
-        return keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="logistic")(hidden)
-    return keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="softmax")(hidden)
+        return keras.layers.Dense(1, activation="sigmoid", dtype="float32", name="logistic")(features)
+    return keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="softmax")(features)

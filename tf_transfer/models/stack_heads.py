@@ -6,8 +6,10 @@ on its input and before its output layer, and returns float32 logits:
   * `linear`: one dense layer on [CLS] (BERT's pooled output), or on every token when tagging.
   * `mlp`: a ReLU dense layer of `units`, then the output layer; on [CLS], or per token when tagging.
   * `bilstm`: a bidirectional LSTM over the token outputs; per token when tagging, else masked max-pooled.
-  * `cnn`: DenseNet-style 1-D convolutions over the token outputs (each layer sees the concatenation of all
-    earlier ones), max-pooled and concatenated with [CLS]. Classification only.
+  * `cnn`: the paper's DenseNet over the token outputs: four dense blocks of four 1-D convolutions (inside a block
+    each convolution sees the concatenation of the block's input and every earlier convolution's output), joined
+    by 1x1 transition convolutions; the last block's output is max-pooled and concatenated with [CLS]. Not for
+    tagging.
   * `highway_lstm`: two stacked bidirectional LSTMs joined by highway connections (a learned gate mixes each
     layer's output with a linear projection of its input).
   * `transformer`: one more `keras_hub.layers.TransformerEncoder` block over the token outputs; per token when
@@ -37,7 +39,10 @@ import keras_hub
 from keras import ops
 
 PACKAGE = "tf_transfer.stack"
-CNN_LAYERS = 3
+# The paper: "The DenseNet structure contains four independent blocks and each block has four CNNs connected by
+# residual" (read as DenseNet's dense blocks: shortcut connections only inside a block); the kernel is our choice.
+CNN_BLOCKS = 4
+CNN_LAYERS_PER_BLOCK = 4
 CNN_KERNEL = 3
 HIGHWAY_LAYERS = 2
 HIGHWAY_GATE_BIAS = -1.0  # starts each gate leaning towards carrying the input through, as highway networks do
@@ -156,31 +161,54 @@ class BiLSTMHead(_Head):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class DenseCNNHead(_Head):
-    """`CNN_LAYERS` ReLU convolutions of `units` filters; layer i convolves the concatenation of the input and every
-    earlier layer's output (DenseNet's connectivity). Padding is zeroed before each convolution so that it cannot
-    leak into the real positions' receptive fields."""
+    """DenseNet (Huang et al. 2017) on BERT's token outputs, as the paper describes it: `CNN_BLOCKS` dense blocks in
+    sequence, each of `CNN_LAYERS_PER_BLOCK` ReLU convolutions of `units` filters (kernel `CNN_KERNEL`). Inside a
+    block, convolution i convolves the concatenation of the block's input and the outputs of convolutions 1..i-1
+    (DenseNet's connectivity; the paper: "connected by residual"); a block's output is that concatenation with the
+    last convolution's output added. Between blocks a transition (a ReLU 1x1 convolution to `units` channels, without
+    DenseNet's pooling, so that every position keeps its padding mask) makes the next block's input; the blocks share
+    no shortcut, hence "independent". The last block's output, max-pooled over the real tokens, is concatenated with
+    [CLS] for prediction. Padding is zeroed before each convolution so that it cannot leak into the real positions'
+    receptive fields."""
 
     def __init__(self, num_outputs: int, tagging: bool = False, units: int = 128, dropout: float = 0.1, **kwargs):
         if tagging:
             raise ValueError("the cnn head classifies whole sequences; it has no per-token output")
         super().__init__(num_outputs, tagging, units, dropout, **kwargs)
-        self.convolutions = [keras.layers.Conv1D(units, CNN_KERNEL, padding="same", activation="relu",
-                                                 kernel_initializer=_he(), dtype=self.dtype_policy,
-                                                 name=f"conv_{i}")
-                             for i in range(CNN_LAYERS)]
+        self.blocks = [[keras.layers.Conv1D(units, CNN_KERNEL, padding="same", activation="relu",
+                                            kernel_initializer=_he(), dtype=self.dtype_policy,
+                                            name=f"block{b}_conv{i}")
+                        for i in range(CNN_LAYERS_PER_BLOCK)]
+                       for b in range(CNN_BLOCKS)]
+        self.transitions = [keras.layers.Conv1D(units, 1, activation="relu", kernel_initializer=_he(),
+                                                dtype=self.dtype_policy, name=f"transition{b}")
+                            for b in range(CNN_BLOCKS - 1)]
+
+    def _block_output_width(self, input_width: int) -> int:
+        return input_width + CNN_LAYERS_PER_BLOCK * self.units
 
     def build_layers(self, input_shape) -> int:
         width = input_shape["sequence"][-1]
-        for i, convolution in enumerate(self.convolutions):
-            convolution.build((None, None, width + i * self.units))
-        return CNN_LAYERS * self.units + input_shape["pooled"][-1]
+        for b, block in enumerate(self.blocks):
+            for i, convolution in enumerate(block):
+                convolution.build((None, None, width + i * self.units))
+            width = self._block_output_width(width)
+            if b < len(self.transitions):
+                self.transitions[b].build((None, None, width))
+                width = self.units
+        return width + input_shape["pooled"][-1]
 
     def call(self, inputs, training=None):
         keep = ops.expand_dims(ops.cast(inputs["mask"], "float32"), -1)
-        features = [self.input_dropout(inputs["sequence"], training=training) * keep]
-        for convolution in self.convolutions:
-            features.append(convolution(ops.concatenate(features, axis=-1)) * keep)
-        pooled = masked_max(ops.concatenate(features[1:], axis=-1), inputs["mask"])
+        states = self.input_dropout(inputs["sequence"], training=training) * keep
+        for b, block in enumerate(self.blocks):
+            features = [states]
+            for convolution in block:
+                features.append(convolution(ops.concatenate(features, axis=-1)) * keep)
+            states = ops.concatenate(features, axis=-1)
+            if b < len(self.transitions):
+                states = self.transitions[b](states) * keep
+        pooled = masked_max(states, inputs["mask"])
         return self.output_layer(ops.concatenate([pooled, inputs["pooled"]], axis=-1), training)
 
 

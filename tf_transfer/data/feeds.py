@@ -2,8 +2,11 @@
 
 Both give the same interface to the runner and the benchmark: `plan(epoch)`, `dataset(plan)`, `train_dataset(epoch)`,
 `warmup_dataset()`, `padded_length(indices)`, `predict(model, split)`,
-`steps_per_epoch`, `padding_efficiency`. The stack-and-finetune study's `tf_transfer.studies.stack_feed.StackFeed` builds on the
-same base (`Feed`) for one or two sequences and per-token labels.
+`steps_per_epoch`, `padding_efficiency`, and `use_strategy(strategy)`: under a strategy with several replicas or
+workers, every batch of a plan is split into one share per replica (`inputs.distribute`), so the batch of a step
+stays `batch_size` examples in all (the single-device batch), each share padded to its own bucket. The
+stack-and-finetune study's `tf_transfer.studies.stack_feed.StackFeed` builds on the same base (`Feed`) for one or
+two sequences and per-token labels.
 
 Example:
 
@@ -44,6 +47,22 @@ class Feed:
         # Under XLA the epoch's one partial batch is filled with zero-weight repeats: one shape per bucket length.
         self.fill_to = batch_size if jit is True else None
         self.train = splits["train"]
+        self.strategy = None
+
+    def use_strategy(self, strategy):
+        """Datasets from now on are distributed over `strategy`'s replicas when it has several replicas or
+        workers (`inputs.distribute`); one replica on one worker keeps plain datasets. Returns the feed."""
+        from tf_transfer.core import strategies
+
+        self.strategy = strategy if strategies.is_distributed(strategy) else None
+        return self
+
+    def _planned(self, split, plan: list, bucket_step: int, with_labels: bool, fill_to):
+        if self.strategy is None:
+            return self._to_dataset(split, plan, bucket_step, with_labels, fill_to)
+        return inputs.distribute(self.strategy,
+                                 lambda shares, fill: self._to_dataset(split, shares, bucket_step, with_labels, fill),
+                                 plan, fill_to)
 
     def _to_dataset(self, split, plan: list, bucket_step: int, with_labels: bool, fill_to):
         raise NotImplementedError
@@ -72,7 +91,7 @@ class Feed:
 
     def dataset(self, plan: list):
         """Training batches of `plan` (lists of example indices), with sample weights."""
-        return self._to_dataset(self.train, plan, self.bucket_step, True, self.fill_to)
+        return self._planned(self.train, plan, self.bucket_step, True, self.fill_to)
 
     def warmup_plan(self) -> list:
         if self.jit is True:
@@ -89,8 +108,8 @@ class Feed:
     def predict(self, model, split: str) -> np.ndarray:
         data = self.splits[split]
         plan = inputs.plan_eval_batches(data.lengths, self.eval_batch_size, self.padding)
-        dataset = self._to_dataset(data, plan, self.eval_bucket_step, False, None)
-        return _unsort(model.predict(dataset, verbose=0), plan)
+        dataset = self._planned(data, plan, self.eval_bucket_step, False, None)
+        return _unsort(model.predict(dataset, verbose=0, steps=getattr(dataset, "num_steps", None)), plan)
 
     def labels(self, split: str) -> np.ndarray:
         return self.splits[split].labels

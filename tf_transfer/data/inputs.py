@@ -5,6 +5,9 @@ truncated to `max_seq_length` (round robin, which removes tokens from the longer
 `_truncate_seq_pair`). Batches are planned in NumPy from a seeded permutation per epoch, so epoch `e` of seed `s`
 always sees the same batches in the same order, whatever ran before (resuming needs no iterator state).
 
+Several replicas (`distribute`): each replica takes its share of every planned batch, so the replicas of a step
+together hold the single-device batch.
+
 Padding:
   * `fixed`: every batch padded to `max_seq_length` (the paper's setting).
   * `bucket`: examples grouped by length; each batch is padded to its bucket's boundary, a multiple of
@@ -58,7 +61,8 @@ def encode(examples, tokenizer, max_seq_length: int, chunk_size: int = 4096) -> 
         pad_value=tokenizer.pad_token_id,
         truncate="round_robin",
     )
-    token_chunks, segment_chunks = [], []
+    nothing = np.zeros((0, max_seq_length), np.int32)  # a split of no examples (nothing held out) packs to (0, L)
+    token_chunks, segment_chunks = [nothing], [nothing]
     for start in range(0, len(examples.text_a), chunk_size):
         stop = start + chunk_size
         segments = [tokenizer(tf.constant(examples.text_a[start:stop]))]
@@ -84,6 +88,8 @@ def padded_length(lengths: np.ndarray, padding: str, max_seq_length: int, bucket
     if padding == "fixed":
         return max_seq_length
     boundaries = bucket_boundaries(max_seq_length, bucket_step)
+    if len(lengths) == 0:  # a replica's share of a batch smaller than the number of replicas
+        return int(boundaries[0])
     return int(boundaries[np.searchsorted(boundaries, int(lengths.max()))])
 
 
@@ -143,7 +149,7 @@ def fill_batch(indices: np.ndarray, batch_size: Optional[int]):
     neither the loss nor the gradients (repeating real examples keeps their padded length the batch's own).
     """
     weights = np.ones(len(indices), np.float32)
-    if batch_size is None or len(indices) >= batch_size:
+    if batch_size is None or len(indices) >= batch_size or len(indices) == 0:
         return indices, weights
     extra = np.resize(indices, batch_size - len(indices))
     return np.concatenate([indices, extra]), np.concatenate([weights, np.zeros(len(extra), np.float32)])
@@ -182,6 +188,49 @@ def to_dataset(encoded: Encoded, plan: list, padding: str, bucket_step: int, wit
         output_signature=_signature(encoded, with_labels),
     )
     return prefetched(dataset, len(plan))
+
+
+def replica_share(indices: np.ndarray, share: int, shares: int) -> np.ndarray:
+    """Share `share` of `shares` of one batch: consecutive slices, the first ones one example longer when the
+    batch does not divide evenly (as `tf.distribute` splits a batch), so that the shares in order are the batch."""
+    return np.array_split(np.asarray(indices), shares)[share]
+
+
+def local_shares(num_replicas: int, num_workers: int, worker: int) -> list:
+    """The shares of every batch that this worker's replicas take, in the order of its local replicas.
+
+    Local replica j of worker w takes share `j * num_workers + w`: the order in which Keras puts the replicas'
+    predictions back together under a multi-worker strategy, so that predictions come back in batch order.
+    """
+    local = num_replicas // num_workers
+    return [j * num_workers + worker for j in range(local)]
+
+
+def distribute(strategy, make_dataset, plan: list, fill_to: Optional[int] = None):
+    """`plan`'s batches spread over `strategy`'s replicas: each replica gets its share of every batch
+    (`replica_share`), so the replicas of one step together hold exactly the batch, padded per share to its own
+    bucket. `make_dataset(share_plan, fill_to)` builds one worker's `tf.data.Dataset` of its replicas' shares
+    (its local replicas' shares of a step in a row, as `distribute_datasets_from_function` hands them out).
+
+    The dataset is distributed here, once, the way TensorFlow expects (`distribute_datasets_from_function`):
+    Keras then uses it as it is. `num_steps` holds the steps per epoch, for `fit`'s `steps_per_epoch` and
+    `predict`'s `steps`.
+    """
+    import tensorflow as tf
+
+    replicas = strategy.num_replicas_in_sync
+    share_fill = -(-fill_to // replicas) if fill_to else None
+
+    def dataset_fn(context):
+        shares = local_shares(replicas, context.num_input_pipelines, context.input_pipeline_id)
+        share_plan = [replica_share(indices, share, replicas) for indices in plan for share in shares]
+        # Of unknown length: the known one would count elements (steps times local replicas), and Keras, told
+        # the steps (`num_steps`), would start one more pass over a dataset of known length after each epoch.
+        return make_dataset(share_plan, share_fill).filter(lambda *_: tf.constant(True))
+
+    dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    dataset.num_steps = len(plan)
+    return dataset
 
 
 # Batches ahead of the model: the generators only slice arrays, so two hide them behind a training step.

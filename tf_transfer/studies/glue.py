@@ -32,7 +32,10 @@ def load_data(config: RunConfig):
     """Returns `(train, validation, {test name: Examples}, skipped_rows)` for `config`'s task."""
     task = config.task_spec
     train_full, tests = tasks.load_task_data(task, config.data_dir, config.skip_bad_rows)
-    train, validation = train_validation_split(train_full, config.validation_fraction, config.seed)
+    if config.validation_fraction:
+        train, validation = train_validation_split(train_full, config.validation_fraction, config.seed)
+    else:  # --validation_fraction=0: train on all of it; the empty validation split is never scored
+        train, validation = train_full, train_full.take([])
     if config.max_train_examples is not None and config.max_train_examples < len(train):
         train = train.take(range(config.max_train_examples))
     skipped = {"train": train_full.skipped_rows, **{name: t.skipped_rows for name, t in tests.items()}}
@@ -40,9 +43,11 @@ def load_data(config: RunConfig):
 
 
 def scores(feed, model, task, split: str) -> dict:
-    """Scores one split in inference mode with every metric of `task`."""
+    """Scores one split in inference mode with every metric of `task`; `{}` for an empty split."""
     from tf_transfer.core import metrics
 
+    if not len(feed.labels(split)):
+        return {}
     outputs = feed.predict(model, split)
     predictions = outputs[:, 0] if task.is_regression else outputs.argmax(axis=-1)
     return metrics.compute(task.metrics, feed.labels(split), predictions)
@@ -107,17 +112,20 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
     from tf_transfer.models import heads
     from tf_transfer.data import inputs
     from tf_transfer.training import optimizers
+    from tf_transfer.core import strategies
+    from tf_transfer.core.errors import TransferError
 
     keras.utils.set_random_seed(config.seed)
     if strategy is None:
-        from tf_transfer.core import strategies
-
         strategy = strategies.make_strategy(config.distribution)
     if config.batch_size < strategy.num_replicas_in_sync:
-        from tf_transfer.core.errors import TransferError
-
         raise TransferError(f"--batch_size={config.batch_size} is smaller than the "
                             f"{strategy.num_replicas_in_sync} replicas of --distribution={config.distribution}")
+    if config.steps_per_execution > 1 and strategies.is_distributed(strategy):
+        # Keras 3.15's loop of several steps per call fails on a distributed iterator ("You must feed a value for
+        # placeholder tensor ... while/cond/Placeholder"), whoever distributed the dataset.
+        raise TransferError(f"--steps_per_execution={config.steps_per_execution} does not work with several "
+                            f"replicas (--distribution={config.distribution}) in Keras 3.15: use 1")
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(config.precision)
     with strategy.scope():
@@ -155,6 +163,13 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
                 else keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"))
         model.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit,
                       steps_per_execution=config.steps_per_execution)
+    # Several replicas or workers: every batch is split into one share per replica here, once (Keras must not
+    # distribute it again); Keras' faults with such datasets are worked around, and gradients are clipped after
+    # the replicas' sum, as on one device (docs/distributed.md).
+    feed.use_strategy(strategy)
+    strategies.keras_distributed(model, strategy)
+    if strategies.is_distributed(strategy):
+        strategies.clip_after_summing(optimizer)
 
     return types.SimpleNamespace(task=task, strategy=strategy, loaded=loaded, backbone=backbone, model=model,
                                  feed=feed, encoded=encoded, cache_time_s=cache_time_s, cache_cost=cache_cost,
@@ -167,16 +182,34 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
 
     Raises `TransferError` for bad input before anything is written, or (non-finite loss) after the completed
     epochs' summary has been written with `completed: false`.
+
+    Under `--distribution=multi_worker` (one process per worker, `TF_CONFIG`) the workers join first, so that the
+    chief can tell the others what `output_dir` holds; only the chief writes there (docs/distributed.md).
     """
-    from tf_transfer.training import checkpoints
-    from tf_transfer.training.engine import Engine, keras_epoch, warm_up
+    from tf_transfer.core import strategies
     from tf_transfer.training.run_folder import RunFolder
 
-    folder = RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, overwrite)
-    if folder.completed:
-        logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
-        return folder.existing
+    if strategy is None and config.distribution == "multi_worker":
+        strategy = strategies.make_strategy(config.distribution)
+    with strategies.lost_workers(strategy):
+        folder = RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, overwrite, strategy=strategy)
+        try:
+            if folder.completed:
+                logging.info("%s is already completed; not training again (pass --overwrite to start afresh)",
+                             output_dir)
+                return folder.existing
+            return _train(config, folder, strategy, export_dir)
+        finally:
+            folder.cleanup()
 
+
+def _train(config: RunConfig, folder, strategy, export_dir: Optional[str]) -> dict:
+    """`run_glue` once the run folder is known: trains in `folder.path` (`output_dir`, or a non-chief worker's
+    temporary folder)."""
+    from tf_transfer.training import checkpoints
+    from tf_transfer.training.engine import Engine, keras_epoch, warm_up
+
+    output_dir = folder.path
     prepared = prepare(config, strategy)
     task, strategy, loaded, backbone = prepared.task, prepared.strategy, prepared.loaded, prepared.backbone
     model, feed, encoded, cache_time_s = prepared.model, prepared.feed, prepared.encoded, prepared.cache_time_s
@@ -240,13 +273,13 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
         return scores(feed, model, task, "validation"), next(iter(test.values())) if len(test) == 1 else test
 
     def on_best(epoch):
-        if export_dir:
+        if export_dir and folder.chief:
             checkpoints.save(output_dir, "best", model)
 
     with engine:
         engine.fit(model, keras_epoch(model, feed.train_dataset, feed.steps_per_epoch, len(encoded["train"])),
                    evaluate, on_best=on_best)
         summary["train_time_s"] = engine.epochs[-1]["train_time_s"] if engine.epochs else 0.0
-        if export_dir:
+        if export_dir and folder.chief:
             _export(config, prepared, output_dir, export_dir, summary)
         return engine.finish()

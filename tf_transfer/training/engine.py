@@ -69,14 +69,22 @@ def restore(saved: list) -> None:
 
 def warm_up(model, dataset, strategy=None) -> float:
     """Traces the training step on each batch of `dataset` (one of every shape), then puts every variable back
-    (weights, optimizer slots, dropout RNG): compilation is timed apart from training and changes nothing."""
-    scope = strategy.scope() if strategy is not None else _null()
-    with scope:
+    (weights, optimizer slots, dropout RNG): compilation is timed apart from training and changes nothing.
+
+    `dataset` may be distributed already (`inputs.distribute`); under a strategy with several replicas Keras'
+    faults there are worked around first (`strategies.keras_distributed`), for this and every later `fit`."""
+    from tf_transfer.core import strategies
+
+    strategies.keras_distributed(model, strategy)
+    with strategy.scope() if strategy is not None else _null():
         model.optimizer.build(model.trainable_variables)
         saved = snapshot(list(model.variables) + list(model.optimizer.variables))
-        start = time.perf_counter()
-        model.fit(dataset, epochs=1, verbose=0, shuffle=False)
-        elapsed = time.perf_counter() - start
+    # Outside the scope, as every epoch's `fit`: a traced step function is keyed by the strategy scope it was
+    # traced in, so a warm-up inside it would leave the first epoch to trace again.
+    start = time.perf_counter()
+    model.fit(dataset, epochs=1, verbose=0, shuffle=False, steps_per_epoch=steps_of(dataset))
+    elapsed = time.perf_counter() - start
+    with strategy.scope() if strategy is not None else _null():
         restore(saved)
         model.reset_metrics()
     return elapsed
@@ -90,11 +98,20 @@ class _null:
         return False
 
 
+def steps_of(dataset) -> Optional[int]:
+    """Steps per epoch of a dataset distributed by `inputs.distribute` (which counts its elements, i.e. steps
+    times local replicas); None for a plain dataset, whose own length Keras reads."""
+    return getattr(dataset, "num_steps", None)
+
+
 def keras_epoch(model, make_dataset: Callable, steps: int, examples: int):
-    """One epoch as one `fit` call on `make_dataset(epoch)`, for `Engine.fit`."""
+    """One epoch as one `fit` call on `make_dataset(epoch)` (a plain or an already distributed dataset), for
+    `Engine.fit`."""
 
     def train_epoch(epoch: int, progress: Progress) -> dict:
-        history = model.fit(make_dataset(epoch), epochs=1, verbose=0, shuffle=False, callbacks=[progress])
+        dataset = make_dataset(epoch)
+        history = model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[progress],
+                            steps_per_epoch=steps_of(dataset))
         return {"loss": float(history.history["loss"][-1])}
 
     train_epoch.steps, train_epoch.examples = steps, examples

@@ -3,6 +3,11 @@
 A completed run with the same settings is returned as it is; an unfinished one resumes after its last epoch; a run
 with other settings is refused (`TransferError`, so the command exits 2) unless `overwrite`, which starts afresh.
 
+Under a multi-worker strategy only the chief's folder is the run's: the chief reads it and tells the other workers
+what it holds (`strategies.from_chief`), so every worker resumes, refuses or stops alike; the others write to a
+temporary folder (`cleanup` removes it) and take a resumed checkpoint's weights from the chief
+(`strategies.sync_variables`). Checkpoints are written by the chief only.
+
 Example:
 
 >>> from tf_transfer.training.run_folder import RunFolder
@@ -28,16 +33,26 @@ def now() -> str:
 class RunFolder:
     """`settings` (a JSON-able dict) is what a rerun must match; `ignored` settings (where data lives, speed knobs)
     may differ; `added` settings came after some runs were made, with the value those runs had. Nothing is written
-    until `start`."""
+    until `start`. `strategy`: a multi-worker strategy makes `path` the chief's alone (see above); `output_dir` is
+    then the folder the command was given and `path` where this worker writes."""
 
     def __init__(self, path: str, settings: dict, ignored: tuple = (), overwrite: bool = False,
-                 added: dict = None):
-        self.path = path
-        self.existing = None if overwrite else record.read_summary(path)
-        if self.existing:
-            record.refuse_other_settings(self.existing, settings, path, ignored, added)
+                 added: dict = None, strategy=None):
+        from tf_transfer.core import strategies
+
+        self.output_dir, self.strategy = path, strategy
+        self.chief = strategies.is_chief(strategy)
+
+        def read():
+            existing = None if overwrite else record.read_summary(path)
+            if existing:
+                record.refuse_other_settings(existing, settings, path, ignored, added)
+            return existing
+
+        self.existing = strategies.from_chief(strategy, read)
+        self.path = strategies.worker_dir(strategy, path)
         self.summary: Optional[dict] = None
-        self.summary_path = os.path.join(path, record.SUMMARY)
+        self.summary_path = os.path.join(self.path, record.SUMMARY)
 
     @property
     def completed(self) -> bool:
@@ -67,13 +82,25 @@ class RunFolder:
 
     def save_epoch(self, epoch: int, model, optimizer=None) -> None:
         """Checkpoint first, then the summary that refers to it, then drop the older checkpoint: some complete
-        pair always exists, whenever the process is killed."""
-        checkpoints.save(self.path, epoch, model, optimizer)
+        pair always exists, whenever the process is killed. (A non-chief worker writes only its summary.)"""
+        if self.chief:
+            checkpoints.save(self.path, epoch, model, optimizer)
         self.write()
         checkpoints.prune(self.path, epoch)
 
     def restore(self, epoch: int, model, optimizer=None) -> None:
-        checkpoints.restore(self.path, epoch, model, optimizer)
+        """Loads `epoch`'s checkpoint; under a multi-worker strategy the chief loads it and every worker takes
+        the chief's values."""
+        from tf_transfer.core import strategies
+
+        strategies.from_chief(self.strategy, lambda: checkpoints.restore(self.path, epoch, model, optimizer))
+        strategies.sync_variables(self.strategy, checkpoints._variables(model, optimizer))
+
+    def cleanup(self) -> None:
+        """Removes a non-chief worker's temporary folder (nothing elsewhere)."""
+        from tf_transfer.core import strategies
+
+        strategies.remove_worker_dir(self.strategy, self.path, self.output_dir)
 
     def finish(self) -> dict:
         self.summary["completed"] = True

@@ -1,0 +1,195 @@
+"""`--distribution=multi_worker`: two worker processes on loopback ports give the default strategy's numbers, only
+the chief writes `--output_dir`, both resume after being killed, and a peer that never comes is one `error:` line.
+
+The processes find each other through `TF_CONFIG` on free loopback ports (bound to port 0 to find them).
+"""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tf_transfer.core import strategies
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data import inputs
+from tf_transfer.studies import glue as runner
+from tf_transfer.studies.glue_config import RunConfig
+
+from conftest import REPO
+
+# Dropout 0: nothing random after initialisation. A clipping norm below the gradients' (about 0.4 at first): a
+# worker clipping its own share's gradient would show. One padded length (fixed) and one trainable block keep the
+# traced step small: each worker process starts twice.
+SETTINGS = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
+                max_seq_length=32, padding="fixed", dropout=0.0, seed=0)
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _command(glue_dir, tiny_preset, output_dir):
+    flags = [f"--{key}={value}" for key, value in SETTINGS.items()]
+    return [sys.executable, "-m", "tf_transfer.glue", *flags, f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+            "--distribution=multi_worker", f"--output_dir={output_dir}"]
+
+
+def _start_workers(glue_dir, tiny_preset, tmp_path, cluster, tag):
+    workers = []
+    for index in range(len(cluster["worker"])):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path / "tmp"),
+               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        env.pop("GLUE_DIR", None)
+        log = open(tmp_path / f"{tag}{index}.log", "w")
+        workers.append(subprocess.Popen(_command(glue_dir, tiny_preset, str(tmp_path / f"w{index}")), cwd=REPO,
+                                        env=env, stdout=log, stderr=subprocess.STDOUT))
+    return workers
+
+
+def _finished_epochs(path):
+    try:
+        with open(path) as f:
+            return len(json.load(f).get("epochs", []))
+    except (OSError, ValueError):
+        return 0
+
+
+def _worker_dirs(tmp_path):
+    return set(glob.glob(str(tmp_path / "tmp" / "tf_transfer-worker*")))
+
+
+def test_two_workers_match_default_write_only_on_the_chief_and_resume_after_kill(glue_dir, tiny_preset, tmp_path):
+    (tmp_path / "tmp").mkdir()
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    summary_path = tmp_path / "w0" / "summary.json"
+
+    # Both workers are killed once the chief has recorded an epoch, then rerun with the same command.
+    first = _start_workers(glue_dir, tiny_preset, tmp_path, cluster, "first")
+    # Meanwhile, the reference: the same settings on one device, in this process.
+    reference = runner.run_glue(RunConfig(**SETTINGS, preset=tiny_preset, data_dir=glue_dir),
+                                str(tmp_path / "default"))
+    deadline = time.monotonic() + 240
+    while _finished_epochs(summary_path) < 1 and time.monotonic() < deadline:
+        assert all(w.poll() is None for w in first), (tmp_path / "first0.log").read_text()[-3000:]
+        time.sleep(0.02)
+    for worker in first:
+        worker.kill()
+        worker.wait()
+    killed = json.loads(summary_path.read_text())
+    assert not killed["completed"], "the run ended before it could be killed"
+    left_by_kill = _worker_dirs(tmp_path)
+
+    second = _start_workers(glue_dir, tiny_preset, tmp_path, cluster, "second")
+    codes = [w.wait(timeout=240) for w in second]
+    assert codes == [0, 0], [(tmp_path / f"second{i}.log").read_text()[-3000:] for i in range(2)]
+
+    summary = json.loads(summary_path.read_text())
+    assert summary["completed"] is True
+    assert [r["after_epoch"] for r in summary["resumes"]] == [len(killed["epochs"])]
+    assert summary["epochs"][:len(killed["epochs"])] == killed["epochs"]  # kept as they were
+    # The same numbers as one device (float32 summation order is all that differs).
+    assert len(summary["epochs"]) == len(reference["epochs"]) == SETTINGS["max_epochs"]
+    for one, two in zip(reference["epochs"], summary["epochs"]):
+        assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)
+        assert two["val"] == pytest.approx(one["val"], rel=1e-4)
+        assert two["test"] == pytest.approx(one["test"], rel=1e-4)
+    assert summary["best_epoch"] == reference["best_epoch"]
+    # Only the chief writes --output_dir: summary, TensorBoard events, no checkpoint left once completed.
+    assert not (tmp_path / "w1").exists()
+    written = os.listdir(tmp_path / "w0")
+    assert "summary.json" in written and any(f.startswith("events.out.tfevents") for f in written)
+    assert not [f for f in written if f.startswith("checkpoint")]
+    # The other worker's temporary folder is removed (a killed worker's cannot be).
+    assert _worker_dirs(tmp_path) == left_by_kill
+
+
+def test_unreachable_peer_is_one_error_line_within_the_timeout(glue_dir, tiny_preset, tmp_path):
+    own, absent = _free_ports(2)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", strategies.TIMEOUT_ENV: "2",
+           "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]},
+                                    "task": {"type": "worker", "index": 0}})}
+    start = time.monotonic()
+    done = subprocess.run(_command(glue_dir, tiny_preset, str(tmp_path / "out")), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: --distribution=multi_worker: worker 0 could not reach "
+                                f"127.0.0.1:{absent} within 2 s"), done.stderr[-3000:]
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
+    assert elapsed < 30
+    assert not (tmp_path / "out").exists()
+
+
+def test_tf_config_is_checked(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(TransferError, match="needs TF_CONFIG"):
+        strategies.make_strategy("multi_worker")
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}}')
+    with pytest.raises(TransferError, match="not a cluster with this task"):
+        strategies.make_strategy("multi_worker")
+    monkeypatch.setenv(strategies.TIMEOUT_ENV, "soon")
+    with pytest.raises(TransferError, match="not a positive number"):
+        strategies.worker_timeout()
+
+
+def test_pre_flight_finds_peers_started_apart_and_names_the_missing_and_a_taken_port():
+    ports = _free_ports(3)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports[:2]]}
+    errors = []
+
+    def worker(index, delay):
+        time.sleep(delay)
+        try:
+            strategies.wait_for_peers(cluster, "worker", index, timeout_s=10)
+        except TransferError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=worker, args=(0, 0.0)), threading.Thread(target=worker, args=(1, 0.5))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with pytest.raises(TransferError, match=rf"worker 0 could not reach 127.0.0.1:{ports[2]} within 0.3 s"):
+        strategies.wait_for_peers({"worker": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[2]}"]}, "worker", 0, 0.3)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", ports[0]))
+    taken.listen(1)
+    try:
+        with pytest.raises(TransferError, match=rf"port {ports[0]} of this task .* is in use"):
+            strategies.wait_for_peers(cluster, "worker", 0, 0.3)
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize("workers, local", [(1, 2), (2, 1), (2, 2), (3, 1)])
+def test_replica_shares_are_the_batch_in_keras_order(workers, local):
+    """Every replica's share of a batch, put in the order Keras concatenates replicas' outputs (local replica
+    first, then worker), is the batch itself: training sees the single-device batch, predictions come back in
+    order. Shares differ in size by at most one example (empty when the batch has fewer examples than replicas)."""
+    replicas = workers * local
+    for size in (1, 4, 7, 8):
+        batch = np.arange(100, 100 + size)
+        shares = {}
+        for worker in range(workers):
+            for j, share in enumerate(inputs.local_shares(replicas, workers, worker)):
+                shares[(j, worker)] = inputs.replica_share(batch, share, replicas)
+        in_keras_order = [shares[(j, w)] for j in range(local) for w in range(workers)]
+        assert np.concatenate(in_keras_order).tolist() == batch.tolist()
+        sizes = [len(s) for s in in_keras_order]
+        assert max(sizes) - min(sizes) <= 1
+    assert inputs.padded_length(np.asarray([], np.int32), "bucket", 32, 16) == 16

@@ -10,6 +10,20 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+
+def _two_logical_cpus():
+    """Two logical CPU devices for the whole test run, so that MirroredStrategy tests run in this process (logical
+    devices can only be set before TensorFlow initialises). Other tests place their work on the first, as before."""
+    import tf_transfer  # noqa: F401  (its environment settings come before TensorFlow's import, as in a command)
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+_two_logical_cpus()
+TWO_CPUS = ["/cpu:0", "/cpu:1"]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORDS = (
@@ -111,9 +125,75 @@ def glue_dir(tmp_path_factory):
     return write_glue(str(tmp_path_factory.mktemp("glue")))
 
 
-def run_module(module: str, *args, env=None, timeout=600):
-    """Runs `python -m module args...` from the repository root; returns the CompletedProcess."""
+def run_module(module: str, *args, env=None, timeout=600, process=False):
+    """Runs the command `python -m module args...` from the repository root; returns a CompletedProcess.
+
+    By default in this test process (flags parsed by absl, exit status and output caught, see `_run_in_process`):
+    starting Python with TensorFlow and keras-hub costs seconds a test. `process=True` starts a real interpreter,
+    for what only a process shows (a kill, the interpreter's own exit, environment read at import).
+    """
+    if not process:
+        return _run_in_process(module, args, env or {})
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     full_env.pop("GLUE_DIR", None) if env is None or "GLUE_DIR" not in env else None
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def _run_in_process(module: str, args: tuple, env: dict):
+    """What `python -m module args` does, in this process: the command's shared-flag defaults, absl's parsing,
+    `main`, one `error:` line and exit status 2 for bad input, a traceback and status 1 for anything else. Global
+    state a command leaves (flag values, the Keras session and dtype policy, in-memory caches, the working folder,
+    the environment) is put back afterwards."""
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import traceback
+
+    import keras
+    from absl import flags
+    from absl import logging as absl_logging
+
+    from tf_transfer.core import cli
+    from tf_transfer.core import flags as shared_flags
+    from tf_transfer.data import cache
+
+    command = importlib.import_module(module)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_env = dict(os.environ)
+    os.environ.pop("GLUE_DIR", None)
+    os.environ.update(env)
+    cwd = os.getcwd()
+    # absl's log handler keeps the stderr it was made with: point it at the capture.
+    handlers = [absl_logging.get_absl_handler().python_handler]
+    absl_logger = logging.getLogger("absl")
+    streams, level = [h.stream for h in handlers], absl_logger.level
+    flags.FLAGS.unparse_flags()
+    shared_flags.apply(getattr(command, "COMMON", {}))
+    try:
+        os.chdir(REPO)
+        for handler in handlers:
+            handler.stream = stderr
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                cli.call(command.main, cli.parse_flags([module, *args]))
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except Exception:  # noqa: BLE001  (what an interpreter would print before exiting with status 1)
+                traceback.print_exc()
+                code = 1
+    finally:
+        for handler, stream in zip(handlers, streams):
+            handler.stream = stream
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        flags.FLAGS.unparse_flags()
+        absl_logger.setLevel(level)  # after unparsing: --verbosity's reset sets it too
+        keras.backend.clear_session()
+        keras.mixed_precision.set_global_policy("float32")
+        cache.clear_memory()
+    return subprocess.CompletedProcess([sys.executable, "-m", module, *args], code, stdout.getvalue(),
+                                       stderr.getvalue())

@@ -3,15 +3,12 @@
 import json
 import logging
 import os
-import subprocess
-import sys
-import textwrap
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from conftest import REPO, SENTENCES, make_tiny_backbone, run_module
+from conftest import REPO, SENTENCES, TWO_CPUS, make_tiny_backbone, run_module
 from tf_transfer.data import cs224n as multitask_data
 from tf_transfer.core.errors import TransferError
 
@@ -535,39 +532,25 @@ def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, tiny_preset, tmp_
     assert np.isfinite(epoch["loss"]) and set(epoch["task_loss"]) == {"sst", "para", "sts"}
 
 
-MIRRORED = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from tf_transfer.core import strategies
-    from tf_transfer.studies import multitask
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
-
-    data_dir, preset, out = sys.argv[1:4]
-    result = {}
-    for name, devices in (("default", None), ("mirrored", ["/cpu:0", "/cpu:1"])):
-        # No dropout, so that both strategies compute the same function; batches of 5 and 2 split unevenly.
-        settings = MultitaskSettings(data_dir=data_dir, preset=preset, schedule="summed", max_epochs=1, batch_size=5,
-                                     lr=1e-3, clip_norm=0.5, max_seq_length=32, max_train_examples=12, dropout=0.0,
-                                     head_dropout=0.0, distribution=name)
-        strategy = strategies.make_strategy(name, devices)
-        summary = multitask.run_multitask(settings, f"{out}/{name}", strategy=strategy)
-        result[name] = {"replicas": strategy.num_replicas_in_sync, "completed": summary["completed"],
-                        "epoch": summary["epochs"][0]}
-    print("RESULT " + json.dumps(result))
-""")
 EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss",
               "val", "test", "task_loss"}
 
 
 def test_mirrored_over_two_logical_cpus_computes_what_one_device_does(cs224n_dir, tiny_preset, tmp_path):
-    """Logical devices must be set before TensorFlow starts, hence a process of its own."""
-    done = subprocess.run([sys.executable, "-c", MIRRORED, cs224n_dir, tiny_preset, str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    result = json.loads(line[len("RESULT "):])
+    from tf_transfer.core import strategies
+    from tf_transfer.studies import multitask
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
+
+    result = {}
+    for name, devices in (("default", None), ("mirrored", TWO_CPUS)):
+        # No dropout, so that both strategies compute the same function; batches of 5 and 2 split unevenly.
+        settings = MultitaskSettings(data_dir=cs224n_dir, preset=tiny_preset, schedule="summed", max_epochs=1,
+                                     batch_size=5, lr=1e-3, clip_norm=0.5, max_seq_length=32, max_train_examples=12,
+                                     dropout=0.0, head_dropout=0.0, distribution=name)
+        strategy = strategies.make_strategy(name, devices)
+        summary = multitask.run_multitask(settings, str(tmp_path / name), strategy=strategy)
+        result[name] = {"replicas": strategy.num_replicas_in_sync, "completed": summary["completed"],
+                        "epoch": summary["epochs"][0]}
     assert result["default"]["replicas"] == 1 and result["mirrored"]["replicas"] == 2
     default, mirrored = result["default"]["epoch"], result["mirrored"]["epoch"]
     assert result["mirrored"]["completed"] is True and set(mirrored) == EPOCH_KEYS == set(default)

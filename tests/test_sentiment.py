@@ -3,12 +3,10 @@
 import csv
 import glob
 import json
+import logging
 import math
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -596,30 +594,17 @@ def test_entry_point_rerun_says_complete_and_refuses_other_settings(tmp_path):
     assert "sparse baselines with other settings (folds 2 vs 3)" in errors[0] and "--overwrite" in errors[0]
 
 
-# Logical devices must be configured before TensorFlow initialises, hence a fresh process; MirroredStrategy then
-# mirrors over both CPUs as it would over GPUs.
-MIRRORED_COMMAND = textwrap.dedent("""
-    import sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from tf_transfer import sentiment
-    from tf_transfer.core import cli
-    sys.argv = ["tf_transfer.sentiment", *sys.argv[1:]]
-    cli.run(sentiment.main, sentiment.COMMON)
-""")
-
-
-def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path):
+def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tensorflow")
     path = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=6)
     output_dir = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-c", MIRRORED_COMMAND, "--approach=bert", "--distribution=mirrored",
-                           "--bert_mode=top2", f"--preset={tiny_preset}", "--runs=1", "--epochs=2", "--batch_size=4",
-                           "--max_seq_length=16", f"--data={path}", f"--output_dir={output_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    # The test run has two logical CPU devices (conftest): MirroredStrategy mirrors over both, as over GPUs.
+    done = run_module("tf_transfer.sentiment", "--approach=bert", "--distribution=mirrored", "--bert_mode=top2",
+                      f"--preset={tiny_preset}", "--runs=1", "--epochs=2", "--batch_size=4", "--max_seq_length=16",
+                      f"--data={path}", f"--output_dir={output_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Using MirroredStrategy with devices" in done.stderr and "device:CPU:1" in done.stderr
+    used = [r.getMessage() for r in caplog.records if "Using MirroredStrategy with devices" in r.getMessage()]
+    assert used and "device:CPU:1" in used[-1]
     with open(output_dir / "bert_top2_cls.json") as f:
         results = json.load(f)
     assert results["completed"] is True and "distribution" not in results["settings"]

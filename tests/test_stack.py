@@ -2,14 +2,11 @@
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import REPO, SENTENCES, VOCAB, run_module
+from conftest import REPO, SENTENCES, TWO_CPUS, VOCAB, run_module
 from tf_transfer.core import ner_metrics
 from tf_transfer.data import stack_data
 from tf_transfer.core.errors import TransferError
@@ -483,32 +480,17 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     assert resumed["precision"] == "float32" and resumed["config"]["precision"] == "float32"
 
 
-MIRRORED = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+def test_mirrored_stack_run_over_two_logical_cpus_trains_both_phases(tmp_path, tiny_preset):
     from tf_transfer.core import strategies
     from tf_transfer.studies import stack
     from tf_transfer.studies.stack_config import StackConfig
 
-    data, preset, out = sys.argv[1:4]
-    strategy = strategies.make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
-    config = StackConfig(task="quora", data=data, head="linear", preset=preset, phase1_epochs=1, max_epochs=2,
-                         max_gap=1.0, batch_size=8, head_units=8, max_seq_length=16, distribution="mirrored")
-    summary = stack.run_stack(config, out, strategy=strategy)
-    print("RESULT " + json.dumps({"replicas": strategy.num_replicas_in_sync, "summary": summary}))
-""")
-
-
-def test_mirrored_stack_run_over_two_logical_cpus_trains_both_phases(tmp_path, tiny_preset):
-    """Logical devices must be set before TensorFlow starts, hence a process of its own."""
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    done = subprocess.run([sys.executable, "-c", MIRRORED, data, tiny_preset, str(tmp_path / "run")], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
-    summary = result["summary"]
+    strategy = strategies.make_strategy("mirrored", TWO_CPUS)
+    config = StackConfig(task="quora", data=data, head="linear", preset=tiny_preset, phase1_epochs=1, max_epochs=2,
+                         max_gap=1.0, batch_size=8, head_units=8, max_seq_length=16, distribution="mirrored")
+    summary = json.loads(json.dumps(stack.run_stack(config, str(tmp_path / "run"), strategy=strategy)))
+    result = {"replicas": strategy.num_replicas_in_sync}
     assert result["replicas"] == 2 and summary["completed"] is True and summary["config"]["distribution"] == "mirrored"
     assert [e["phase"] for e in summary["epochs"]] == [1, 2]
     keys = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss", "val",

@@ -10,8 +10,6 @@ from tf_transfer.data import tables, tasks
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.core.errors import TransferError
 
-from conftest import write_glue
-
 
 @pytest.mark.parametrize("name", sorted(tasks.TASKS))
 def test_each_task_parses_train_and_dev(glue_dir, name):

@@ -66,8 +66,8 @@ def _run(path, epoch_function, max_epochs=3, patience=0, scores=None, die_after=
     if folder.completed:
         return folder.existing
     model = _model()
-    summary = folder.start({"epochs": [], "best_epoch": None, "stopped_early": False, "completed": False,
-                            "config": settings or SETTINGS})
+    folder.start({"epochs": [], "best_epoch": None, "stopped_early": False, "completed": False,
+                  "config": settings or SETTINGS})
     engine = Engine(folder, "accuracy", max_epochs, patience)
     engine.restore_last(model, compile_time_s=0.0)
     if die_after is not None:

@@ -18,6 +18,7 @@ from tf_transfer.core import cli
 from tf_transfer import glue  # noqa: F401  (defines the trainer's flags, which the benchmark shares)
 
 FLAGS = flags.FLAGS
+COMMON = glue.COMMON  # the trainer's flags, with its defaults
 
 flags.DEFINE_integer("steps", 16, "Training steps to time.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")
@@ -61,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, glue.COMMON)
+    cli.run(main, COMMON)

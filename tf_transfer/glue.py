@@ -108,8 +108,10 @@ def main(argv):
     from tf_transfer.studies import glue as study
     from tf_transfer.training.run_folder import RunFolder
 
-    # Other settings in a folder: exit 2, never a false "done".
-    if RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, FLAGS.overwrite).completed:
+    # Other settings in a folder: exit 2, never a false "done". Multi-worker runs ask the chief inside run_glue,
+    # once every worker has joined (a chief leaving alone would stop the others on the timeout).
+    if config.distribution != "multi_worker" and RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS,
+                                                           FLAGS.overwrite).completed:
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
         return
     summary = study.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir)

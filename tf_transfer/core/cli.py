@@ -4,7 +4,7 @@ absl exits with status 1 and the whole usage text on a bad flag; the project pro
 
 Example:
 
->>> from tf_transfer import cli
+>>> from tf_transfer.core import cli
 >>> cli.run(main)  # in an entry module's `if __name__ == "__main__":`  # doctest: +SKIP
 """
 
@@ -14,6 +14,7 @@ import sys
 
 from absl import app, flags
 
+from tf_transfer.core import flags as shared_flags
 from tf_transfer.core.errors import TransferError
 
 
@@ -23,29 +24,30 @@ def fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
-def _parse_flags(argv):
+def parse_flags(argv):
+    """Parses `argv` into the flags; a bad flag is one `error:` line and exit status 2."""
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
         fail(f"{e} (see --help)")
 
 
+def call(main, argv):
+    """`main(argv)` with `TransferError` turned into one line and exit status 2."""
+    try:
+        return main(argv)
+    except TransferError as e:
+        fail(str(e))
+
+
 def run(main, common_flags: dict = None) -> None:
     """`absl.app.run(main)` with bad flags and `TransferError` turned into one line and exit status 2.
 
-    `common_flags` (from `tf_transfer.core.flags.common`) puts the command's defaults on the shared flags first.
+    `common_flags` (from `tf_transfer.core.flags.common`) puts the command's defaults on the shared flags before
+    the command line is parsed.
     """
     if common_flags:
-        from tf_transfer.core import flags as shared_flags
-
         shared_flags.apply(common_flags)
     # TensorFlow's C++ logging level is settled by `import tf_transfer` (core/quiet.py): a level set here would
     # come after the user's choice was read and would hide the detail --verbosity=1 asks for.
-
-    def guarded(argv):
-        try:
-            return main(argv)
-        except TransferError as e:
-            fail(str(e))
-
-    app.run(guarded, flags_parser=_parse_flags)
+    app.run(lambda argv: call(main, argv), flags_parser=parse_flags)

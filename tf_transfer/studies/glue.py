@@ -22,7 +22,7 @@ from typing import Optional
 from absl import logging
 
 from tf_transfer.core import machine
-from tf_transfer.training import record
+from tf_transfer.training import distributed, record
 from tf_transfer.data import tasks
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.studies.glue_config import NOT_RESULT_SETTINGS, RunConfig
@@ -164,12 +164,9 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
         model.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit,
                       steps_per_execution=config.steps_per_execution)
     # Several replicas or workers: every batch is split into one share per replica here, once (Keras must not
-    # distribute it again); Keras' faults with such datasets are worked around, and gradients are clipped after
-    # the replicas' sum, as on one device (docs/distributed.md).
+    # distribute it again), and Keras' faults with such datasets are worked around (docs/distributed.md).
     feed.use_strategy(strategy)
-    strategies.keras_distributed(model, strategy)
-    if strategies.is_distributed(strategy):
-        strategies.clip_after_summing(optimizer)
+    distributed.keras_distributed(model, strategy)
 
     return types.SimpleNamespace(task=task, strategy=strategy, loaded=loaded, backbone=backbone, model=model,
                                  feed=feed, encoded=encoded, cache_time_s=cache_time_s, cache_cost=cache_cost,
@@ -191,7 +188,7 @@ def run_glue(config: RunConfig, output_dir: str, strategy=None, overwrite: bool 
 
     if strategy is None and config.distribution == "multi_worker":
         strategy = strategies.make_strategy(config.distribution)
-    with strategies.lost_workers(strategy):
+    with distributed.lost_workers(strategy):
         folder = RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, overwrite, strategy=strategy)
         try:
             if folder.completed:

@@ -31,7 +31,7 @@ from absl import logging
 from tf_transfer.core import machine
 from tf_transfer.core import metrics as metrics_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.training import record
+from tf_transfer.training import distributed, record
 from tf_transfer.training.progress import Progress
 from tf_transfer.training.run_folder import RunFolder
 
@@ -72,10 +72,8 @@ def warm_up(model, dataset, strategy=None) -> float:
     (weights, optimizer slots, dropout RNG): compilation is timed apart from training and changes nothing.
 
     `dataset` may be distributed already (`inputs.distribute`); under a strategy with several replicas Keras'
-    faults there are worked around first (`strategies.keras_distributed`), for this and every later `fit`."""
-    from tf_transfer.core import strategies
-
-    strategies.keras_distributed(model, strategy)
+    faults there are worked around first (`distributed.keras_distributed`), for this and every later `fit`."""
+    distributed.keras_distributed(model, strategy)
     with strategy.scope() if strategy is not None else _null():
         model.optimizer.build(model.trainable_variables)
         saved = snapshot(list(model.variables) + list(model.optimizer.variables))

@@ -15,6 +15,8 @@ from typing import Optional
 
 import keras
 
+from tf_transfer.training import distributed
+
 
 @keras.saving.register_keras_serializable(package="tf_transfer")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -87,6 +89,8 @@ def build_optimizer(lr: float, schedule: str = "constant", total_steps: int = 1,
     )
     # Keras names LayerNormalization's variables gamma/beta; Dense and attention biases are "bias".
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    # Under several replicas, clip their summed gradient as one device would (a no-op on one replica).
+    distributed.clip_after_summing(optimizer)
     return optimizer
 
 

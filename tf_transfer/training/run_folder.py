@@ -4,9 +4,9 @@ A completed run with the same settings is returned as it is; an unfinished one r
 with other settings is refused (`TransferError`, so the command exits 2) unless `overwrite`, which starts afresh.
 
 Under a multi-worker strategy only the chief's folder is the run's: the chief reads it and tells the other workers
-what it holds (`strategies.from_chief`), so every worker resumes, refuses or stops alike; the others write to a
+what it holds (`distributed.from_chief`), so every worker resumes, refuses or stops alike; the others write to a
 temporary folder (`cleanup` removes it) and take a resumed checkpoint's weights from the chief
-(`strategies.sync_variables`). Checkpoints are written by the chief only.
+(`distributed.sync_variables`). Checkpoints are written by the chief only.
 
 Example:
 
@@ -23,7 +23,7 @@ import time
 from typing import Optional
 
 from tf_transfer.core import machine
-from tf_transfer.training import checkpoints, record
+from tf_transfer.training import checkpoints, distributed, record
 
 
 def now() -> str:
@@ -49,7 +49,7 @@ class RunFolder:
                 record.refuse_other_settings(existing, settings, path, ignored, added)
             return existing
 
-        self.existing = strategies.from_chief(strategy, read)
+        self.existing = distributed.from_chief(strategy, read)
         self.path = strategies.worker_dir(strategy, path)
         self.summary: Optional[dict] = None
         self.summary_path = os.path.join(self.path, record.SUMMARY)
@@ -91,10 +91,8 @@ class RunFolder:
     def restore(self, epoch: int, model, optimizer=None) -> None:
         """Loads `epoch`'s checkpoint; under a multi-worker strategy the chief loads it and every worker takes
         the chief's values."""
-        from tf_transfer.core import strategies
-
-        strategies.from_chief(self.strategy, lambda: checkpoints.restore(self.path, epoch, model, optimizer))
-        strategies.sync_variables(self.strategy, checkpoints._variables(model, optimizer))
+        distributed.from_chief(self.strategy, lambda: checkpoints.restore(self.path, epoch, model, optimizer))
+        distributed.sync_variables(self.strategy, checkpoints._variables(model, optimizer))
 
     def cleanup(self) -> None:
         """Removes a non-chief worker's temporary folder (nothing elsewhere)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from experiments.transfer_learning import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION, PAPER_SMALL_TIME_SAVED,
+from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION, PAPER_SMALL_TIME_SAVED,
                                            RATES, paper_metric, paper_score)
 from tf_transfer.reporting import tables as reports
 

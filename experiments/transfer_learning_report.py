@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from experiments.transfer_learning import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS, SETTINGS, TASKS,
+from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS, SETTINGS, TASKS,
                                            UNCACHED_TASKS, label)
 from experiments.transfer_learning_claims import claims, completed_runs, mean_or_none, saved_cell
 from tf_transfer.reporting import tables as reports

@@ -13,12 +13,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def _two_logical_cpus():
     """Two logical CPU devices for the whole test run, so that MirroredStrategy tests run in this process (logical
-    devices can only be set before TensorFlow initialises). Other tests place their work on the first, as before."""
-    import tf_transfer  # noqa: F401  (its environment settings come before TensorFlow's import, as in a command)
-    import tensorflow as tf
+    devices can only be set before TensorFlow initialises). Other tests place their work on the first, as before.
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    TensorFlow's C++ start-up lines (written to file descriptor 2 before any log level applies; the quiet start of
+    `tf_transfer.core.quiet` is off under pytest) are sent to /dev/null while it loads: each test process would
+    print them, and pytest-xdist shows its workers' after the summary."""
+    import tf_transfer  # noqa: F401  (its environment settings come before TensorFlow's import, as in a command)
+
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 _two_logical_cpus()

@@ -38,6 +38,8 @@ import keras
 import keras_hub
 from keras import ops
 
+from tf_transfer.models.pooling import masked_mean
+
 PACKAGE = "tf_transfer.stack"
 # The paper: "The DenseNet structure contains four independent blocks and each block has four CNNs connected by
 # residual" (read as DenseNet's dense blocks: shortcut connections only inside a block); the kernel is our choice.
@@ -63,10 +65,6 @@ def masked_max(sequence, mask):
     very_negative = ops.full_like(sequence, -1e9)
     return ops.max(ops.where(ops.expand_dims(_mask(mask), -1), sequence, very_negative), axis=1)
 
-
-def masked_mean(sequence, mask):
-    weights = ops.expand_dims(ops.cast(mask, sequence.dtype), -1)
-    return ops.sum(sequence * weights, axis=1) / ops.maximum(ops.sum(weights, axis=1), 1.0)
 
 
 def transformer_heads(width: int) -> int:

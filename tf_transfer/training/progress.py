@@ -23,6 +23,10 @@ from absl import logging
 
 
 class Progress(keras.callbacks.Callback):
+    # Keras then calls the batch hook from its callback thread: the training loop never waits for the display
+    # (a batch hook otherwise makes every step hand its logs to Python before the next one starts).
+    async_safe = True
+
     def __init__(self, epoch: int, steps: int, examples: int, every_s: float = 30.0,
                  interactive: Optional[bool] = None, label: str = ""):
         super().__init__()

@@ -174,7 +174,7 @@ def write_report(output_dir: str) -> str:
                          f"{stats.mean(times):.1f} |")
         lines += ["", "Settings per model: " + "; ".join(
             f"{name}: epochs {r['settings']['epochs']}, batch {r['settings']['batch_size']}, lr "
-            f"{r['settings']['lr']}, hidden {r['settings']['hidden_units']}, split seed {r['settings']['split_seed']}"
+            f"{r['settings']['lr']}, {_head(r['settings']['hidden_units'])}, split seed {r['settings']['split_seed']}"
             + (f", features computed once in {r['feature_time_s']:.1f} s" if "feature_time_s" in r else "")
             for name, r in bert.items()), ""]
     lines += ["## Box plots", ""]
@@ -201,3 +201,7 @@ def write_report(output_dir: str) -> str:
     path = os.path.join(output_dir, REPORT)
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path
+
+
+def _head(hidden_units: int) -> str:
+    return "the paper's logistic head" if hidden_units == 0 else f"hidden layer of {hidden_units} units"

@@ -122,6 +122,11 @@ def main(argv):
         results = run_bert(_read_data(), FLAGS.output_dir, settings, overwrite=FLAGS.overwrite)
         print(f"bert {results['model']} ({results['pooling']}), {len(results['runs'])} run(s): accuracy "
               f"{results['accuracy_mean']:.4f}, F1 {results['f1_mean']:.4f}")
+    from tf_transfer.core import strategies
+
+    if FLAGS.distribution == "multi_worker" and not strategies.chief_by_tf_config():
+        print(f"report: written by the chief worker in {FLAGS.output_dir}")  # this worker wrote nothing there
+        return
     print(f"report: {write_report(FLAGS.output_dir)}")
 
 

@@ -106,7 +106,8 @@ def main(argv):
 
     from tf_transfer.studies import stack as study
 
-    if not FLAGS.overwrite and study.completed_result(config, output_dir):
+    # Multi-worker runs ask the chief inside run_stack, once every worker has joined.
+    if FLAGS.distribution != "multi_worker" and not FLAGS.overwrite and study.completed_result(config, output_dir):
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
         return
     result = study.run_stack(config, output_dir, overwrite=FLAGS.overwrite)

@@ -22,3 +22,20 @@ def test_default_is_the_default_strategy():
     import tensorflow as tf
 
     assert strategies.make_strategy("default") is tf.distribute.get_strategy()
+
+
+@pytest.mark.parametrize("tf_config, chief", [
+    (None, True),
+    ('{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}', True),
+    ('{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 1}}', False),
+    ('{"cluster": {"chief": ["127.0.0.1:3"], "worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}',
+     False),
+    ('{"cluster": {"chief": ["127.0.0.1:3"], "worker": ["127.0.0.1:1"]}, "task": {"type": "chief", "index": 0}}',
+     True),
+])
+def test_the_chief_is_known_from_tf_config_alone(monkeypatch, tf_config, chief):
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    assert strategies.chief_by_tf_config() is chief

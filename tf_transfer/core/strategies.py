@@ -82,6 +82,15 @@ def make_strategy(distribution: str, devices: Optional[Sequence[str]] = None):
     raise TransferError(f"unknown --distribution {distribution!r}: use default, mirrored, multi_worker or tpu")
 
 
+def chief_by_tf_config() -> bool:
+    """Whether this process is the one that writes results, read from `$TF_CONFIG` without TensorFlow: the `chief`
+    task, or worker 0 of a cluster without one; any process outside a cluster."""
+    if not os.environ.get("TF_CONFIG"):
+        return True
+    cluster, task_type, task_index = read_tf_config()
+    return task_type == "chief" or ("chief" not in cluster and task_index == 0)
+
+
 def read_tf_config() -> tuple:
     """`(cluster, task_type, task_index)` from `$TF_CONFIG`; `cluster` maps each job to its `host:port` list."""
     raw = os.environ.get("TF_CONFIG")

@@ -194,16 +194,37 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
 
     Raises `TransferError` for bad input before training starts, or (non-finite loss) after the completed
     epochs' summary has been written with `completed: false`.
+
+    Under `--distribution=multi_worker` the workers join first, so that the chief can tell the others what
+    `output_dir` holds; only the chief writes there, the others a temporary folder they remove (docs/distributed.md).
     """
+    from tf_transfer.core import strategies
+    from tf_transfer.training import distributed
+    from tf_transfer.training.run_folder import RunFolder
+
+    if strategy is None and settings.distribution == "multi_worker":
+        strategy = strategies.make_strategy(settings.distribution)
+    with distributed.lost_workers(strategy):
+        folder = RunFolder(output_dir, settings.to_dict(), NOT_COMPARED, overwrite, added={"patience": 0},
+                           strategy=strategy)
+        try:
+            if folder.completed:
+                logging.info("%s is already completed; not training again (pass --overwrite to start afresh)",
+                             output_dir)
+                return folder.existing
+            return _train(settings, folder, strategy)
+        finally:
+            folder.cleanup()
+
+
+def _train(settings: MultitaskSettings, folder, strategy) -> dict:
+    """`run_multitask` once the run folder is known: writes in `folder.path` (`output_dir`, or a non-chief
+    worker's temporary folder)."""
     from tf_transfer.models import freezing
     from tf_transfer.studies.multitask_steps import make_predict, make_train_step, score
     from tf_transfer.training import engine as engine_lib
-    from tf_transfer.training.run_folder import RunFolder
 
-    folder = RunFolder(output_dir, settings.to_dict(), NOT_COMPARED, overwrite, added={"patience": 0})
-    if folder.completed:
-        logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
-        return folder.existing
+    output_dir = folder.path
     prepared = prepare(settings, strategy)
     model, optimizer, strategy = prepared.model, prepared.optimizer, prepared.strategy
     train, dev, validation = (prepared.splits[name] for name in ("train", "dev", "validation"))
@@ -258,7 +279,8 @@ def run_multitask(settings: MultitaskSettings, output_dir: str, overwrite: bool 
         return (score(predict, validation, settings.eval_batch_size) if validation else dict(test)), test
 
     def on_best(epoch: int) -> None:
-        save_weights_atomic(model, os.path.join(output_dir, BEST_WEIGHTS))
+        if folder.chief:
+            save_weights_atomic(model, os.path.join(output_dir, BEST_WEIGHTS))
 
     hparams = {"task": "multitask", "preset": settings.preset, "trainable_layers": str(settings.trainable_layers),
                "lr": settings.lr, "head_lr": settings.head_lr or settings.lr, "batch_size": settings.batch_size,

@@ -33,7 +33,8 @@ from tf_transfer.models.sentence_features import build_feature_model, head_outpu
 from tf_transfer.reporting import stats
 from tf_transfer.studies.sentiment import (TENSORBOARD_DIR, BertSettings, f1_description, fresh_event_dir,
                                            held_out_split, read_json, refuse_other_settings, score)
-from tf_transfer.training import checkpoints, record
+from tf_transfer.core import strategies
+from tf_transfer.training import checkpoints, distributed, record
 from tf_transfer.training.run_folder import RunFolder, now
 
 # Batch size for computing frozen features and scoring: inference only, so it changes speed, never results.
@@ -54,12 +55,25 @@ def _predicted_classes(probabilities: np.ndarray, num_classes: int) -> np.ndarra
     return probabilities.argmax(axis=-1).astype(np.int64)
 
 
-def _predict_in_order(model, encoded) -> np.ndarray:
+def _planned(strategy, make_dataset, plan: list):
+    """`make_dataset(plan)`, or under a strategy with several replicas or workers every batch of `plan` split into
+    one share per replica (`inputs.distribute`, as the GLUE feeds do): a step still sees the single-device batch,
+    and each worker reads only its own replicas' shares."""
+    from tf_transfer.core import strategies
+    from tf_transfer.data import inputs
+
+    if strategy is None or not strategies.is_distributed(strategy):
+        return make_dataset(plan)
+    return inputs.distribute(strategy, lambda shares, fill: make_dataset(shares), plan)
+
+
+def _predict_in_order(model, encoded, strategy=None) -> np.ndarray:
     """Predicts `encoded` in length-sorted batches (little padding) and returns rows in the original order."""
     from tf_transfer.data import inputs
 
     plan = inputs.plan_eval_batches(encoded.lengths, INFERENCE_BATCH_SIZE, "bucket")
-    outputs = model.predict(inputs.to_dataset(encoded, plan, "bucket", 16, with_labels=False), verbose=0)
+    dataset = _planned(strategy, lambda p: inputs.to_dataset(encoded, p, "bucket", 16, with_labels=False), plan)
+    outputs = model.predict(dataset, verbose=0, steps=getattr(dataset, "num_steps", None))
     ordered = np.empty_like(outputs)
     ordered[np.concatenate(plan)] = outputs
     return ordered
@@ -82,6 +96,31 @@ def _array_dataset(arrays: tuple, batch_size: int):
     return inputs.prefetched(dataset, math.ceil(len(arrays[0]) / batch_size))
 
 
+def _array_batches(arrays: tuple, batch_size: int, strategy):
+    """`_array_dataset`, or under a strategy with several replicas or workers the same consecutive batches split
+    into one share per replica (`_planned`)."""
+    import tensorflow as tf
+
+    from tf_transfer.core import strategies
+    from tf_transfer.data import inputs
+
+    if strategy is None or not strategies.is_distributed(strategy):
+        return _array_dataset(arrays, batch_size)
+    n = len(arrays[0])
+    plan = [np.arange(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+
+    def make_dataset(share_plan):
+        signature = tuple(tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)) for a in arrays)
+        if len(arrays) == 1:
+            signature = signature[0]
+        dataset = tf.data.Dataset.from_generator(
+            lambda: ((tuple(a[indices] for a in arrays) if len(arrays) > 1 else arrays[0][indices])
+                     for indices in share_plan), output_signature=signature)
+        return inputs.prefetched(dataset, len(share_plan))
+
+    return _planned(strategy, make_dataset, plan)
+
+
 def _reseed(model, seed: int) -> None:
     """Sets every dropout seed generator of `model` from `seed` alone.
 
@@ -95,14 +134,15 @@ def _reseed(model, seed: int) -> None:
         variable.assign(np.asarray([start, 0], dtype=variable.dtype))
 
 
-def _seed_folder(work_dir: str, seed: int, settings: BertSettings) -> RunFolder:
+def _seed_folder(work_dir: str, seed: int, settings: BertSettings, strategy=None) -> RunFolder:
     """The started run folder of `seed`: its unfinished run is resumed; the work of another seed or other settings
-    (left by a kill between a seed's results and its clean-up, or by a run that was replaced) is discarded."""
+    (left by a kill between a seed's results and its clean-up, or by a run that was replaced) is discarded. Under a
+    multi-worker strategy it is `work_dir` on the chief only, a temporary folder on the others (`RunFolder`)."""
     config = {**settings.comparable(), "seed": seed}
     try:
-        folder = RunFolder(work_dir, config)
-    except TransferError:
-        folder = RunFolder(work_dir, config, overwrite=True)
+        folder = RunFolder(work_dir, config, strategy=strategy)
+    except TransferError:  # raised on every worker alike (the chief's verdict)
+        folder = RunFolder(work_dir, config, overwrite=True, strategy=strategy)
     folder.start({"seed": seed, "config": config, "distribution": settings.distribution, "epochs": [],
                   "compile_time_s": None, "completed": False, "started_at": now()})
     return folder
@@ -140,8 +180,10 @@ class _FrozenTrainer:
             feature_model = build_feature_model(backbone, settings.pooling)
         start = time.perf_counter()
         # Kept in float32 whatever the backbone computed in: the head is float32.
-        self.train_features = _predict_in_order(feature_model, encoded_train).astype(np.float32)
-        self.test_features = _predict_in_order(feature_model, encoded_test).astype(np.float32)
+        if strategies.is_distributed(strategy):
+            distributed.keras_distributed(feature_model, strategy)
+        self.train_features = _predict_in_order(feature_model, encoded_train, strategy).astype(np.float32)
+        self.test_features = _predict_in_order(feature_model, encoded_test, strategy).astype(np.float32)
         self.feature_time_s = time.perf_counter() - start
         self.train_labels, self.test_labels = encoded_train.labels, encoded_test.labels
 
@@ -165,13 +207,16 @@ class _FrozenTrainer:
         def epoch_batches(epoch):
             # Shuffled afresh each epoch, as fit(shuffle=True) would, but from (seed, epoch) alone: resumable.
             order = np.random.default_rng([seed, epoch]).permutation(len(targets))
-            return _array_dataset((self.train_features[order], targets[order]), self.settings.batch_size)
+            return _array_batches((self.train_features[order], targets[order]), self.settings.batch_size,
+                                  self.strategy)
 
         steps = math.ceil(len(targets) / self.settings.batch_size)
+        distributed.keras_distributed(model, self.strategy)
         # No warm-up: compiling the small head's step stays part of its first epoch, as in the results so far.
         summary = _fit_seed(folder, model, keras_epoch(model, epoch_batches, steps, len(targets)), self.strategy,
                             None, self.settings.distribution)
-        probabilities = model.predict(_array_dataset((self.test_features,), INFERENCE_BATCH_SIZE), verbose=0)
+        test_batches = _array_batches((self.test_features,), INFERENCE_BATCH_SIZE, self.strategy)
+        probabilities = model.predict(test_batches, verbose=0, steps=getattr(test_batches, "num_steps", None))
         scores = score(self.test_labels, _predicted_classes(probabilities, self.num_classes), self.num_classes)
         return _run_record(seed, scores, summary)
 
@@ -217,12 +262,19 @@ class _FineTuner:
         train, batch_size = self.encoded_train, self.settings.batch_size
         first_plan = inputs.plan_train_batches(train.lengths, batch_size, seed, 1, "bucket", train.max_seq_length, 16)
         shapes = inputs.distinct_shapes(train, first_plan, "bucket", 16)
-        compile_time_s = warm_up(model, inputs.to_dataset(train, shapes, "bucket", 16), self.strategy)
+        batches = lambda plan: inputs.to_dataset(train, plan, "bucket", 16)  # noqa: E731
+        compile_time_s = warm_up(model, _planned(self.strategy, batches, shapes), self.strategy)
+
+        def epoch_batches(epoch):
+            if not strategies.is_distributed(self.strategy):
+                return inputs.train_dataset(train, batch_size, seed, epoch)
+            return _planned(self.strategy, batches, inputs.plan_train_batches(
+                train.lengths, batch_size, seed, epoch, "bucket", train.max_seq_length, 16))
+
         # Every epoch has as many batches as the first (inputs.plan_train_batches).
-        train_epoch = keras_epoch(model, lambda epoch: inputs.train_dataset(train, batch_size, seed, epoch),
-                                  len(first_plan), len(train))
+        train_epoch = keras_epoch(model, epoch_batches, len(first_plan), len(train))
         summary = _fit_seed(folder, model, train_epoch, self.strategy, compile_time_s, self.settings.distribution)
-        probabilities = _predict_in_order(model, self.encoded_test)
+        probabilities = _predict_in_order(model, self.encoded_test, self.strategy)
         scores = score(self.encoded_test.labels, _predicted_classes(probabilities, self.num_classes),
                        self.num_classes)
         return _run_record(seed, scores, summary, compile_time_s=summary["compile_time_s"],
@@ -271,11 +323,24 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     `bert_<model>_<pooling>.in_progress/` (epoch e of a seed always has the same batches), so a killed run loses
     at most the epoch in progress. With every seed done it says so and trains nothing; `overwrite` starts afresh.
     `strategy` (default: `settings.distribution`'s) holds the backbone, model and optimizer.
+
+    Under `--distribution=multi_worker` the workers join first, so that the chief can tell the others what
+    `output_dir` holds; only the chief writes there (results file, TensorBoard, the seed's work folder), the other
+    workers a temporary folder they remove (docs/distributed.md).
     """
+    if strategy is None and settings.distribution == "multi_worker":
+        strategy = strategies.make_strategy(settings.distribution)
+    with distributed.lost_workers(strategy):
+        return _run_bert(data, output_dir, settings, overwrite, strategy)
+
+
+def _run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overwrite: bool, strategy) -> dict:
+    """`run_bert` once a multi-worker cluster (if any) has joined."""
+    chief = strategies.is_chief(strategy)
     path = os.path.join(output_dir, settings.file_name)
     work_dir = os.path.join(output_dir, settings.work_name)
-    existing = _load_results(path, settings, data, overwrite)
-    if overwrite:
+    existing = distributed.from_chief(strategy, lambda: _load_results(path, settings, data, overwrite))
+    if overwrite and chief:
         _remove_work(work_dir)
         shutil.rmtree(os.path.join(output_dir, TENSORBOARD_DIR, settings.stem), ignore_errors=True)
     train_data, test_data = held_out_split(data, settings.test_fraction, settings.seed)
@@ -283,7 +348,8 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     seeds = [settings.seed + r for r in range(settings.runs)]
     todo = [seed for seed in seeds if seed not in done]
     if not todo:
-        _remove_work(work_dir)  # left by a kill between the results file and the clean-up
+        if chief:
+            _remove_work(work_dir)  # left by a kill between the results file and the clean-up
         print(f"{path} already holds all {settings.runs} run(s) (seeds {seeds[0]}-{seeds[-1]}); nothing to train "
               "(pass --overwrite to start afresh)", flush=True)
         return existing
@@ -291,7 +357,6 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     # TensorFlow is imported only after the data has been read and checked, so bad input fails fast.
     import keras
 
-    from tf_transfer.core import strategies
     from tf_transfer.models import backbones
 
     strategy = strategy if strategy is not None else strategies.make_strategy(settings.distribution)
@@ -326,7 +391,8 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
                                               >= settings.max_seq_length)),
         "completed": False,
     })
-    os.makedirs(output_dir, exist_ok=True)
+    if chief:
+        os.makedirs(output_dir, exist_ok=True)
     trainer = (_FrozenTrainer if settings.k == 0 else _FineTuner)(backbone, settings, data.num_classes,
                                                                    encoded_train, encoded_test, strategy)
     described = trainer.describe()
@@ -338,16 +404,22 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
     else:
         results.update({**described, "machine": machine.describe(), "code": record.code_version()})
     results.setdefault("runs", [])
-    record.write_json_atomic(path, results)  # the settings are on disk before any training: a rerun checks them
+    if chief:
+        record.write_json_atomic(path, results)  # the settings are on disk before any training: a rerun checks them
     for seed in todo:
-        run = trainer.run(seed, _seed_folder(work_dir, seed, settings))
-        write_bert_events(output_dir, settings, run)
+        folder = _seed_folder(work_dir, seed, settings, strategy)
+        try:
+            run = trainer.run(seed, folder)
+        finally:
+            folder.cleanup()  # a non-chief worker's temporary folder
         done[seed] = run
         results["runs"] = [done[s] for s in sorted(done)]
         results.update(stats.summarise({m: [r[m] for r in results["runs"]] for m in ("accuracy", "f1")}))
         results["completed"] = all(s in done for s in seeds)
-        record.write_json_atomic(path, results)  # the run is kept first, then its work is dropped
-        _remove_work(work_dir)
+        if chief:
+            write_bert_events(output_dir, settings, run)
+            record.write_json_atomic(path, results)  # the run is kept first, then its work is dropped
+            _remove_work(work_dir)
         logging.info("%s seed %d: accuracy %.4f, F1 %.4f, %.1f s", settings.file_name, seed, run["accuracy"],
                      run["f1"], run["train_time_s"])
-    return read_json(path)
+    return read_json(path) if chief else results

@@ -86,21 +86,36 @@ def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False, str
     A completed run is returned as it is (unless `overwrite`); an unfinished one resumes (see `stack_train`;
     an ensemble's finished members are not trained again) if it has the same settings, else `TransferError`.
     """
+    from tf_transfer.core import strategies
+    from tf_transfer.training import distributed
+
+    if strategy is None and config.distribution == "multi_worker":
+        # The workers join first, so that the chief can tell the others what `output_dir` holds.
+        strategy = strategies.make_strategy(config.distribution)
+    with distributed.lost_workers(strategy):
+        return _run_stack(config, output_dir, overwrite, strategy)
+
+
+def _run_stack(config: StackConfig, output_dir: str, overwrite: bool, strategy) -> dict:
+    """`run_stack` once a multi-worker cluster (if any) has joined: only its chief reads and writes `output_dir`,
+    and tells the other workers what it holds (`distributed.from_chief`)."""
+    from tf_transfer.core import strategies
+    from tf_transfer.training import distributed
+
     member_dirs = {head: os.path.join(output_dir, head) if config.ensemble else output_dir for head in config.heads}
-    if not overwrite:
-        existing = completed_result(config, output_dir)
-        if existing:
-            logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
-            return existing
-        for member_dir in member_dirs.values():
-            held = record.read_summary(member_dir)
-            if held:
-                _check_same_run(held, config, member_dir)
+    chief = strategies.is_chief(strategy)
+    existing = None if overwrite else distributed.from_chief(strategy, lambda: _existing(config, output_dir,
+                                                                                         member_dirs))
+    if existing:
+        logging.info("%s is already completed; not training again (pass --overwrite to start afresh)", output_dir)
+        return existing
+    # An ensemble's members completed before (with their probabilities): the chief's word, the same on every worker.
+    finished = [] if overwrite or not config.ensemble else distributed.from_chief(
+        strategy, lambda: [head for head in config.heads if _finished_member(member_dirs[head])])
 
     data = stack_feed.read_data(config)
     import keras
 
-    from tf_transfer.core import strategies
     from tf_transfer.models import backbones
 
     if strategy is None:
@@ -110,16 +125,14 @@ def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False, str
                             f"{strategy.num_replicas_in_sync} replicas of --distribution={config.distribution}")
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(config.precision)
-    if config.ensemble and os.path.exists(result_path(config, output_dir)):
+    if chief and config.ensemble and os.path.exists(result_path(config, output_dir)):
         os.remove(result_path(config, output_dir))  # an --overwrite: the old result no longer holds
     loaded, encodings, members = None, {}, {}
     for head_name in config.heads:
         member_dir = member_dirs[head_name]
-        held = None if overwrite or not config.ensemble else record.read_summary(member_dir)
-        probabilities = stack_train.load_probabilities(member_dir) if held and held.get("completed") else None
-        if probabilities is not None:
+        if head_name in finished:
             logging.info("ensemble member %s is already completed in %s", head_name, member_dir)
-            members[head_name] = (held, probabilities)
+            members[head_name] = None  # read on the chief, which alone writes the ensemble's result
             continue
         keras.utils.set_random_seed(config.seed)
         # Each member starts from the pretrained weights: the preset is loaded afresh for every head.
@@ -134,6 +147,39 @@ def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False, str
     if not config.ensemble:
         return members[config.head][0]
 
+    # The ensemble's result: computed and written by the chief (from the members' files in `output_dir`),
+    # handed to the other workers.
+    return distributed.from_chief(strategy, lambda: _ensemble_result(config, output_dir, data, loaded, encodings,
+                                                                     members, member_dirs))
+
+
+def _existing(config: StackConfig, output_dir: str, member_dirs: dict):
+    """The completed result in `output_dir` (or None), after refusing a member folder with other settings."""
+    existing = completed_result(config, output_dir)
+    if existing:
+        return existing
+    for member_dir in member_dirs.values():
+        held = record.read_summary(member_dir)
+        if held:
+            _check_same_run(held, config, member_dir)
+    return None
+
+
+def _finished_member(member_dir: str) -> bool:
+    held = record.read_summary(member_dir)
+    return bool(held and held.get("completed")
+                and os.path.exists(os.path.join(member_dir, stack_train.PROBABILITIES_FILE)))
+
+
+def _ensemble_result(config: StackConfig, output_dir: str, data, loaded, encodings: dict, members: dict,
+                     member_dirs: dict) -> dict:
+    """Averages the members' probabilities (a member finished before: from its folder) and writes the result."""
+    from tf_transfer.models import backbones
+
+    for head_name, member in list(members.items()):
+        if member is None:  # finished before this run
+            members[head_name] = (record.read_summary(member_dirs[head_name]),
+                                  stack_train.load_probabilities(member_dirs[head_name]))
     if not encodings:  # every member had finished before: their labels are still needed for the scores
         loaded = backbones.load_preset(config.preset, dropout=config.dropout)
         encodings[False] = stack_feed.encode(config, data, loaded.tokenizer, False)

@@ -213,10 +213,6 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
     interruption. `keep_probabilities` (ensemble members) writes the final probabilities to `PROBABILITIES_FILE`,
     so that a resumed ensemble need not train a finished member again.
     """
-    import keras
-
-    from tf_transfer.models import freezing
-    from tf_transfer.training.engine import EarlyStopping, Engine, warm_up
     from tf_transfer.training.run_folder import RunFolder
 
     tagging = config.task == "conll_ner"
@@ -226,7 +222,28 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
     feed = stack_feed.StackFeed(encoded, config.batch_size, config.seed, config.bucket_step, config.eval_batch_size)
     loss = make_loss(tagging)
 
-    folder = RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, overwrite)
+    # Several replicas or workers: every batch is split into one share per replica here, once (as in GLUE).
+    feed.use_strategy(strategy)
+    # Under a multi-worker strategy only the chief writes `output_dir`; the others a temporary folder.
+    folder = RunFolder(output_dir, config.to_dict(), NOT_RESULT_SETTINGS, overwrite, strategy=strategy)
+    try:
+        return _train_in_folder(config, head_name, data, encoded, loaded, folder, strategy, model, head, feed,
+                                loss, keep_probabilities)
+    finally:
+        folder.cleanup()
+
+
+def _train_in_folder(config: StackConfig, head_name: str, data, encoded: dict, loaded, folder, strategy, model,
+                     head, feed, loss, keep_probabilities: bool):
+    """`train_head` once its run folder is known: writes in `folder.path` (`output_dir`, or a non-chief worker's
+    temporary folder)."""
+    import keras
+
+    from tf_transfer.models import freezing
+    from tf_transfer.training import distributed
+    from tf_transfer.training.engine import EarlyStopping, Engine, warm_up
+
+    output_dir, backbone = folder.path, loaded.backbone
     if not folder.resuming and os.path.exists(os.path.join(output_dir, PROBABILITIES_FILE)):
         os.remove(os.path.join(output_dir, PROBABILITIES_FILE))
     summary = folder.start(_summary_skeleton(config, head_name, loaded, backbone, data, encoded))
@@ -248,6 +265,7 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
                 continue  # ended before the interruption; the checkpoint of a later epoch holds its weights
             with strategy.scope():
                 set_phase(model, backbone, phase.number, phase.lr, loss, config.weight_decay, config.clip_norm)
+            distributed.keras_distributed(model, strategy)
             if phase_record is not None and phase_record["ended_by"]:
                 # The interruption fell between this phase's last epoch and the next phase's first: its weights,
                 # then on to the next phase as without the interruption.
@@ -287,7 +305,8 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
         if keep_probabilities:
             if not final_probabilities:  # resumed with no epoch left to train: the restored model's are the same
                 final_probabilities = {name: feed.probabilities(model, name) for name in epochs.scored}
-            save_probabilities(output_dir, final_probabilities)
+            if folder.chief:
+                save_probabilities(output_dir, final_probabilities)
         summary = engine.finish()
     keras.backend.clear_session()  # the next ensemble member starts from the pretrained weights in fresh memory
     return summary, final_probabilities

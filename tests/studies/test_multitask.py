@@ -558,18 +558,3 @@ def test_mirrored_over_two_logical_cpus_computes_what_one_device_does(cs224n_dir
     assert mirrored["loss"] == pytest.approx(default["loss"], rel=1e-5)
     assert mirrored["task_loss"] == pytest.approx(default["task_loss"], rel=1e-5)
     assert mirrored["test"] == pytest.approx(default["test"], abs=1e-4)
-
-
-def test_report_opens_with_a_claims_table():
-    """reports/multitask/README.md: within its first 60 lines, a Markdown table whose first column is headed 'claim',
-    each row with the paper's number, ours and a verdict."""
-    with open(os.path.join(REPO, "reports", "multitask", "README.md"), encoding="utf-8") as f:
-        lines = f.read().split("\n")[:60]
-    header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
-    rows = []
-    for line in lines[header + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
-    assert rows and all(len(row) == 5 for row in rows), rows
-    assert {row[3] for row in rows} <= {"reproduced", "not reproduced", "inconclusive"}

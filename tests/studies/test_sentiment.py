@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import REPO, run_module
+from conftest import run_module
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import labelled_texts as texts
 from tf_transfer.models import sentence_features
@@ -611,18 +611,3 @@ def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path, ca
     (run,) = results["runs"]
     assert run["distribution"] == "mirrored" and [e["epoch"] for e in run["epochs"]] == [1, 2]
     assert all(e["loss"] > 0 for e in run["epochs"]) and 0.0 <= run["accuracy"] <= 1.0
-
-
-def test_report_opens_with_a_claims_table():
-    """reports/sentiment/README.md: within its first 60 lines, a Markdown table whose first column is headed 'claim',
-    each row with the paper's number, ours and a verdict."""
-    with open(os.path.join(REPO, "reports", "sentiment", "README.md"), encoding="utf-8") as f:
-        lines = f.read().split("\n")[:60]
-    header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
-    rows = []
-    for line in lines[header + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
-    assert rows and all(len(row) == 5 for row in rows), rows
-    assert {row[3] for row in rows} <= {"reproduced", "not reproduced", "inconclusive"}

@@ -635,18 +635,3 @@ def test_report_table_gives_last_and_best_validation_scores_and_lists_missing_ru
                                           "0.8000", "0.7500", "3/3", "180", "400", "mixed_bfloat16 |"]
     assert finetune_row.split(" | ")[3] == "none" and "1/3 (unfinished)" in finetune_row
     assert missing_row.startswith("| absent | missing |")
-
-
-def test_report_opens_with_a_claims_table():
-    """reports/stack_quora/README.md: within its first 60 lines, a Markdown table whose first column is headed 'claim',
-    each row with the paper's number, ours and a verdict."""
-    with open(os.path.join(REPO, "reports", "stack_quora", "README.md"), encoding="utf-8") as f:
-        lines = f.read().split("\n")[:60]
-    header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
-    rows = []
-    for line in lines[header + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
-    assert rows and all(len(row) == 5 for row in rows), rows
-    assert {row[3] for row in rows} <= {"reproduced", "not reproduced", "inconclusive"}

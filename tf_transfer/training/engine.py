@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
@@ -74,7 +75,7 @@ def warm_up(model, dataset, strategy=None) -> float:
     `dataset` may be distributed already (`inputs.distribute`); under a strategy with several replicas Keras'
     faults there are worked around first (`distributed.keras_distributed`), for this and every later `fit`."""
     distributed.keras_distributed(model, strategy)
-    with strategy.scope() if strategy is not None else _null():
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model.optimizer.build(model.trainable_variables)
         saved = snapshot(list(model.variables) + list(model.optimizer.variables))
     # Outside the scope, as every epoch's `fit`: a traced step function is keyed by the strategy scope it was
@@ -82,18 +83,10 @@ def warm_up(model, dataset, strategy=None) -> float:
     start = time.perf_counter()
     model.fit(dataset, epochs=1, verbose=0, shuffle=False, steps_per_epoch=steps_of(dataset))
     elapsed = time.perf_counter() - start
-    with strategy.scope() if strategy is not None else _null():
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
         restore(saved)
         model.reset_metrics()
     return elapsed
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def steps_of(dataset) -> Optional[int]:
@@ -153,7 +146,7 @@ class Engine:
         if not self.epochs or self.summary.get("completed"):
             return None
         last = self.epochs[-1]["epoch"]
-        scope = self.strategy.scope() if self.strategy is not None else _null()
+        scope = self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
         with scope:
             self.folder.restore(last, model, optimizer)
         self.folder.note_resume(last, **facts)

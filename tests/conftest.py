@@ -209,3 +209,16 @@ def _run_in_process(module: str, args: tuple, env: dict):
         cache.clear_memory()
     return subprocess.CompletedProcess([sys.executable, "-m", module, *args], code, stdout.getvalue(),
                                        stderr.getvalue())
+
+
+def quora_rows(n: int, empty_label: bool = True) -> str:
+    """CS224N Quora layout: unnamed index column, float labels, and (`empty_label`) one row with an empty label,
+    which the readers skip."""
+    rows = ["\tid\tsentence1\tsentence2\tis_duplicate"]
+    for i in range(n):
+        a = SENTENCES[i % len(SENTENCES)]
+        b = a if i % 2 == 0 else SENTENCES[(i * 5 + 3) % len(SENTENCES)]
+        rows.append(f"{1000 + i}\tq{i}\t{a}\t{b}\t{float(i % 2 == 0)}")
+    if empty_label:
+        rows.insert(3, "7\tq-empty\tthe cat\tthe dog\t")
+    return "\n".join(rows) + "\n"

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO, SENTENCES, TWO_CPUS, VOCAB, run_module
+from conftest import REPO, SENTENCES, TWO_CPUS, VOCAB, quora_rows, run_module
 from tf_transfer.core import ner_metrics
 from tf_transfer.data import stack_data
 from tf_transfer.core.errors import TransferError
@@ -32,17 +32,6 @@ the DT B-NP O
 def write(path, text):
     path.write_text(text, encoding="utf-8")
     return str(path)
-
-
-def quora_rows(n):
-    """CS224N Quora layout: unnamed index column, float labels, one row with an empty label."""
-    rows = ["\tid\tsentence1\tsentence2\tis_duplicate"]
-    for i in range(n):
-        a = SENTENCES[i % len(SENTENCES)]
-        b = a if i % 2 == 0 else SENTENCES[(i * 5 + 3) % len(SENTENCES)]
-        rows.append(f"{1000 + i}\tq{i}\t{a}\t{b}\t{float(i % 2 == 0)}")
-    rows.insert(3, "7\tq-empty\tthe cat\tthe dog\t")
-    return "\n".join(rows) + "\n"
 
 
 # --- readers -------------------------------------------------------------------------------------------------------

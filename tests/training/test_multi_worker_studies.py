@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO, SENTENCES
+from conftest import REPO, quora_rows
 
 from test_multi_worker import _free_ports
 
@@ -55,15 +55,6 @@ def _same_losses(reference: list, distributed: list) -> None:
 # --- stack --------------------------------------------------------------------------------------------------------
 
 
-def _quora_rows(n):
-    rows = ["\tid\tsentence1\tsentence2\tis_duplicate"]
-    for i in range(n):
-        a = SENTENCES[i % len(SENTENCES)]
-        b = a if i % 2 == 0 else SENTENCES[(i * 5 + 3) % len(SENTENCES)]
-        rows.append(f"{1000 + i}\tq{i}\t{a}\t{b}\t{float(i % 2 == 0)}")
-    return "\n".join(rows) + "\n"
-
-
 STACK = dict(task="quora", head="linear", strategy="stack_and_finetune", phase1_epochs=1, max_epochs=2, max_gap=1.0,
              batch_size=8, head_units=8, max_seq_length=16, dropout=0.0, seed=0)
 
@@ -74,7 +65,7 @@ def test_stack_on_two_workers_matches_default_and_writes_only_on_the_chief(tmp_p
     from tf_transfer.studies.stack_config import StackConfig
 
     data = tmp_path / "quora-dev.csv"
-    data.write_text(_quora_rows(24), encoding="utf-8")
+    data.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
     flags = [f"--{key}={value}" for key, value in STACK.items()] + [f"--preset={tiny_preset}", f"--data={data}"]
     workers = _start("tf_transfer.stack", flags, tmp_path, "stack")
     reference = stack.run_stack(StackConfig(**STACK, preset=tiny_preset, data=str(data)), str(tmp_path / "default"))
@@ -97,7 +88,7 @@ def test_stack_on_two_workers_resumes_after_both_are_killed(tmp_path, tiny_prese
     from tf_transfer.studies.stack_config import StackConfig
 
     data = tmp_path / "quora-dev.csv"
-    data.write_text(_quora_rows(24), encoding="utf-8")
+    data.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
     flags = [f"--{key}={value}" for key, value in STACK.items()] + [f"--preset={tiny_preset}", f"--data={data}"]
     summary_path = tmp_path / "stackw0" / "summary.json"
     first = _start("tf_transfer.stack", flags, tmp_path, "stack")
@@ -135,7 +126,7 @@ def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_pr
     from tf_transfer.core import strategies
 
     data = tmp_path / "quora-dev.csv"
-    data.write_text(_quora_rows(24), encoding="utf-8")
+    data.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
     own, absent = _free_ports(2)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", strategies.TIMEOUT_ENV: "2",
            "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]},

@@ -1,10 +1,10 @@
-"""`--distribution=multi_worker`: two worker processes on loopback ports give the default strategy's numbers, only
-the chief writes `--output_dir`, both resume after being killed, and a peer that never comes is one `error:` line.
+"""`--distribution=multi_worker`'s pieces: `TF_CONFIG` checks, the pre-flight that waits for the peers, a peer that never
+comes as one `error:` line from the command, and the replicas' shares of a batch. Two workers training every study
+to the default strategy's numbers, writing only on the chief and resuming after a kill: test_multi_worker_studies.py.
 
 The processes find each other through `TF_CONFIG` on free loopback ports (bound to port 0 to find them).
 """
 
-import glob
 import json
 import os
 import socket
@@ -19,14 +19,12 @@ import pytest
 from tf_transfer.core import strategies
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import inputs
-from tf_transfer.studies import glue as runner
-from tf_transfer.studies.glue_config import RunConfig
 
 from conftest import REPO
 
-# Dropout 0: nothing random after initialisation. A clipping norm below the gradients' (about 0.4 at first): a
-# worker clipping its own share's gradient would show. One padded length (fixed) and one trainable block keep the
-# traced step small: each worker process starts twice.
+# GLUE's settings in test_multi_worker_studies.py. Dropout 0: nothing random after initialisation. A clipping norm
+# below the gradients' (about 0.4 at first): a worker clipping its own share's gradient would show. One padded
+# length (fixed) and one trainable block keep the traced step small.
 SETTINGS = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
                 max_seq_length=32, padding="fixed", dropout=0.0, seed=0)
 
@@ -45,75 +43,6 @@ def _command(glue_dir, tiny_preset, output_dir):
     flags = [f"--{key}={value}" for key, value in SETTINGS.items()]
     return [sys.executable, "-m", "tf_transfer.glue", *flags, f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
             "--distribution=multi_worker", f"--output_dir={output_dir}"]
-
-
-def _start_workers(glue_dir, tiny_preset, tmp_path, cluster, tag):
-    workers = []
-    for index in range(len(cluster["worker"])):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path / "tmp"),
-               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        env.pop("GLUE_DIR", None)
-        log = open(tmp_path / f"{tag}{index}.log", "w")
-        workers.append(subprocess.Popen(_command(glue_dir, tiny_preset, str(tmp_path / f"w{index}")), cwd=REPO,
-                                        env=env, stdout=log, stderr=subprocess.STDOUT))
-    return workers
-
-
-def _finished_epochs(path):
-    try:
-        with open(path) as f:
-            return len(json.load(f).get("epochs", []))
-    except (OSError, ValueError):
-        return 0
-
-
-def _worker_dirs(tmp_path):
-    return set(glob.glob(str(tmp_path / "tmp" / "tf_transfer-worker*")))
-
-
-def test_two_workers_match_default_write_only_on_the_chief_and_resume_after_kill(glue_dir, tiny_preset, tmp_path):
-    (tmp_path / "tmp").mkdir()
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
-    summary_path = tmp_path / "w0" / "summary.json"
-
-    # Both workers are killed once the chief has recorded an epoch, then rerun with the same command.
-    first = _start_workers(glue_dir, tiny_preset, tmp_path, cluster, "first")
-    # Meanwhile, the reference: the same settings on one device, in this process.
-    reference = runner.run_glue(RunConfig(**SETTINGS, preset=tiny_preset, data_dir=glue_dir),
-                                str(tmp_path / "default"))
-    deadline = time.monotonic() + 240
-    while _finished_epochs(summary_path) < 1 and time.monotonic() < deadline:
-        assert all(w.poll() is None for w in first), (tmp_path / "first0.log").read_text()[-3000:]
-        time.sleep(0.02)
-    for worker in first:
-        worker.kill()
-        worker.wait()
-    killed = json.loads(summary_path.read_text())
-    assert not killed["completed"], "the run ended before it could be killed"
-    left_by_kill = _worker_dirs(tmp_path)
-
-    second = _start_workers(glue_dir, tiny_preset, tmp_path, cluster, "second")
-    codes = [w.wait(timeout=240) for w in second]
-    assert codes == [0, 0], [(tmp_path / f"second{i}.log").read_text()[-3000:] for i in range(2)]
-
-    summary = json.loads(summary_path.read_text())
-    assert summary["completed"] is True
-    assert [r["after_epoch"] for r in summary["resumes"]] == [len(killed["epochs"])]
-    assert summary["epochs"][:len(killed["epochs"])] == killed["epochs"]  # kept as they were
-    # The same numbers as one device (float32 summation order is all that differs).
-    assert len(summary["epochs"]) == len(reference["epochs"]) == SETTINGS["max_epochs"]
-    for one, two in zip(reference["epochs"], summary["epochs"]):
-        assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)
-        assert two["val"] == pytest.approx(one["val"], rel=1e-4)
-        assert two["test"] == pytest.approx(one["test"], rel=1e-4)
-    assert summary["best_epoch"] == reference["best_epoch"]
-    # Only the chief writes --output_dir: summary, TensorBoard events, no checkpoint left once completed.
-    assert not (tmp_path / "w1").exists()
-    written = os.listdir(tmp_path / "w0")
-    assert "summary.json" in written and any(f.startswith("events.out.tfevents") for f in written)
-    assert not [f for f in written if f.startswith("checkpoint")]
-    # The other worker's temporary folder is removed (a killed worker's cannot be).
-    assert _worker_dirs(tmp_path) == left_by_kill
 
 
 def test_unreachable_peer_is_one_error_line_within_the_timeout(glue_dir, tiny_preset, tmp_path):

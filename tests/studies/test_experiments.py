@@ -32,12 +32,20 @@ def test_transfer_learning_grid_is_the_papers():
 
 def test_layer_freezing_grid_sweeps_half_to_all_frozen():
     study = load_study("layer_freezing")
-    runs = study.runs("paper")  # BERT-base: L = 12
-    sweep = [r for r in runs if r["part"] == "sweep" and r["task"] == "rte" and r["seed"] == 0]
-    assert [r["trainable_layers"] for r in sweep] == [6, 5, 4, 3, 2, 1, 0, "all"]
-    search = [r for r in runs if r["part"] == "line_search" and r["task"] == "rte"]
-    assert [r["lr"] for r in search] == [1e-5, 2e-5, 3e-5, 4e-5, 5e-5]
+    runs = study.runs("paper")  # BERT-base and RoBERTa-base, as the paper: L = 12 each
+    assert [r["preset"] for r in runs if r["part"] == "line_search" and r["task"] == "rte"] == (
+        ["bert_base_en_uncased"] * 5 + ["roberta_base_en"] * 5)
+    for preset in ("bert_base_en_uncased", "roberta_base_en"):
+        sweep = [r for r in runs if r["part"] == "sweep" and r["task"] == "rte" and r["seed"] == 0
+                 and r["preset"] == preset]
+        assert [r["trainable_layers"] for r in sweep] == [6, 5, 4, 3, 2, 1, 0, "all"]
+        search = [r for r in runs if r["part"] == "line_search" and r["task"] == "rte" and r["preset"] == preset]
+        assert [r["lr"] for r in search] == [1e-5, 2e-5, 3e-5, 4e-5, 5e-5]
     assert all(r["batch_size"] == 16 and r["max_epochs"] == 3 for r in runs)
+    # Pointed at another backbone, the sweep follows that backbone's depth (DistilBERT: L = 6).
+    other = study.runs("cpu", tasks=["rte"], presets=["distil_bert_base_en_uncased"])
+    assert {r["preset"] for r in other} == {"distil_bert_base_en_uncased"}
+    assert [r["trainable_layers"] for r in other if r["part"] == "sweep" and r["seed"] == 0] == [3, 2, 1, 0, "all"]
 
 
 def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
@@ -77,8 +85,9 @@ def test_dry_run_lists_every_run_without_data(tmp_path):
                       f"--runs_dir={tmp_path}")
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[-1] == "180 runs (360 in the whole grid)"  # 8 tasks x (5 line-search rates + 8 x 5 seeds)
-    assert len(lines) == 181 and "task=" in lines[0] and "trainable_layers=" in lines[0]
+    # 2 backbones x 8 tasks x (5 line-search rates + 8 x 5 seeds)
+    assert lines[-1] == "360 runs (720 in the whole grid)"
+    assert len(lines) == 361 and "task=" in lines[0] and "trainable_layers=" in lines[0] and "preset=" in lines[0]
     assert not os.listdir(tmp_path)
     bad = run_module("tf_transfer.experiments", "run", "no_such_study")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown study")
@@ -424,6 +433,23 @@ def test_majority_baseline_and_relative_ninety_percent_point():
     assert reports.above_baseline(0.79, 0.75, 0.80) == pytest.approx(0.8)
     assert reports.above_baseline(0.79, 0.80, 0.80) is None  # a full model not above the baseline
     assert smallest_reaching({1: 0.5}, 0.8, baseline=0.0) is None
+
+
+def test_layer_freezing_report_of_two_backbones_is_one_report_each(tmp_path, glue_dir):
+    study = load_study("layer_freezing")
+    presets = ["all_minilm_l6_v2_en", "distil_bert_base_en_uncased"]
+    runs = [dict(r, data_dir=glue_dir) for r in study.runs("cpu", tasks=["rte"], presets=presets)]
+    runs_dir = str(tmp_path / "runs")
+    _write_runs(study, [r for r in runs if r["part"] == "line_search"], runs_dir, lambda s: 0.6)
+    sweep = [studies.resolve(study, r, runs_dir) for r in runs if r["part"] == "sweep"]
+    _write_runs(study, [s for s in sweep if s["preset"] == presets[0]], runs_dir, lambda s: 0.6)
+    out = tmp_path / "report"
+    study.report(studies.collect(study, runs, runs_dir), str(out), study, "cpu")
+    index = (out / "README.md").read_text()
+    assert all(f"- [{p}]({p}/README.md)" in index for p in presets)
+    # Each backbone's report holds its own runs only: the first's are all done, the second's sweep is not.
+    assert "20 of 20 runs completed" in (out / presets[0] / "README.md").read_text()
+    assert "5 of 20 runs completed" in (out / presets[1] / "README.md").read_text()
 
 
 def test_layer_freezing_report_shows_the_majority_class_and_claims(tmp_path, glue_dir):

@@ -5,6 +5,11 @@ same in every epoch. It is computed once per split in inference mode (no dropout
 real tokens: a flat `[sum of lengths, hidden]` array plus offsets), and the training model is the last k blocks,
 the pooler and the head applied to it. With k=0 only the [CLS] row is stored, since only it reaches the pooler.
 
+It works for every encoder family of `tf_transfer.models.families`: the prefix ends at the embeddings (after
+ELECTRA's projection) or at a block's output, and the suffix applies the remaining blocks as the backbone does,
+DeBERTa-v3's with their shared relative-position table, which is part of the frozen embeddings (it feeds the frozen
+blocks too, so training it would change what the cache holds) and depends only on the batch size.
+
 Deviation from the transfer-learning paper: there, dropout stayed active inside the frozen blocks; here they run in
 inference mode. `--cache_frozen` is therefore off by default and off in the paper's flagfiles.
 
@@ -87,9 +92,11 @@ def prefix_model(backbone, trainable_layers):
     """A Keras model from the backbone's inputs to the output of the last frozen block (or the embeddings)."""
     import keras
 
+    from tf_transfer.models import families
+
     depth = frozen_depth(trainable_layers, backbone.num_layers)
     if depth == 0:
-        output = backbone.get_layer("embeddings_dropout").output
+        output = families.embeddings_output(backbone)
     else:
         output = backbone.transformer_layers[depth - 1].output
     return keras.Model(backbone.input, output, name="frozen_prefix")
@@ -197,17 +204,20 @@ def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: in
     return inputs.prefetched(dataset, len(plan))
 
 
-def suffix_classifier(backbone, trainable_layers, head):
-    """The last k blocks, the pooler and `head` as a model on cached prefix outputs (weights shared with
-    `backbone`, so training it trains the backbone's own blocks)."""
+def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "float16"):
+    """The last k blocks, the pooler (where the family has one) and `head` as a model on cached prefix outputs
+    (weights shared with `backbone`, so training it trains the backbone's own blocks). `hidden_dtype` is the
+    cache's (float16); float32 takes the prefix's output unrounded."""
     import keras
 
+    from tf_transfer.models import families
+
     depth = frozen_depth(trainable_layers, backbone.num_layers)
-    hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype="float16", name="hidden")
+    hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden")
     mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
     x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
-    for block in backbone.transformer_layers[depth:]:
-        x = block(x, padding_mask=mask_input)
-    pooled = backbone.get_layer("pooled_dense")(x[:, 0, :])
+    x = families.run_blocks(backbone, backbone.transformer_layers[depth:], x, mask_input)
+    first = x[:, 0, :]
+    pooled = backbone.get_layer("pooled_dense")(first) if families.of(backbone).pooler else first
     outputs = head(pooled)
     return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, outputs, name="cached_classifier")

@@ -4,7 +4,8 @@ Both give the same interface to the runner and the benchmark: `plan(epoch)`, `da
 `warmup_dataset()`, `padded_length(indices)`, `predict(model, split)`,
 `steps_per_epoch`, `padding_efficiency`, and `use_strategy(strategy)`: under a strategy with several replicas or
 workers, every batch of a plan is split into one share per replica (`inputs.distribute`), so the batch of a step
-stays `batch_size` examples in all (the single-device batch), each share padded to its own bucket. The
+stays `batch_size` examples in all (the single-device batch), each share padded to its own bucket, and each
+training example weighted so that the replicas' summed gradients are one device's (`loss_units`). The
 stack-and-finetune study's `tf_transfer.studies.stack_feed.StackFeed` builds on the same base (`Feed`) for one or
 two sequences and per-token labels.
 
@@ -62,7 +63,12 @@ class Feed:
             return self._to_dataset(split, plan, bucket_step, with_labels, fill_to)
         return inputs.distribute(self.strategy,
                                  lambda shares, fill: self._to_dataset(split, shares, bucket_step, with_labels, fill),
-                                 plan, fill_to)
+                                 plan, fill_to, loss_units=self.loss_units(split) if with_labels else None)
+
+    def loss_units(self, split):
+        """What one device's training loss averages over in a batch of `split` (given its indices): its examples.
+        Under several replicas each example is weighted by 1 / this (`inputs.distribute`)."""
+        return len
 
     def _to_dataset(self, split, plan: list, bucket_step: int, with_labels: bool, fill_to):
         raise NotImplementedError

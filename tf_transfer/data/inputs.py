@@ -1,12 +1,13 @@
 """Tokenization, packing and the tf.data pipelines (fixed or length-bucketed padding).
 
-Texts are tokenized once with the preset's own tokenizer and packed as `[CLS] a [SEP] b [SEP]` with segment ids,
-truncated to `max_seq_length` (round robin, which removes tokens from the longer segment first, like BERT's
+Texts are tokenized once with the preset's own tokenizer and packed as its family packs them (`[CLS] a [SEP] b
+[SEP]` with segment ids; RoBERTa `<s> a </s></s> b </s>`, as keras-hub's preprocessors), truncated to
+`max_seq_length` (round robin, which removes tokens from the longer segment first, like BERT's
 `_truncate_seq_pair`). Batches are planned in NumPy from a seeded permutation per epoch, so epoch `e` of seed `s`
 always sees the same batches in the same order, whatever ran before (resuming needs no iterator state).
 
 Several replicas (`distribute`): each replica takes its share of every planned batch, so the replicas of a step
-together hold the single-device batch.
+together hold the single-device batch, and training weights make the step's gradient the single-device one.
 
 Padding:
   * `fixed`: every batch padded to `max_seq_length` (the paper's setting).
@@ -40,6 +41,8 @@ class Encoded:
     lengths: np.ndarray
     labels: np.ndarray
     regression: bool = False
+    # What a batch holds: the inputs the backbone takes (RoBERTa, DistilBERT and DeBERTa-v3 take no segment ids).
+    input_names: tuple = ("token_ids", "segment_ids", "padding_mask")
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -50,14 +53,19 @@ class Encoded:
 
 
 def encode(examples, tokenizer, max_seq_length: int, chunk_size: int = 4096) -> Encoded:
-    """Tokenizes and packs `examples` (an `examples.Examples`) with `tokenizer` (a keras-hub BertTokenizer)."""
+    """Tokenizes and packs `examples` (an `examples.Examples`) with `tokenizer` (a keras-hub tokenizer of one of
+    `families.FAMILIES`), the way that family's keras-hub TextClassifierPreprocessor packs them."""
     import keras_hub
     import tensorflow as tf
 
+    from tf_transfer.models import families
+
+    family = families.of_tokenizer(tokenizer)
     packer = keras_hub.layers.MultiSegmentPacker(
         sequence_length=max_seq_length,
-        start_value=tokenizer.cls_token_id,
-        end_value=tokenizer.sep_token_id,
+        start_value=tokenizer.start_token_id,
+        end_value=tokenizer.end_token_id,
+        sep_value=[tokenizer.end_token_id] * family.pair_separator,
         pad_value=tokenizer.pad_token_id,
         truncate="round_robin",
     )
@@ -74,7 +82,7 @@ def encode(examples, tokenizer, max_seq_length: int, chunk_size: int = 4096) -> 
     token_ids = np.concatenate(token_chunks)
     lengths = (token_ids != tokenizer.pad_token_id).sum(axis=1).astype(np.int32)
     regression = examples.labels.dtype.kind == "f"
-    return Encoded(token_ids, np.concatenate(segment_chunks), lengths, examples.labels, regression)
+    return Encoded(token_ids, np.concatenate(segment_chunks), lengths, examples.labels, regression, family.inputs)
 
 
 def bucket_boundaries(max_seq_length: int, bucket_step: int) -> np.ndarray:
@@ -133,7 +141,8 @@ def plan_eval_batches(lengths: np.ndarray, batch_size: int, padding: str) -> lis
 def _features(encoded: Encoded, indices: np.ndarray, length: int) -> dict:
     token_ids = encoded.token_ids[indices, :length]
     mask = (np.arange(length)[None, :] < encoded.lengths[indices, None]).astype(np.int32)
-    return {"token_ids": token_ids, "segment_ids": encoded.segment_ids[indices, :length], "padding_mask": mask}
+    features = {"token_ids": token_ids, "segment_ids": encoded.segment_ids[indices, :length], "padding_mask": mask}
+    return {name: features[name] for name in encoded.input_names}
 
 
 def _label_batch(encoded: Encoded, indices: np.ndarray) -> np.ndarray:
@@ -171,7 +180,7 @@ def batches(encoded: Encoded, plan: list, padding: str, bucket_step: int, with_l
 def _signature(encoded: Encoded, with_labels: bool):
     import tensorflow as tf
 
-    features = {name: tf.TensorSpec([None, None], tf.int32) for name in ("token_ids", "segment_ids", "padding_mask")}
+    features = {name: tf.TensorSpec([None, None], tf.int32) for name in encoded.input_names}
     if not with_labels:
         return features
     label = tf.TensorSpec([None, 1], tf.float32) if encoded.regression else tf.TensorSpec([None], tf.int32)
@@ -206,11 +215,17 @@ def local_shares(num_replicas: int, num_workers: int, worker: int) -> list:
     return [j * num_workers + worker for j in range(local)]
 
 
-def distribute(strategy, make_dataset, plan: list, fill_to: Optional[int] = None):
+def distribute(strategy, make_dataset, plan: list, fill_to: Optional[int] = None, loss_units=None):
     """`plan`'s batches spread over `strategy`'s replicas: each replica gets its share of every batch
     (`replica_share`), so the replicas of one step together hold exactly the batch, padded per share to its own
     bucket. `make_dataset(share_plan, fill_to)` builds one worker's `tf.data.Dataset` of its replicas' shares
     (its local replicas' shares of a step in a row, as `distribute_datasets_from_function` hands them out).
+
+    Training batches give `loss_units(indices)`: what one device's loss averages over in that batch (its examples,
+    `len`; its labelled tokens when tagging). Each share's sample weights are then multiplied by 1 / the units of
+    its whole batch (weights of 1 are made where the dataset has none, 0 stays 0 on fill repeats), to go with a
+    loss compiled with reduction "sum" (`training.distributed.loss_under`): each replica's loss is its share of
+    the batch's mean, so the gradients summed over the replicas are one device's, whatever the shares' sizes.
 
     The dataset is distributed here, once, the way TensorFlow expects (`distribute_datasets_from_function`):
     Keras then uses it as it is. `num_steps` holds the steps per epoch, for `fit`'s `steps_per_epoch` and
@@ -220,17 +235,39 @@ def distribute(strategy, make_dataset, plan: list, fill_to: Optional[int] = None
 
     replicas = strategy.num_replicas_in_sync
     share_fill = -(-fill_to // replicas) if fill_to else None
+    unit_weights = None  # per batch of `plan`: 1 / its loss units
+    if loss_units is not None:
+        units = [loss_units(indices) for indices in plan]
+        unit_weights = np.asarray([1.0 / n if n else 0.0 for n in units], np.float32)
 
     def dataset_fn(context):
         shares = local_shares(replicas, context.num_input_pipelines, context.input_pipeline_id)
         share_plan = [replica_share(indices, share, replicas) for indices in plan for share in shares]
+        dataset = make_dataset(share_plan, share_fill)
+        if unit_weights is not None:
+            dataset = _weighted_per_batch(dataset, np.repeat(unit_weights, len(shares)))
         # Of unknown length: the known one would count elements (steps times local replicas), and Keras, told
         # the steps (`num_steps`), would start one more pass over a dataset of known length after each epoch.
-        return make_dataset(share_plan, share_fill).filter(lambda *_: tf.constant(True))
+        return dataset.filter(lambda *_: tf.constant(True))
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
     dataset.num_steps = len(plan)
     return dataset
+
+
+def _weighted_per_batch(dataset, share_factors: np.ndarray):
+    """`dataset`'s `(features, labels[, weights])` with the weights multiplied by each element's factor (weights
+    of the labels' shape, all 1, where there are none: per token when tagging)."""
+    import tensorflow as tf
+
+    def weighted(element, factor):
+        if len(element) == 3:
+            features, labels, weights = element
+            return features, labels, weights * factor
+        features, labels = element
+        return features, labels, tf.fill(tf.shape(labels), factor)
+
+    return tf.data.Dataset.zip((dataset, tf.data.Dataset.from_tensor_slices(share_factors))).map(weighted)
 
 
 # Batches ahead of the model: the generators only slice arrays, so two hide them behind a training step.

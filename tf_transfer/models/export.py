@@ -1,8 +1,10 @@
 """Export a trained run as a keras-hub preset folder (backbone, tokenizer, preprocessor, task) and score files with it.
 
-The exported task is keras-hub's own `BertTextClassifier` (pooled [CLS] -> dropout -> dense "logits", the same
-structure as `heads.PooledHead`), so `keras_hub.models.TextClassifier.from_preset(folder)` loads it anywhere
-keras-hub runs. `tf_transfer_task.json` beside it names the task's labels (or says it is a regression).
+The exported task is keras-hub's own TextClassifier of the backbone's family (`BertTextClassifier`: pooled [CLS]
+-> dropout -> dense "logits"; RoBERTa's, DistilBERT's and DeBERTa-v3's add their dense layer over the first token:
+the same structures as `heads.PooledHead`), so `keras_hub.models.TextClassifier.from_preset(folder)` loads it
+anywhere keras-hub runs; keras-hub has no ELECTRA classifier, so ELECTRA runs cannot be exported.
+`tf_transfer_task.json` beside it names the task's labels (or says it is a regression).
 
 Example:
 
@@ -22,18 +24,33 @@ import numpy as np
 
 from tf_transfer.data import inputs
 from tf_transfer.core.errors import TransferError
+from tf_transfer.models import families
 
 META = "tf_transfer_task.json"
+
+
+def check_exportable(backbone) -> None:
+    """`TransferError` for a backbone whose family keras-hub has no text classifier for."""
+    family = families.of(backbone)
+    if family.classifier is None:
+        exportable = ", ".join(f.name for f in families.FAMILIES.values() if f.classifier)
+        raise TransferError(f"--export_dir: keras-hub has no {family.name} text classifier to export to; runs of "
+                            f"{exportable} presets can be exported")
 
 
 def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, folder: str, dropout: float = 0.1):
     """Writes the preset folder; returns the keras-hub classifier that was saved."""
     import keras_hub
 
-    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=max_seq_length,
-                                                                   truncate="round_robin")
-    classifier = keras_hub.models.BertTextClassifier(backbone=backbone, num_classes=task.num_labels,
-                                                     preprocessor=preprocessor, activation=None, dropout=dropout)
+    check_exportable(backbone)
+    name = families.of(backbone).classifier
+    preprocessor = getattr(keras_hub.models, name + "Preprocessor")(tokenizer, sequence_length=max_seq_length,
+                                                                     truncate="round_robin")
+    hidden = {} if head.hidden is None else {"hidden_dim": head.hidden_units}
+    classifier = getattr(keras_hub.models, name)(backbone=backbone, num_classes=task.num_labels,
+                                                 preprocessor=preprocessor, activation=None, dropout=dropout, **hidden)
+    if head.hidden is not None:
+        classifier.get_layer("pooled_dense").set_weights(head.hidden.get_weights())
     classifier.get_layer("logits").set_weights(head.dense.get_weights())
     os.makedirs(folder, exist_ok=True)
     classifier.save_to_preset(folder)

@@ -2,7 +2,10 @@
 
 `trainable_layers=k` freezes the embeddings and encoder blocks 0..L-k-1 and trains blocks L-k..L-1 and the pooler
 (the head is trained by whoever builds it); `k=0` trains only the pooler; `"all"` trains everything, embeddings
-included. Keras reads `trainable` when a model is compiled: set it first, then compile.
+included. The rule is the same for every encoder family (`tf_transfer.models.families`): the blocks are
+`backbone.transformer_layers`, the pooler is the backbone's `pooled_dense` (BERT, ELECTRA; RoBERTa, DistilBERT and
+DeBERTa-v3 have none, their head's dense layer is the head's), and everything else counts as embeddings (DeBERTa-v3's
+relative-position table included). Keras reads `trainable` when a model is compiled: set it first, then compile.
 
 Example:
 
@@ -21,7 +24,8 @@ from tf_transfer.core.errors import TransferError
 ALL = "all"
 TrainableLayers = Union[int, str]
 
-# Sub-layers of keras-hub's BertBackbone that form the embeddings; the pooler is "pooled_dense".
+# The pooler's name in keras-hub's BERT and ELECTRA backbones; every other sub-layer that is not a block is part of
+# the embeddings.
 POOLER = "pooled_dense"
 
 
@@ -50,7 +54,7 @@ def check_trainable_layers(trainable_layers: TrainableLayers, num_layers: int) -
 
 
 def set_trainable_layers(backbone, trainable_layers: TrainableLayers) -> None:
-    """Applies the freezing rule to `backbone` (a keras-hub BertBackbone) in place."""
+    """Applies the freezing rule to `backbone` (a keras-hub encoder with `transformer_layers`) in place."""
     blocks = list(backbone.transformer_layers)
     check_trainable_layers(trainable_layers, len(blocks))
     backbone.trainable = True

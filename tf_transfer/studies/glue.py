@@ -144,7 +144,7 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
     encoded = {name: inputs.encode(examples, loaded.tokenizer, config.max_seq_length)
                for name, examples in splits.items()}
     with strategy.scope():
-        head = heads.pooled_head(task.num_labels, config.dropout)
+        head = heads.pooled_head(task.num_labels, config.dropout, backbone)
         freezing.set_trainable_layers(backbone, config.trainable_layers)
         cache_time_s, cache_cost = 0.0, None
         if config.cache_frozen:
@@ -158,9 +158,11 @@ def prepare(config: RunConfig, strategy=None) -> types.SimpleNamespace:
             config.lr, config.lr_schedule, feed.steps_per_epoch * config.max_epochs, config.warmup_proportion,
             config.weight_decay, config.clip_norm, config.adam_epsilon)
         # Averaged over the sample weights, so that the zero-weight examples filling a partial batch under XLA
-        # (inputs.fill_batch) change nothing; with all weights 1 this is the usual mean.
+        # (inputs.fill_batch) change nothing; with all weights 1 this is the usual mean. Several replicas: summed,
+        # each example weighted 1 / its batch's examples, so that every step is one device's (loss_under).
         loss = (keras.losses.MeanSquaredError(reduction="mean_with_sample_weight") if task.is_regression
                 else keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"))
+        loss = distributed.loss_under(strategy, loss)
         model.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit,
                       steps_per_execution=config.steps_per_execution)
     # Several replicas or workers: every batch is split into one share per replica here, once (Keras must not
@@ -208,6 +210,10 @@ def _train(config: RunConfig, folder, strategy, export_dir: Optional[str]) -> di
 
     output_dir = folder.path
     prepared = prepare(config, strategy)
+    if export_dir:  # refused before training, not after it
+        from tf_transfer.models import export
+
+        export.check_exportable(prepared.backbone)
     task, strategy, loaded, backbone = prepared.task, prepared.strategy, prepared.loaded, prepared.backbone
     model, feed, encoded, cache_time_s = prepared.model, prepared.feed, prepared.encoded, prepared.cache_time_s
     test_names = prepared.test_names

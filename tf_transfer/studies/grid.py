@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
 import socket
@@ -32,7 +31,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Encoder depth of presets the studies name, so a grid can be listed without loading a model.
 PRESET_DEPTHS = {"bert_base_en_uncased": 12, "bert_base_en": 12, "bert_large_en_uncased": 24,
                  "all_minilm_l6_v2_en": 6, "bert_tiny_en_uncased": 2, "bert_small_en_uncased": 4,
-                 "bert_medium_en_uncased": 8}
+                 "bert_medium_en_uncased": 8, "roberta_base_en": 12, "roberta_large_en": 24,
+                 "distil_bert_base_en_uncased": 6, "distil_bert_base_en": 6, "distil_bert_base_multi": 6,
+                 "electra_small_discriminator_uncased_en": 12, "electra_base_discriminator_uncased_en": 12,
+                 "electra_large_discriminator_uncased_en": 24, "deberta_v3_extra_small_en": 6,
+                 "deberta_v3_small_en": 6, "deberta_v3_base_en": 12, "deberta_v3_large_en": 24}
 
 
 def preset_depth(preset: str) -> int:
@@ -107,7 +110,8 @@ class Variant:
 @dataclasses.dataclass
 class Study:
     """A grid of runs. `axes` values may be callables of the preset's depth (e.g. a layer sweep); `parts` are
-    sub-grids whose extra axes are merged with `axes` (e.g. a line search, then the sweep).
+    sub-grids whose extra axes are merged with `axes` (e.g. a line search, then the sweep). `preset` may be an axis
+    (placed before the callables, which then take each preset's own depth).
 
     `dependent` maps a setting to a function `(settings, runs_dir, study) -> value or None` resolved when a run
     starts (e.g. the learning rate chosen by the line search); until then it is a placeholder such as
@@ -140,21 +144,20 @@ class Study:
     def base(self, variant: str) -> dict:
         return {**parse_flagfile(self.flagfile), **self.variant(variant).settings}
 
-    def runs(self, variant: str = "paper", tasks=None) -> list:
-        """Every run of the grid as a dict of settings (plus `part`), in a fixed order."""
+    def runs(self, variant: str = "paper", tasks=None, presets=None) -> list:
+        """Every run of the grid as a dict of settings (plus `part`), in a fixed order. `presets` (a list) replaces
+        the variant's preset or preset axis: the grid sweeps those backbones instead."""
         chosen = self.variant(variant)
         base = self.base(variant)
-        depth = preset_depth(base.get("preset", RunConfig.preset))
         parts = chosen.parts or self.parts or {"main": {}}
         per_task = {task: {k: v for k, v in parse_flagfile(path).items() if k != "task"}
                     for task, path in (self.task_flagfiles or {}).items()}
         listed = []
         for part, extra in parts.items():
             axes = {**(chosen.axes or self.axes), **extra}
-            names = list(axes)
-            values = [axis(depth) if callable(axis) else axis for axis in axes.values()]
-            for combination in itertools.product(*values):
-                chosen_values = dict(zip(names, combination))
+            if presets:
+                axes = {"preset": list(presets), **{k: v for k, v in axes.items() if k != "preset"}}
+            for chosen_values in _combinations(axes, base.get("preset", RunConfig.preset)):
                 task = chosen_values.get("task", base.get("task"))
                 settings = {**base, **per_task.get(task, {}), **chosen_values, "part": part}
                 if settings.get("cache_frozen") == "auto":
@@ -163,6 +166,16 @@ class Study:
                     continue
                 listed.append(settings)
         return listed
+
+
+def _combinations(axes: dict, preset: str) -> list:
+    """Every combination of the axes' values, the last axis varying fastest (as `itertools.product`); a callable
+    axis is given the depth of the combination's preset (its `preset` axis so far, else `preset`)."""
+    combinations = [{}]
+    for name, axis in axes.items():
+        combinations = [{**c, name: value} for c in combinations
+                        for value in (axis(preset_depth(c.get("preset", preset))) if callable(axis) else axis)]
+    return combinations
 
 
 def run_dir(runs_dir: str, study: Study, settings: dict) -> str:
@@ -179,7 +192,7 @@ def _is_pending(value) -> bool:
 
 
 def describe(settings: dict, keys=("task", "trainable_layers", "lr", "batch_size", "max_epochs", "seed", "metric",
-                                   "cache_frozen")) -> str:
+                                   "cache_frozen", "preset")) -> str:
     return " ".join(f"{k}={settings[k]}" for k in keys if k in settings)
 
 

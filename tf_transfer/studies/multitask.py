@@ -124,7 +124,8 @@ def prepare(settings: MultitaskSettings, strategy=None) -> types.SimpleNamespace
     # seeding only afterwards left them to whatever ran before in the process (two runs in one process differed).
     keras.utils.set_random_seed(settings.seed)
     with strategy.scope():
-        loaded = backbones.load_preset(settings.preset, dropout=settings.dropout)
+        loaded = backbones.load_preset(settings.preset, dropout=settings.dropout, supported=("bert",),
+                                        purpose="the multi-task study")
     freezing.check_trainable_layers(settings.trainable_layers, loaded.backbone.num_layers)
     logging.info("preset %s: weights from %s", settings.preset, loaded.source)
     keras.utils.set_random_seed(settings.seed)

@@ -41,12 +41,13 @@ from tf_transfer.training.run_folder import RunFolder, now
 INFERENCE_BATCH_SIZE = 64
 
 
-def _compile(model, num_classes: int, lr: float) -> None:
+def _compile(model, num_classes: int, lr: float, strategy) -> None:
     import keras
 
     loss = (keras.losses.BinaryCrossentropy() if num_classes == 2
             else keras.losses.SparseCategoricalCrossentropy())
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=loss)
+    # Several replicas: summed, with `_planned`'s weights, so that each step is one device's.
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=distributed.loss_under(strategy, loss))
 
 
 def _predicted_classes(probabilities: np.ndarray, num_classes: int) -> np.ndarray:
@@ -55,16 +56,18 @@ def _predicted_classes(probabilities: np.ndarray, num_classes: int) -> np.ndarra
     return probabilities.argmax(axis=-1).astype(np.int64)
 
 
-def _planned(strategy, make_dataset, plan: list):
+def _planned(strategy, make_dataset, plan: list, training: bool = False):
     """`make_dataset(plan)`, or under a strategy with several replicas or workers every batch of `plan` split into
     one share per replica (`inputs.distribute`, as the GLUE feeds do): a step still sees the single-device batch,
-    and each worker reads only its own replicas' shares."""
+    and each worker reads only its own replicas' shares. `training` batches are weighted per example so that the
+    replicas' summed gradients are one device's (`inputs.distribute`'s `loss_units`)."""
     from tf_transfer.core import strategies
     from tf_transfer.data import inputs
 
     if strategy is None or not strategies.is_distributed(strategy):
         return make_dataset(plan)
-    return inputs.distribute(strategy, lambda shares, fill: make_dataset(shares), plan)
+    return inputs.distribute(strategy, lambda shares, fill: make_dataset(shares), plan,
+                             loss_units=len if training else None)
 
 
 def _predict_in_order(model, encoded, strategy=None) -> np.ndarray:
@@ -118,7 +121,7 @@ def _array_batches(arrays: tuple, batch_size: int, strategy):
                      for indices in share_plan), output_signature=signature)
         return inputs.prefetched(dataset, len(share_plan))
 
-    return _planned(strategy, make_dataset, plan)
+    return _planned(strategy, make_dataset, plan, training=len(arrays) > 1)  # features alone: for predict
 
 
 def _reseed(model, seed: int) -> None:
@@ -199,7 +202,7 @@ class _FrozenTrainer:
         with self.strategy.scope():
             features = keras.Input(shape=(self.train_features.shape[1],), name="features")
             model = keras.Model(features, head_outputs(features, self.num_classes, self.settings.hidden_units))
-            _compile(model, self.num_classes, self.settings.lr)
+            _compile(model, self.num_classes, self.settings.lr, self.strategy)
             model.optimizer.build(model.trainable_variables)  # its slots exist before a checkpoint is restored
         # BinaryCrossentropy wants float targets; SparseCategoricalCrossentropy wants class indices.
         targets = self.train_labels.astype(np.float32 if self.num_classes == 2 else np.int64)
@@ -241,7 +244,7 @@ class _FineTuner:
             outputs = head_outputs(feature_model.output, self.num_classes, self.settings.hidden_units)
             model = keras.Model(feature_model.inputs, outputs, name=f"bert_{self.settings.model_name}")
             freezing.set_trainable_layers(self.backbone, self.settings.k)  # before compile: Keras reads it there
-            _compile(model, self.num_classes, self.settings.lr)
+            _compile(model, self.num_classes, self.settings.lr, self.strategy)
         return model
 
     def run(self, seed: int, folder: RunFolder) -> dict:
@@ -263,13 +266,13 @@ class _FineTuner:
         first_plan = inputs.plan_train_batches(train.lengths, batch_size, seed, 1, "bucket", train.max_seq_length, 16)
         shapes = inputs.distinct_shapes(train, first_plan, "bucket", 16)
         batches = lambda plan: inputs.to_dataset(train, plan, "bucket", 16)  # noqa: E731
-        compile_time_s = warm_up(model, _planned(self.strategy, batches, shapes), self.strategy)
+        compile_time_s = warm_up(model, _planned(self.strategy, batches, shapes, training=True), self.strategy)
 
         def epoch_batches(epoch):
             if not strategies.is_distributed(self.strategy):
                 return inputs.train_dataset(train, batch_size, seed, epoch)
             return _planned(self.strategy, batches, inputs.plan_train_batches(
-                train.lengths, batch_size, seed, epoch, "bucket", train.max_seq_length, 16))
+                train.lengths, batch_size, seed, epoch, "bucket", train.max_seq_length, 16), training=True)
 
         # Every epoch has as many batches as the first (inputs.plan_train_batches).
         train_epoch = keras_epoch(model, epoch_batches, len(first_plan), len(train))
@@ -366,7 +369,7 @@ def _run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, over
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(settings.precision)
     with strategy.scope():
-        loaded = backbones.load_preset(settings.preset)
+        loaded = backbones.load_preset(settings.preset, supported=("bert",), purpose="the sentiment study")
     backbone = loaded.backbone
     freezing.check_trainable_layers(settings.k, backbone.num_layers)
     logging.info("preset %s: weights from %s", settings.preset, loaded.source)

@@ -137,7 +137,8 @@ def _run_stack(config: StackConfig, output_dir: str, overwrite: bool, strategy) 
         keras.utils.set_random_seed(config.seed)
         # Each member starts from the pretrained weights: the preset is loaded afresh for every head.
         with strategy.scope():
-            loaded = backbones.load_preset(config.preset, dropout=config.dropout)
+            loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
+                                            purpose="stack-and-finetune")
         pair_head = head_name in PAIR_HEADS
         if pair_head not in encodings:
             encodings[pair_head] = stack_feed.encode(config, data, loaded.tokenizer, pair_head)
@@ -181,7 +182,8 @@ def _ensemble_result(config: StackConfig, output_dir: str, data, loaded, encodin
             members[head_name] = (record.read_summary(member_dirs[head_name]),
                                   stack_train.load_probabilities(member_dirs[head_name]))
     if not encodings:  # every member had finished before: their labels are still needed for the scores
-        loaded = backbones.load_preset(config.preset, dropout=config.dropout)
+        loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
+                                        purpose="stack-and-finetune")
         encodings[False] = stack_feed.encode(config, data, loaded.tokenizer, False)
     encoded = next(iter(encodings.values()))
     result = {"task": config.task, "heads": list(config.heads), "strategy": config.strategy,

@@ -119,6 +119,13 @@ class StackFeed(feeds.Feed):
         # A fixed prefetch buffer, autotuning off: its thread made every fit's teardown wait (inputs.prefetched).
         return inputs.prefetched(dataset, len(plan))
 
+    def loss_units(self, split):
+        """Tagging: the loss averages over a batch's labelled word pieces (the others carry `IGNORED_LABEL`), so
+        those are what each share's weights divide by under several replicas; otherwise the examples."""
+        if not split.tagging:
+            return len
+        return lambda indices: int(np.count_nonzero(split.labels[indices] != stack_data.IGNORED_LABEL))
+
     def _predictor(self, model):
         """`model` in inference mode, traced once for any batch shape. `predict_on_batch` would trace again for
         each new padded length, and a trace of a two-sentence model costs more than scoring a split."""

@@ -213,6 +213,7 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
     interruption. `keep_probabilities` (ensemble members) writes the final probabilities to `PROBABILITIES_FILE`,
     so that a resumed ensemble need not train a finished member again.
     """
+    from tf_transfer.training import distributed
     from tf_transfer.training.run_folder import RunFolder
 
     tagging = config.task == "conll_ner"
@@ -220,7 +221,8 @@ def train_head(config: StackConfig, head_name: str, data, encoded: dict, loaded,
     with strategy.scope():
         model, head = build(config, backbone, head_name, len(data.label_names), tagging)
     feed = stack_feed.StackFeed(encoded, config.batch_size, config.seed, config.bucket_step, config.eval_batch_size)
-    loss = make_loss(tagging)
+    # Several replicas: summed, with the feed's weights (StackFeed.loss_units), so that each step is one device's.
+    loss = distributed.loss_under(strategy, make_loss(tagging))
 
     # Several replicas or workers: every batch is split into one share per replica here, once (as in GLUE).
     feed.use_strategy(strategy)

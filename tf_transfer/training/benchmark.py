@@ -155,7 +155,8 @@ def measure_naive(config: RunConfig, steps: int, warmup_steps: int) -> dict:
 
     train_examples, _, _, _ = runner.load_data(config)
     keras.mixed_precision.set_global_policy(config.precision)
-    loaded = backbones.load_preset(config.preset, dropout=config.dropout)
+    loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
+                                    purpose="the keras-hub BertTextClassifier comparison")
     encoded = inputs.encode(train_examples, loaded.tokenizer, config.max_seq_length)
     classifier = keras_hub.models.BertTextClassifier(backbone=loaded.backbone,
                                                      num_classes=config.task_spec.num_labels, preprocessor=None)

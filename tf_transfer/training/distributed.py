@@ -1,7 +1,8 @@
 """What training under a distribution strategy needs beyond TensorFlow and Keras: values from the chief on every
 worker (`from_chief`, `sync_variables`: no shared file system needed), lost workers as one error line
-(`lost_workers`), and two workarounds for Keras 3.15's TensorFlow trainer (`keras_distributed`,
-`clip_after_summing`; docs/distributed.md says why).
+(`lost_workers`), the single-device step's gradient and loss whatever the replicas' shares (`loss_under` with
+`inputs.distribute`'s weights, `keras_distributed`'s training step), and workarounds for Keras 3.15's TensorFlow
+trainer (`keras_distributed`, `clip_after_summing`; docs/distributed.md says why).
 
 Example:
 
@@ -99,9 +100,70 @@ def sync_variables(strategy, variables) -> None:
             variables[i].assign(tf.cast(part.reshape(tuple(variables[i].shape)), variables[i].dtype))
 
 
+def loss_under(strategy, loss):
+    """`loss` (a fresh Keras loss) to compile under `strategy`: itself with one replica on one worker, so that
+    nothing changes there; summed (reduction "sum") under several replicas or workers, to go with the weights of
+    `inputs.distribute` (1 / the examples, or labelled tokens, of the whole batch).
+
+    Why: Keras 3.15 reduces a mean loss on each replica over that replica's share (`reduce_values` in
+    keras/src/losses/loss.py: the sum divided by the share's size, or its weights' sum, then by the replicas in
+    `scale_loss_for_distribution`) and sums the replicas' gradients, so the examples of a smaller share weighed
+    more than one device weighs them. A summed loss is neither divided per share nor scaled per replica: with
+    those weights a replica's loss is exactly its examples' part of the batch's mean, and the replicas' summed
+    gradients are one device's gradient for any shares.
+    """
+    if is_distributed(strategy):
+        loss.reduction = "sum"
+    return loss
+
+
+def _train_step_recording_the_mean(model):
+    """Keras 3.15's TensorFlow `train_step` (keras/src/backend/tensorflow/trainer.py), but recording the loss for
+    the epoch's mean as one device does: weighted by the step's real examples.
+
+    Keras records each replica's loss times the replicas (`unscale_loss_for_distribution`) weighted by the rows of
+    the replica's share: with unequal shares (and a loss from `loss_under`: each replica's part of the step's
+    mean), that is no longer the mean over examples. Here each replica adds its part of the step's loss times
+    the step's examples, and a count of the step's examples / replicas (one scalar all-reduce per step), so that
+    the epoch's loss is what Keras records on one device: each step's loss weighted by its examples."""
+    import warnings
+
+    import keras
+    import tensorflow as tf
+
+    def real_rows(x, sample_weight):
+        """The rows of this share that are examples, not zero-weight fill repeats (`inputs.fill_batch`)."""
+        if sample_weight is None:
+            return tf.shape(tf.nest.flatten(x)[0])[0]
+        weights = tf.nest.flatten(sample_weight)[0]
+        weights = tf.reshape(weights, [tf.shape(weights)[0], -1])
+        return tf.reduce_sum(tf.cast(tf.reduce_any(tf.not_equal(weights, 0), axis=1), tf.int32))
+
+    def train_step(data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
+            loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+            scaled_loss = model.optimizer.scale_loss(loss)
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
+        step_examples = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                           tf.cast(real_rows(x, sample_weight), tf.float32))
+        # Summed over the replicas: total = step examples x the step's loss, count = step examples.
+        model._loss_tracker.update_state(loss * replicas, sample_weight=step_examples / replicas)
+        if model.trainable_weights:
+            gradients = tape.gradient(scaled_loss, model.trainable_weights)
+            model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))
+        else:
+            warnings.warn("The model does not have any trainable weights.")
+        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    return train_step
+
+
 def keras_distributed(model, strategy) -> None:
-    """Makes Keras 3's `fit` work on datasets distributed by `inputs.distribute` (faults of its TensorFlow trainer,
-    3.15).
+    """Makes Keras 3's `fit` compute the single-device step on datasets distributed by `inputs.distribute` (faults
+    of its TensorFlow trainer, 3.15).
 
     1. `fit` builds the model on its first batch after `strategy.reduce("MEAN", batch)`: across replicas that adds
        up the replicas' batches element by element, which fails when their shares differ in shape (a share padded
@@ -113,6 +175,8 @@ def keras_distributed(model, strategy) -> None:
        `strategy.reduce("MEAN", value, axis=0)`, which fails on the scalar loss ("Invalid reduction dimension 0
        for input with 0 dimensions"): the step's scalars are given that axis (the epoch's loss is read from the
        synchronized metric, not from these logs).
+    3. The epoch's loss: each step's loss is recorded weighted by the step's real examples
+       (`_train_step_recording_the_mean`), not by each replica's rows.
 
     Idempotent; nothing happens for a strategy with one replica on one worker.
     """
@@ -140,6 +204,7 @@ def keras_distributed(model, strategy) -> None:
             model._symbolic_build(data_batch=data_batch)
 
     model._maybe_symbolic_build = maybe_symbolic_build
+    model.train_step = _train_step_recording_the_mean(model)
     if is_multi_worker(strategy):
         train_step = model.train_step
 

@@ -1,0 +1,233 @@
+"""Every encoder family loads, packs, freezes, caches and trains: BERT, RoBERTa, DistilBERT, ELECTRA, DeBERTa-v3.
+
+Each family is a tiny random preset folder saved with `save_to_preset` (2 blocks, 16 wide; BERT's is conftest's
+3-block one): RoBERTa's byte-level BPE vocabulary and merges are built here from the test words, DeBERTa-v3's
+SentencePiece model is trained here in-process, the WordPiece families use conftest's vocabulary.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from conftest import SENTENCES, VOCAB, WORDS
+from tf_transfer.core.errors import TransferError
+
+FAMILY_KEYS = ["bert", "roberta", "distil_bert", "electra", "deberta_v3"]
+LAYERS = 2
+MAX_LEN = 32
+
+
+def roberta_tokenizer():
+    """A byte-level BPE tokenizer: every printable ASCII character ("Ġ" for a leading space) is in the vocabulary,
+    and merges spell out each test word with and without its leading space, so nothing is out of vocabulary."""
+    import keras_hub
+
+    merges = {}
+    for word in sorted(set(WORDS)):
+        for form in (word, "Ġ" + word):
+            piece = form[0]
+            for char in form[1:]:
+                merges.setdefault(f"{piece} {char}", None)
+                piece += char
+    tokens = ["<s>", "<pad>", "</s>", "<mask>"] + [chr(c) for c in range(33, 127)] + ["Ġ"]
+    tokens += [merge.replace(" ", "") for merge in merges]
+    vocabulary = {token: i for i, token in enumerate(dict.fromkeys(tokens))}
+    return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=list(merges))
+
+
+def deberta_tokenizer():
+    """A word-level SentencePiece model trained here on the test sentences, with DeBERTa-v3's special pieces."""
+    import keras_hub
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES + [" ".join(WORDS)]), model_writer=model,
+        vocab_size=len(set(WORDS)) + 5, hard_vocab_limit=False, model_type="WORD", pad_id=0, bos_id=1, eos_id=2,
+        unk_id=3, pad_piece="[PAD]", bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]",
+        user_defined_symbols="[MASK]", minloglevel=2)
+    return keras_hub.models.DebertaV3Tokenizer(proto=model.getvalue())
+
+
+def tiny_family(key: str):
+    """`(backbone, tokenizer)` of a tiny random model of family `key` (not BERT: conftest builds that one)."""
+    import keras
+    import keras_hub
+
+    size = dict(num_layers=LAYERS, num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=64)
+    keras.utils.set_random_seed(1)
+    if key == "roberta":
+        tokenizer = roberta_tokenizer()
+        return keras_hub.models.RobertaBackbone(vocabulary_size=tokenizer.vocabulary_size(), **size), tokenizer
+    if key == "deberta_v3":
+        tokenizer = deberta_tokenizer()
+        return (keras_hub.models.DebertaV3Backbone(vocabulary_size=tokenizer.vocabulary_size(), bucket_size=16,
+                                                   **size), tokenizer)
+    if key == "distil_bert":
+        return (keras_hub.models.DistilBertBackbone(vocabulary_size=len(VOCAB), **size),
+                keras_hub.models.DistilBertTokenizer(vocabulary=list(VOCAB), lowercase=True))
+    # ELECTRA with embeddings narrower than the blocks, so that its projection is part of the embeddings.
+    return (keras_hub.models.ElectraBackbone(vocab_size=len(VOCAB), embedding_dim=8, **size),
+            keras_hub.models.ElectraTokenizer(vocabulary=list(VOCAB), lowercase=True))
+
+
+@pytest.fixture(scope="module")
+def presets(tmp_path_factory, tiny_preset):
+    """`{family key: preset folder}`, each saved with keras-hub's `save_to_preset`."""
+    folders = {"bert": tiny_preset}
+    for key in FAMILY_KEYS[1:]:
+        folder = str(tmp_path_factory.mktemp(f"tiny_{key}"))
+        backbone, tokenizer = tiny_family(key)
+        backbone.save_to_preset(folder)
+        tokenizer.save_to_preset(folder)
+        folders[key] = folder
+    return folders
+
+
+@pytest.fixture(scope="module")
+def loaded(presets):
+    from tf_transfer.models import backbones
+
+    return {key: backbones.load_preset(folder) for key, folder in presets.items()}
+
+
+@pytest.fixture(scope="module")
+def rte_pairs():
+    from tf_transfer.data.examples import Examples
+
+    pairs = [(SENTENCES[i], SENTENCES[(i * 5 + 3) % len(SENTENCES)]) for i in range(6)]
+    return Examples([a for a, _ in pairs], [b for _, b in pairs], np.arange(6) % 2)
+
+
+@pytest.mark.parametrize("key", FAMILY_KEYS)
+def test_load_preset_reads_the_family_and_packs_its_way(key, presets, loaded, rte_pairs):
+    from tf_transfer.data import inputs
+
+    preset = loaded[key]
+    family = preset.family
+    assert family.key == key and preset.source == f"local folder {os.path.abspath(presets[key])}"
+    assert len(preset.backbone.transformer_layers) == (3 if key == "bert" else LAYERS)
+    encoded = inputs.encode(rte_pairs, preset.tokenizer, MAX_LEN)
+    tokenizer = preset.tokenizer
+    start, end = tokenizer.start_token_id, tokenizer.end_token_id
+    row, length = encoded.token_ids[0], encoded.lengths[0]
+    ends = np.flatnonzero(row[:length] == end)
+    assert row[0] == start and row[length - 1] == end and (row[length:] == tokenizer.pad_token_id).all()
+    # One end token between the texts ([CLS] a [SEP] b [SEP]), RoBERTa two (<s> a </s></s> b </s>).
+    separator = 2 if key == "roberta" else 1
+    assert len(ends) == separator + 1 and list(ends[:-1]) == list(range(ends[0], ends[0] + separator))
+    # The model receives exactly the inputs its backbone takes.
+    features = next(inputs.batches(encoded, [np.arange(len(encoded))], "bucket", 16, with_labels=False))
+    assert tuple(features) == family.inputs and set(features) == set(preset.backbone.input)
+    assert ("segment_ids" in features) == (key in ("bert", "electra"))
+
+
+def test_what_is_not_a_freezable_encoder_is_refused_in_one_line(tmp_path, presets):
+    import keras_hub
+
+    from tf_transfer.models import backbones
+
+    keras_hub.models.GPT2Backbone(vocabulary_size=16, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                                  max_sequence_length=8).save_to_preset(str(tmp_path))
+    with pytest.raises(TransferError) as refused:
+        backbones.load_preset(str(tmp_path))
+    message = str(refused.value)
+    assert "\n" not in message and "GPT2Backbone, not an encoder" in message and "RoBERTa (RobertaBackbone)" in message
+    # The BERT-only studies name the families they support before reading any weights.
+    with pytest.raises(TransferError, match=r"is a RoBERTa encoder; stack-and-finetune supports BERT presets only"):
+        backbones.load_preset(presets["roberta"], supported=("bert",), purpose="stack-and-finetune")
+
+
+@pytest.mark.parametrize("key", FAMILY_KEYS)
+def test_freezing_rule_parameter_table_and_learning_rate_groups(key, loaded):
+    from tf_transfer.models import freezing, heads
+    from tf_transfer.training import optimizers
+
+    backbone = loaded[key].backbone
+    depth = len(backbone.transformer_layers)
+    model = heads.build_classifier(backbone, num_outputs=2)
+    freezing.set_trainable_layers(backbone, 1)
+    rows = {part: (trainable, total) for part, trainable, total in freezing.parameter_table(model, backbone)}
+    last = f"block_{depth - 1}"
+    trained = {last, "head"} | ({"pooler"} if key in ("bert", "electra") else set())
+    for part, (trainable, total) in rows.items():
+        if part in trained:
+            assert trainable == total > 0, part
+        elif part != "total":
+            assert trainable == 0, part
+    # The pooler is the backbone's pooled_dense (BERT, ELECTRA); the others' head has keras-hub's dense layer.
+    assert rows["pooler"][1] == (16 * 16 + 16 if key in ("bert", "electra") else 0)
+    assert rows["head"][1] == 16 * 2 + 2 + (0 if key in ("bert", "electra") else 16 * 16 + 16)
+    assert rows["total"][0] == sum(rows[part][0] for part in trained)
+    namespace = types.SimpleNamespace(backbone=backbone, task_heads={"glue": model.get_layer("head")},
+                                      trainable_variables=model.trainable_variables)
+    groups = optimizers.parameter_groups(namespace, 1e-3, 0.5)
+    assert [g.name for g in groups] == [last] + (["pooler"] if "pooler" in trained else []) + ["head_glue"]
+    freezing.set_trainable_layers(backbone, "all")
+    assert freezing.parameter_table(model, backbone)[0][1] == freezing.parameter_table(model, backbone)[0][2] > 0
+
+
+@pytest.mark.parametrize("key", FAMILY_KEYS)
+def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
+    from tf_transfer.data import cache, inputs
+    from tf_transfer.models import heads
+
+    backbone, tokenizer = loaded[key].backbone, loaded[key].tokenizer
+    encoded = inputs.encode(rte_pairs, tokenizer, MAX_LEN)
+    features = next(inputs.batches(encoded, [np.arange(len(encoded))], "bucket", 16, with_labels=False))
+    head = heads.pooled_head(2, backbone=backbone)
+    expected = np.asarray(heads.build_classifier(backbone, 2, head=head)(features, training=False))
+    # k = 1 as asked; k = L also starts the suffix at the embeddings (ELECTRA's after its projection).
+    for trainable in (1, len(backbone.transformer_layers)):
+        hidden = cache.prefix_model(backbone, trainable)(features, training=False)
+        suffix = cache.suffix_classifier(backbone, trainable, head, hidden_dtype="float32")
+        got = suffix({"hidden": np.asarray(hidden), "padding_mask": features["padding_mask"]}, training=False)
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-5)
+
+
+# BERT's runs, cached and not, are tests/studies/test_glue.py's and tests/training/test_performance.py's.
+@pytest.mark.parametrize("key", FAMILY_KEYS[1:])
+def test_glue_run_completes_with_and_without_the_cache(key, presets, glue_dir, tmp_path):
+    from tf_transfer.data import cache
+    from tf_transfer.studies import glue as runner
+    from tf_transfer.studies.glue_config import RunConfig
+
+    for cache_frozen in (False, True):
+        config = RunConfig(task="rte", preset=presets[key], trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
+                           max_train_examples=8, max_seq_length=MAX_LEN, data_dir=glue_dir, cache_frozen=cache_frozen,
+                           eval_batch_size=16, validation_fraction=0, patience=0)
+        folder = tmp_path / f"cache_{cache_frozen}"
+        summary = runner.run_glue(config, str(folder))
+        with open(folder / "summary.json") as f:
+            assert json.load(f)["completed"] is True
+        assert summary["completed"] and summary["cache_frozen"] is cache_frozen and len(summary["epochs"]) == 1
+        assert 0.0 <= summary["epochs"][0]["test"]["accuracy"] <= 1.0
+        table = {row["part"]: row for row in summary["parameter_table"]}
+        assert table["embeddings"]["trainable"] == 0 and table["block_0"]["trainable"] == 0
+        assert (summary["cache_time_s"] > 0) is cache_frozen
+    cache.clear_memory()
+
+
+def test_roberta_run_exports_to_keras_hubs_own_classifier(loaded, rte_pairs, tmp_path):
+    """The head's dense layers land in keras-hub's RobertaTextClassifier, which gives the same logits from text;
+    ELECTRA, for which keras-hub has no classifier, is refused."""
+    from tf_transfer.data import inputs, tasks
+    from tf_transfer.models import export, heads
+
+    backbone, tokenizer = loaded["roberta"].backbone, loaded["roberta"].tokenizer
+    model = heads.build_classifier(backbone, 2)
+    task = tasks.get_task("rte")
+    export.export_classifier(backbone, tokenizer, model.get_layer("head"), task, MAX_LEN, str(tmp_path))
+    classifier, meta = export.load(str(tmp_path))
+    outputs, _ = export.predict(classifier, meta, list(rte_pairs.text_a), list(rte_pairs.text_b))
+    encoded = inputs.encode(rte_pairs, tokenizer, MAX_LEN)
+    features = next(inputs.batches(encoded, [np.arange(len(encoded))], "fixed", 16, with_labels=False))
+    np.testing.assert_allclose(outputs, np.asarray(model(features, training=False)), rtol=0, atol=1e-5)
+    with pytest.raises(TransferError, match="no ELECTRA text classifier"):
+        export.check_exportable(loaded["electra"].backbone)

@@ -7,8 +7,8 @@
 # HIDDEN_UNITS (default 0, the flagfiles' and the paper's head: one logistic layer on the features) and
 # FROZEN_EPOCHS (default 300: on the 800 training sentences of ROWS_PER_CLASS=500 the logistic layer needs about
 # 7,500 Adam steps at 5e-5, see docs/sentiment.md; the flagfile's 100 are sized for Kaggle's 6,090 tweets) are
-# passed after the flagfiles. The committed results in hart/ predate issue 19 and were made with the flagfiles of
-# then, a 64-unit ReLU head and 30 frozen epochs, i.e. what `run.sh DIR 0 500 64 30` runs now.
+# passed after the flagfiles. The committed results in hart/ are `run.sh DIR 1 500` (issue 19); those before
+# them were made with a 64-unit ReLU head and 30 frozen epochs, i.e. what `run.sh DIR 0 500 64 30` runs now.
 # Each step resumes if interrupted (rerun the script); finished steps are not trained again. Results with other
 # settings in DIR are refused: use a fresh DIR for other HIDDEN_UNITS or FROZEN_EPOCHS.
 set -u

@@ -14,6 +14,7 @@ from absl import flags, logging
 
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.core import strategies
 
 FLAGS = flags.FLAGS
 
@@ -118,7 +119,7 @@ def main(argv):
     best = summary["best_epoch"]
     if best:
         scores = summary["epochs"][best - 1]
-        print(f"best epoch {best}: val {scores['val']}, test {scores['test']}; summary in {output_dir}")
+        print(f"best epoch {best}: val {scores['val']}, test {scores['test']}; summary in {strategies.results_folder(output_dir, config.distribution)}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from absl import flags, logging
 
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.core import strategies
 
 FLAGS = flags.FLAGS
 
@@ -112,7 +113,7 @@ def main(argv):
     if best:
         scores = summary["epochs"][best - 1]["test"]
         print(f"best epoch {best}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if v is not None)
-              + f"; summary in {FLAGS.output_dir}")
+              + f"; summary in {strategies.results_folder(FLAGS.output_dir, settings.distribution)}")
 
 
 if __name__ == "__main__":

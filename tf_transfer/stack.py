@@ -17,6 +17,7 @@ from absl import flags, logging
 
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.core import strategies
 
 FLAGS = flags.FLAGS
 
@@ -113,12 +114,12 @@ def main(argv):
     result = study.run_stack(config, output_dir, overwrite=FLAGS.overwrite)
     if config.ensemble:
         print(f"ensemble of {', '.join(config.heads)}: val {result['val']}, test {result['test']}; "
-              f"{study.ENSEMBLE_FILE} in {output_dir}")
+              f"{study.ENSEMBLE_FILE} in {strategies.results_folder(output_dir, FLAGS.distribution)}")
     else:
         best = result["best_epoch"]
         scores = result["epochs"][best - 1] if best else result["epochs"][-1]
         print(f"best epoch {scores['epoch']} (phase {scores['phase']}): val {scores['val']}, test {scores['test']}; "
-              f"summary in {output_dir}")
+              f"summary in {strategies.results_folder(output_dir, FLAGS.distribution)}")
 
 
 if __name__ == "__main__":

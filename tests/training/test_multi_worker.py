@@ -122,3 +122,12 @@ def test_replica_shares_are_the_batch_in_keras_order(workers, local):
         sizes = [len(s) for s in in_keras_order]
         assert max(sizes) - min(sizes) <= 1
     assert inputs.padded_length(np.asarray([], np.int32), "bucket", 32, 16) == 16
+
+
+def test_a_worker_other_than_the_chief_points_to_the_chiefs_folder(monkeypatch):
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    assert strategies.results_folder("out", "multi_worker").startswith("the chief worker's --output_dir")
+    assert strategies.results_folder("out", "default") == "out"
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    assert strategies.results_folder("out", "multi_worker") == "out"

@@ -91,6 +91,14 @@ def chief_by_tf_config() -> bool:
     return task_type == "chief" or ("chief" not in cluster and task_index == 0)
 
 
+def results_folder(output_dir: str, distribution: str) -> str:
+    """Where a command says its results are: `output_dir`, or on a worker that is not the chief (which wrote to a
+    temporary folder it removed) the chief's `--output_dir`."""
+    if distribution == "multi_worker" and not chief_by_tf_config():
+        return f"the chief worker's --output_dir (this worker wrote nothing to {output_dir})"
+    return output_dir
+
+
 def read_tf_config() -> tuple:
     """`(cluster, task_type, task_index)` from `$TF_CONFIG`; `cluster` maps each job to its `host:port` list."""
     raw = os.environ.get("TF_CONFIG")

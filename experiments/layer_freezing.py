@@ -439,8 +439,9 @@ STUDY = Study(
                 "3 seeds instead of 5, and only RTE and STS-B, for CPU time; the line search uses seed 0 only.",
                 "Frozen blocks use the frozen-prefix cache (--cache_frozen): they run once in inference mode, so "
                 "dropout is off inside them.",
-                "Mixed precision (--precision=mixed_bfloat16), about 1.5x float32's rate on this machine's AMX units; "
-                "each run pinned to one core, two shards side by side (the paper: float32 on a GPU).",
+                "Mixed precision (--precision=mixed_bfloat16), about 1.5x float32's rate on an Intel machine's AMX units "
+                "(benchmarks/README.md; the sweep ran on an AMD EPYC without AMX, where it was not measured); each "
+                "run pinned to one core (the paper: float32 on a GPU).",
             ),
             clock="cpu",
             commands=pinned_commands("layer_freezing"),

@@ -29,7 +29,8 @@ CPU_DIFFERENCES = (
     "Length-bucketed padding (batches padded to their bucket, not to 128): same model outputs, other batch "
     "composition.",
     "Mixed precision (--precision=mixed_bfloat16: bfloat16 matrix products, float32 weights and optimizer): on "
-    "this machine's AMX units about 1.5x the float32 training rate on one core (benchmarks/README.md). The "
+    "an Intel machine's AMX units about 1.5x the float32 training rate on one core (benchmarks/README.md; the "
+    "runs' machines are listed below, and on an AMD EPYC without AMX the gain was not measured). The "
     "paper trained in float32.",
     "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds, i.e. "
     "the wall time on one dedicated core (the paper: wall time on a GPU).",

@@ -85,8 +85,21 @@ def _load(path: str) -> Optional[dict]:
 
 
 def _best(summary: dict) -> Optional[dict]:
+    """The epoch record the run stopped on: its best epoch, or for a completed run trained without validation
+    (`--validation_fraction=0`, the layer-freezing sweep) its last epoch, which is then what it delivers."""
     best = summary.get("best_epoch")
-    return tables.best_epoch(summary) if isinstance(best, int) and 1 <= best <= len(summary["epochs"]) else None
+    if isinstance(best, int) and 1 <= best <= len(summary["epochs"]):
+        return tables.best_epoch(summary)
+    if summary.get("completed") and summary["epochs"] and not any(e.get("val") for e in summary["epochs"]):
+        return summary["epochs"][-1]
+    return None
+
+
+def _stopping_epoch(summary: dict, record: Optional[dict]) -> Optional[int]:
+    if record is None:
+        return None
+    best = summary.get("best_epoch")
+    return best if isinstance(best, int) and best >= 1 else len(summary["epochs"])
 
 
 def _row(run: str, summary: dict) -> dict:
@@ -100,7 +113,7 @@ def _row(run: str, summary: dict) -> dict:
     return {"run": run, "task": summary["task"], "preset": summary.get("preset"),
             "trainable_layers": summary.get("trainable_layers"), "lr": summary.get("lr"),
             "batch_size": summary.get("batch_size"), "seed": summary.get("seed"), "epochs": len(summary["epochs"]),
-            "best_epoch": summary["best_epoch"] if record is not None else None, "metric": metric, "score": score,
+            "best_epoch": _stopping_epoch(summary, record), "metric": metric, "score": score,
             "score_mismatched": mismatched, "time_to_best_s": tables.elapsed(summary, record) if timed else None,
             "time_saved_pct": None, "score_diff": None,
             "status": "completed" if summary.get("completed") else "unfinished"}
@@ -191,7 +204,8 @@ def render(table: Table, root: str) -> str:
     notes = [
         "", f"{len(table.rows)} runs ({unfinished} unfinished) below {root}; "
             f"{table.skipped} summaries of other kinds skipped.",
-        "", "Test score: the summary's metric at the best epoch (MNLI: dev_matched, mm = dev_mismatched). Time to "
+        "", "Test score: the summary's metric at the best epoch (the last one for runs trained without validation; "
+            "MNLI: dev_matched, mm = dev_mismatched). Time to "
             "best: wall seconds of training to the end of the best epoch plus the frozen-prefix cache's build. Time "
             "saved (% of the reference's time to its best epoch) and score diff (this run minus the reference) "
             "compare completed GLUE runs with the fine-tuning reference of their task and preset: the run of the "

@@ -4,10 +4,11 @@
 #   bash reports/stack_quora/run.sh OUT [CORE] [SET] [SEEDS]
 # SET=grid (the default; the committed table of issue #7): the linear, bimpm and bilstm heads under all three
 #   strategies, seed 0.
-# SET=paper (issue 19; not run yet): the paper's Quora comparison, BERT + Sim-Transformer and BERT + BiMPM trained
+# SET=paper (issue 19; committed in runs/paper/): the paper's Quora comparison, BERT + Sim-Transformer and BERT + BiMPM trained
 #   with stack-and-finetune against its fine-tune-only baseline, [CLS] and two fully connected layers
-#   (flags/stack_quora_mlp.flags), 3 seeds each. A seed also draws the validation split and the training sample
-#   (the same for the three models of that seed). Seed 0 of bimpm_stack_and_finetune has the settings of the grid's
+#   (flags/stack_quora_mlp.flags), 3 seeds each. A seed also draws the validation split (the same for the three
+#   models of that seed); the 4,000 training pairs are then the first of the rest in file order, so seeds share
+#   most of their training pairs. Seed 0 of bimpm_stack_and_finetune has the settings of the grid's
 #   bimpm_stack_and_finetune.
 # SEEDS (SET=paper only, default "0 1 2") lets two cores share the comparison, e.g. "0 1" on one and "2" on the
 #   other; the report is written after every call from the seeds finished so far.

@@ -149,7 +149,7 @@ def report(collected: list, out: str, study: Study, variant: str) -> None:
     if chosen.differences:
         lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
     lines += reports.commands_section(study, variant, out)
-    lines += _still_to_run(collected, chosen)
+    lines += reports.still_to_run("layer_freezing", collected, chosen, TASKS)
     own = sum(1 for r in collected if r["summary"] and not r["stand_in"])
     standing = sum(1 for r in collected if r["stand_in"])
     lines += [f"{own} of {len(collected)} runs completed"
@@ -303,25 +303,6 @@ def _stand_in_note(task: str, cells: dict) -> list:
     reasons = sorted({r["stand_in"]["reason"] for r in standing})
     return [f"**{len(standing)} sweep runs of {task} below are stand-ins, not runs of the current protocol**: "
             + "; ".join(reasons) + ". Rerun them with the commands under *Still to run*.", ""]
-
-
-def _still_to_run(collected: list, chosen) -> list:
-    standing = [r for r in collected if r["stand_in"]]
-    absent = [r for r in collected if not r["summary"]]
-    if not standing and not absent:
-        return []
-    lines = ["## Still to run", ""]
-    if standing:
-        lines.append(f"- {len(standing)} sweep runs ({', '.join(sorted({r['settings']['task'] for r in standing}))})"
-                     f": stood in for by earlier runs ({standing[0]['stand_in']['reason']}).")
-    if absent:
-        lines.append(f"- {len(absent)} runs not completed (listed at the end).")
-    tasks = ",".join(t for t in TASKS if any(r["settings"]["task"] == t for r in standing + absent))
-    lines += ["", "`run` skips completed runs (stand-ins are never read by `run`):", "", "```sh",
-              "export GLUE_DIR=../shared/data/glue"]
-    lines += [command.replace(" &", f" --tasks={tasks} &") for command in chosen.commands] if chosen.commands else [
-        f"python -m tf_transfer.experiments run layer_freezing --tasks={tasks} --data_dir=$GLUE_DIR"]
-    return lines + ["```", ""]
 
 
 def _claims(tasks: list, results: dict, collected: list) -> list:

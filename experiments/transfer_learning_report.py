@@ -43,7 +43,7 @@ def write_report(collected: list, out: str, study: Study, variant: str) -> None:
         lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
     lines += ["## Where the paper is silent", ""] + [f"- {d}" for d in SILENT] + [""]
     lines += reports.commands_section(study, variant, out)
-    lines += _still_to_run(collected, chosen)
+    lines += reports.still_to_run("transfer_learning", collected, chosen, TASKS)
     own = sum(1 for r in collected if r["summary"] and not r["stand_in"])
     standing = sum(1 for r in collected if r["stand_in"])
     lines += [f"{own} of {len(collected)} runs completed"
@@ -152,33 +152,6 @@ def _stand_in_note(task: str, standing: list, metric) -> list:
                f"{metric} chose. Rerun them with the commands under *Still to run*."
                if grid_metric and grid_metric != metric else " Rerun them with the commands under *Still to run*."),
             ""]
-
-
-def _still_to_run(collected: list, chosen) -> list:
-    """What the grid still lacks (runs not run, stand-ins to replace), with the commands that run exactly that."""
-    standing = [r for r in collected if r["stand_in"]]
-    absent = [r for r in collected if not r["summary"]]
-    if not standing and not absent:
-        return []
-    lines = ["## Still to run", ""]
-    groups = defaultdict(list)
-    for r in standing:
-        groups[("rerun", r["settings"]["part"], r["stand_in"]["reason"])].append(r)
-    for r in absent:
-        groups[("run", r["settings"]["part"], "not run yet" if not r["error"] and not r["partial"]
-                else "failed or unfinished")].append(r)
-    for (kind, part, reason), runs in sorted(groups.items()):
-        tasks = sorted({r["settings"]["task"] for r in runs})
-        lines.append(f"- {len(runs)} runs of part `{part}` ({', '.join(tasks)}): "
-                     + (f"stood in for by earlier runs ({reason})" if kind == "rerun" else reason) + ".")
-    tasks = ",".join(t for t in TASKS if any(r["settings"]["task"] == t for r in standing + absent))
-    lines += ["", "`run` skips completed runs, so the grid's commands restricted to these tasks run exactly what is "
-              "listed (stand-ins are never read by `run`; the report uses each run itself once it has completed):",
-              "", "```sh", "export GLUE_DIR=../shared/data/glue"]
-    lines += [command.replace(" &", f" --tasks={tasks} &") for command in chosen.commands] if chosen.commands else [
-        f"python -m tf_transfer.experiments run transfer_learning --tasks={tasks} --data_dir=$GLUE_DIR"]
-    lines += ["```", ""]
-    return lines
 
 
 def _cache_effect(tasks, by_cell, clock) -> list:

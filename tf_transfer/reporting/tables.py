@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import csv
 import math
 import os
@@ -260,3 +262,34 @@ def claims_table(rows: list) -> str:
         if row[3] not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {row[3]!r}")
     return markdown_table(CLAIMS_HEADER, [[str(c).replace("|", "/") for c in row] for row in rows])
+
+
+def still_to_run(study: str, collected: list, chosen, task_order: list) -> list:
+    """A grid report's *Still to run* section: the runs its protocol still lacks (runs not run, runs of an earlier
+    protocol standing in), grouped by part and reason, and the grid's commands restricted to their tasks.
+
+    `collected`: one dict per run of the grid with `settings` (its `task` and `part`), `summary` (None when not
+    completed), `stand_in` (None, or a dict with its `reason`), `error` and `partial`; `chosen`: the variant, whose
+    `commands` are the grid's shard commands (or none)."""
+    standing = [r for r in collected if r["stand_in"]]
+    absent = [r for r in collected if not r["summary"]]
+    if not standing and not absent:
+        return []
+    lines = ["## Still to run", ""]
+    groups = defaultdict(list)
+    for r in standing:
+        groups[("rerun", r["settings"]["part"], r["stand_in"]["reason"])].append(r)
+    for r in absent:
+        groups[("run", r["settings"]["part"], "not run yet" if not r.get("error") and not r.get("partial")
+                else "failed or unfinished")].append(r)
+    for (kind, part, reason), runs in sorted(groups.items()):
+        tasks = sorted({r["settings"]["task"] for r in runs})
+        lines.append(f"- {len(runs)} runs of part `{part}` ({', '.join(tasks)}): "
+                     + (f"stood in for by earlier runs ({reason})" if kind == "rerun" else reason) + ".")
+    tasks = ",".join(t for t in task_order if any(r["settings"]["task"] == t for r in standing + absent))
+    lines += ["", "`run` skips completed runs, so the grid's commands restricted to these tasks run exactly what is "
+              "listed (stand-ins are never read by `run`; the report uses each run itself once it has completed):",
+              "", "```sh", "export GLUE_DIR=../shared/data/glue"]
+    lines += [command.replace(" &", f" --tasks={tasks} &") for command in chosen.commands] if chosen.commands else [
+        f"python -m tf_transfer.experiments run {study} --tasks={tasks} --data_dir=$GLUE_DIR"]
+    return lines + ["```", ""]

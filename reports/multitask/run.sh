@@ -3,9 +3,9 @@
 # per task, EPOCHS epochs, 64 tokens, mixed_bfloat16, pinned to one core. From the repository root:
 #   bash reports/multitask/run.sh OUT [CORE] [EXAMPLES] [EPOCHS] [ROWS]
 # ROWS (a space-separated list of flagfile names) defaults to one row of each group of rows with the same settings.
-# The committed rows were made with the flagfiles before issue 19 (every row on the baseline's task order sst, para,
-# sts and [CLS] pooling, and without li_pooling_mixed and li_llrd_mixed); since then the rows after the paper's
-# baseline use its order para, sts, sst and its mean or mixed pooling (docs/multitask.md).
+# The rows after the paper's baseline use its order para, sts, sst and its mean or mixed pooling (docs/multitask.md);
+# the committed baseline rows were made before issue 19 (with the flagfiles and this script of then), the five
+# issue-19 rows (li_pooling_mean, li_pooling_mixed, li_llrd, li_llrd_mixed, li_summed) at commit a430241.
 # Each row resumes if interrupted (rerun the script); finished rows are not trained again, and a folder holding a
 # row with other settings is refused (use a fresh OUT).
 set -u

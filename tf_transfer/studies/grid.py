@@ -295,6 +295,11 @@ def run_study(study: Study, runs: list, runs_dir: str, run_one: Callable, log=pr
             counts["locked"] += 1
             log(f"[{position}/{total}] taken by another process: {folder}")
             continue
+        summary = record.read_summary(folder)  # again: another process may have finished it since the first look
+        if summary and summary.get("completed"):
+            release_lock(folder)
+            counts["completed"] += 1
+            continue
         try:
             ran_before = counts["ran"] + counts["failed"]
             elapsed = time.time() - start

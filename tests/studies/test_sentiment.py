@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from conftest import run_module
+from study_runs import GROUP
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import labelled_texts as texts
 from tf_transfer.models import sentence_features
@@ -594,14 +595,20 @@ def test_entry_point_rerun_says_complete_and_refuses_other_settings(tmp_path):
     assert "sparse baselines with other settings (folds 2 vs 3)" in errors[0] and "--overwrite" in errors[0]
 
 
-def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path, caplog):
+@pytest.mark.xdist_group(GROUP)
+def test_bert_mirrored_over_two_logical_cpus_is_the_one_device_run(one_device_runs, tmp_path, caplog):
+    """Through the command: `--distribution=mirrored` mirrors over both logical CPU devices (conftest), as over
+    GPUs, and trains what one device trains (tests/study_runs.py's default-strategy run, shared with the two-worker
+    test): per-epoch losses within 1e-4 relative, the same test accuracy and F1."""
     caplog.set_level(logging.INFO, logger="tensorflow")
-    path = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=6)
+    spec = one_device_runs.specs["sentiment"]
+    settings = spec["settings"]
     output_dir = tmp_path / "out"
-    # The test run has two logical CPU devices (conftest): MirroredStrategy mirrors over both, as over GPUs.
-    done = run_module("tf_transfer.sentiment", "--approach=bert", "--distribution=mirrored", "--bert_mode=top2",
-                      f"--preset={tiny_preset}", "--runs=1", "--epochs=2", "--batch_size=4", "--max_seq_length=16",
-                      f"--data={path}", f"--output_dir={output_dir}")
+    done = run_module("tf_transfer.sentiment", "--approach=bert", "--distribution=mirrored",
+                      f"--bert_mode={settings['mode']}", f"--preset={settings['preset']}", f"--runs={settings['runs']}",
+                      f"--epochs={settings['epochs']}", f"--batch_size={settings['batch_size']}",
+                      f"--max_seq_length={settings['max_seq_length']}", f"--data={spec['data']}",
+                      f"--output_dir={output_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
     used = [r.getMessage() for r in caplog.records if "Using MirroredStrategy with devices" in r.getMessage()]
     assert used and "device:CPU:1" in used[-1]
@@ -610,4 +617,7 @@ def test_bert_mirrored_over_two_logical_cpus_completes(tiny_preset, tmp_path, ca
     assert results["completed"] is True and "distribution" not in results["settings"]
     (run,) = results["runs"]
     assert run["distribution"] == "mirrored" and [e["epoch"] for e in run["epochs"]] == [1, 2]
-    assert all(e["loss"] > 0 for e in run["epochs"]) and 0.0 <= run["accuracy"] <= 1.0
+    (one,) = one_device_runs.run("sentiment")["runs"]
+    assert [e["loss"] for e in run["epochs"]] == pytest.approx([e["loss"] for e in one["epochs"]], rel=1e-4)
+    assert (run["accuracy"], run["f1"]) == (one["accuracy"], one["f1"])
+    assert one["epochs"][0]["loss"] != one["epochs"][1]["loss"]  # it trained

@@ -21,12 +21,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.data import inputs
 
 from conftest import REPO
-
-# GLUE's settings in test_multi_worker_studies.py. Dropout 0: nothing random after initialisation. A clipping norm
-# below the gradients' (about 0.4 at first): a worker clipping its own share's gradient would show. One padded
-# length (fixed) and one trainable block keep the traced step small.
-SETTINGS = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
-                max_seq_length=32, padding="fixed", dropout=0.0, seed=0)
+from study_runs import GLUE as SETTINGS  # the two-worker test's GLUE setting
 
 
 def _free_ports(n):

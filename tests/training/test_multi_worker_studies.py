@@ -6,8 +6,9 @@ One pair of worker processes runs all four studies in turn (tests/training/multi
 functions the commands call), so that TensorFlow's import and the cluster's start-up are paid once: the tests that
 start processes for issue 18 share a 60 s budget. The first pair is killed once the chief has recorded the stack
 run's first epoch (GLUE finished before it); the second pair finds GLUE completed (the chief decides and tells the
-other) and the stack run in its phase 2, then runs the rest. The reference runs on one device in this process
-meanwhile. The commands' own multi-worker lines (sentiment's report only on the chief, an unreachable peer) are
+other) and the stack run in its phase 2, then runs the rest. The one-device runs they are compared with are the
+mirrored tests' (tests/study_runs.py: the same settings, trained once per test process, which runs these tests in
+one xdist group); run alone, this test trains them while the workers run. The commands' own multi-worker lines (sentiment's report only on the chief, an unreachable peer) are
 checked in this process below.
 """
 
@@ -23,73 +24,10 @@ import time
 import pytest
 
 from conftest import REPO, quora_rows, run_module
-
-from test_multi_worker import SETTINGS as GLUE, _free_ports
+from study_runs import GLUE, GROUP, from_study_tests
+from test_multi_worker import _free_ports
 
 WORKER = os.path.join(REPO, "tests", "training", "multi_worker_worker.py")
-
-STACK = dict(task="quora", head="linear", strategy="stack_and_finetune", phase1_epochs=1, max_epochs=2, max_gap=1.0,
-             batch_size=8, head_units=8, max_seq_length=16, dropout=0.0, seed=0)
-# 16 training texts in batches of 4 (the held-out fifth of 20).
-SENTIMENT = dict(mode="top2", runs=1, epochs=2, batch_size=4, max_seq_length=16)
-# Batches of 5 and 2 per task: uneven slices over the two replicas.
-MULTITASK = dict(schedule="summed", pair_head="concat", max_epochs=2, batch_size=5, lr=1e-3, clip_norm=0.5,
-                 max_seq_length=16, max_train_examples=7, dropout=0.0, head_dropout=0.0, seed=0)
-
-
-def _helper(module_name, function):
-    sys.path.insert(0, os.path.join(REPO, "tests", "studies"))
-    try:
-        return getattr(__import__(module_name), function)
-    finally:
-        sys.path.pop(0)
-
-
-@pytest.fixture(scope="module")
-def still_preset(tmp_path_factory):
-    """The tiny preset without dropout (the sentiment study has no dropout setting): nothing random after
-    initialisation, so that two workers can give one device's numbers."""
-    import keras_hub
-
-    from conftest import make_tiny_backbone, make_tiny_tokenizer
-
-    tiny = make_tiny_backbone()
-    still = keras_hub.models.BertBackbone(**{**tiny.get_config(), "dropout": 0.0})
-    still.set_weights(tiny.get_weights())
-    folder = str(tmp_path_factory.mktemp("still_preset"))
-    still.save_to_preset(folder)
-    make_tiny_tokenizer().save_to_preset(folder)
-    return folder
-
-
-def _specs(tmp_path, glue_dir, tiny_preset, still_preset) -> dict:
-    quora = tmp_path / "quora-dev.csv"
-    quora.write_text(quora_rows(24, empty_label=False), encoding="utf-8")
-    kaggle = _helper("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)
-    cs224n = _helper("test_multitask", "write_cs224n")(str(tmp_path / "cs224n"))
-    return {
-        "glue": {**GLUE, "preset": tiny_preset, "data_dir": glue_dir},
-        "stack": {**STACK, "preset": tiny_preset, "data": str(quora)},
-        "sentiment": {"data": str(kaggle), "settings": {**SENTIMENT, "preset": still_preset}},
-        "multitask": {**MULTITASK, "preset": tiny_preset, "data_dir": cs224n},
-    }
-
-
-def _references(specs: dict, root) -> dict:
-    from tf_transfer.data import labelled_texts
-    from tf_transfer.studies import glue, multitask, sentiment, sentiment_bert, stack
-    from tf_transfer.studies.glue_config import RunConfig
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
-    from tf_transfer.studies.stack_config import StackConfig
-
-    return {
-        "glue": glue.run_glue(RunConfig(**specs["glue"]), str(root / "glue")),
-        "stack": stack.run_stack(StackConfig(**specs["stack"]), str(root / "stack")),
-        "sentiment": sentiment_bert.run_bert(labelled_texts.read_labelled_texts(specs["sentiment"]["data"]),
-                                             str(root / "sentiment"),
-                                             sentiment.BertSettings(**specs["sentiment"]["settings"])),
-        "multitask": multitask.run_multitask(MultitaskSettings(**specs["multitask"]), str(root / "multitask")),
-    }
 
 
 def _start(tmp_path, cluster, tag):
@@ -133,11 +71,11 @@ def _same_losses(reference: list, distributed: list) -> None:
         assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)
 
 
+@pytest.mark.xdist_group(GROUP)
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 def test_every_study_on_two_workers_matches_default_writes_only_on_the_chief_and_resumes_after_a_kill(
-        tmp_path, glue_dir, tiny_preset, still_preset):
-    specs = _specs(tmp_path, glue_dir, tiny_preset, still_preset)
-    (tmp_path / "specs.json").write_text(json.dumps(specs))
+        tmp_path, one_device_runs):
+    (tmp_path / "specs.json").write_text(json.dumps(one_device_runs.specs))
     (tmp_path / "tmp").mkdir()
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     out = tmp_path / "w0"
@@ -145,7 +83,8 @@ def test_every_study_on_two_workers_matches_default_writes_only_on_the_chief_and
     first = _start(tmp_path, cluster, "first")
     watcher = threading.Thread(target=_kill_after_first_stack_epoch, args=(first, out / "stack" / "summary.json"))
     watcher.start()
-    reference = _references(specs, tmp_path / "default")
+    # The mirrored tests have trained these in this test process already; alone, this test trains them meanwhile.
+    reference = {study: one_device_runs.run(study) for study in ("glue", "stack", "sentiment", "multitask")}
     watcher.join()
     assert all(w.returncode == -signal.SIGKILL for w in first), (tmp_path / "first0.log").read_text()[-3000:]
     glue_done = json.loads((out / "glue" / "summary.json").read_text())
@@ -215,7 +154,7 @@ def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_pr
     from tf_transfer.core import strategies
 
     data = {"quora": tmp_path / "quora-dev.csv",
-            "kaggle": _helper("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)}
+            "kaggle": from_study_tests("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)}
     data["quora"].write_text(quora_rows(24, empty_label=False), encoding="utf-8")
     own, absent = _free_ports(2)
     env = {strategies.TIMEOUT_ENV: "2",
@@ -243,7 +182,7 @@ def test_sentiment_report_is_left_to_the_chief(tmp_path, monkeypatch):
     monkeypatch.setattr(strategies, "chief_by_tf_config", lambda: False)
     monkeypatch.setattr(sentiment_bert, "run_bert", lambda *args, **kwargs: calls.append(args) or
                         {"model": "top2", "pooling": "cls", "runs": [], "accuracy_mean": 0.5, "f1_mean": 0.5})
-    data = _helper("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)
+    data = from_study_tests("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)
     done = run_module("tf_transfer.sentiment", "--approach=bert", f"--data={data}", "--distribution=multi_worker",
                       f"--output_dir={tmp_path / 'out'}")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,0 +1,137 @@
+"""One small setting per study for the distributed tests, and its run on one device, trained once per test process.
+
+The mirrored tests (GLUE, stack, sentiment BERT, multitask) and the two-worker test
+(tests/training/test_multi_worker_studies.py) all compare a strategy's run with the default strategy's run of the
+same setting: `OneDeviceRuns.run(study)` trains that one-device run the first time a test asks and keeps its
+summary, so each test pays only for its own strategy's run. The tests that use it are one pytest-xdist group
+(`GROUP`; setup.cfg runs the suite with `--dist=loadgroup`), so they share one test process and each one-device run
+is trained once in the suite.
+
+Dropout 0 everywhere (the sentiment study has no dropout setting: its preset is the tiny one with dropout 0): after
+initialisation nothing is random, so a strategy that computes what one device computes gives its numbers.
+
+`run_study` is also what each worker process of the two-worker test runs (tests/training/multi_worker_worker.py):
+this module imports nothing from the test setup at its top, so a worker can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+GROUP = "one_device_runs"
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+# A clipping norm below the gradients' (about 0.4 at first): clipping each replica's (or worker's) own gradient
+# would show. Bucketed padding: each replica's share is padded to its own bucket. One trainable block on the
+# frozen-prefix cache.
+GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
+            max_seq_length=32, dropout=0.0, seed=0)
+# 16 training pairs (the held-out fifth of 20 scored), batches of 8; both phases.
+STACK = dict(task="quora", head="linear", strategy="stack_and_finetune", phase1_epochs=1, max_epochs=2, max_gap=1.0,
+             batch_size=8, head_units=8, max_seq_length=16, dropout=0.0, seed=0)
+QUORA_ROWS = 24
+# 16 training texts in batches of 4 (the held-out fifth of 20); the token feed and the last two blocks train.
+SENTIMENT = dict(mode="top2", runs=1, epochs=2, batch_size=4, max_seq_length=16)
+KAGGLE_ROWS_PER_CLASS = 10
+# Batches of 5 and 2 per task: uneven shares over the two replicas.
+MULTITASK = dict(schedule="summed", pair_head="concat", max_epochs=2, batch_size=5, lr=1e-3, clip_norm=0.5,
+                 max_seq_length=16, max_train_examples=7, dropout=0.0, head_dropout=0.0, seed=0)
+
+
+def run_study(name: str, spec: dict, output_dir: str, strategy=None, distribution: str = "default") -> dict:
+    """Trains study `name` with `spec` (its settings' keyword arguments, data paths and preset included) through
+    the function its command calls, under `strategy` (None: the default strategy); returns what that function
+    returns (the summary; the sentiment study's results)."""
+    if name == "glue":
+        from tf_transfer.studies import glue
+        from tf_transfer.studies.glue_config import RunConfig
+
+        return glue.run_glue(RunConfig(**spec, distribution=distribution), output_dir, strategy=strategy)
+    if name == "stack":
+        from tf_transfer.studies import stack
+        from tf_transfer.studies.stack_config import StackConfig
+
+        return stack.run_stack(StackConfig(**spec, distribution=distribution), output_dir, strategy=strategy)
+    if name == "sentiment":
+        from tf_transfer.data import labelled_texts
+        from tf_transfer.studies import sentiment, sentiment_bert
+
+        settings = sentiment.BertSettings(**spec["settings"], distribution=distribution)
+        return sentiment_bert.run_bert(labelled_texts.read_labelled_texts(spec["data"]), output_dir, settings,
+                                       strategy=strategy)
+    if name == "multitask":
+        from tf_transfer.studies import multitask
+        from tf_transfer.studies.multitask_settings import MultitaskSettings
+
+        return multitask.run_multitask(MultitaskSettings(**spec, distribution=distribution), output_dir,
+                                       strategy=strategy)
+    raise ValueError(f"unknown study {name!r}")
+
+
+def from_study_tests(module_name: str, function: str):
+    """A data writer of a test module in tests/studies (write_kaggle_csv, write_cs224n)."""
+    sys.path.insert(0, os.path.join(TESTS, "studies"))
+    try:
+        return getattr(__import__(module_name), function)
+    finally:
+        sys.path.pop(0)
+
+
+class OneDeviceRuns:
+    """The four settings with their data and presets (`specs`, JSON: what the worker processes read) and their
+    runs under the default strategy (`run`), each trained at most once.
+
+    >>> runs = OneDeviceRuns(tmp_path, glue_dir, tiny_preset)  # doctest: +SKIP
+    >>> runs.run("glue")["epochs"][0]["loss"]  # doctest: +SKIP
+    """
+
+    def __init__(self, root, glue_dir: str, tiny_preset: str):
+        self.root = root
+        self.glue_dir, self.tiny_preset = glue_dir, tiny_preset
+        self._specs = None
+        self._runs = {}
+
+    @property
+    def specs(self) -> dict:
+        if self._specs is None:
+            from conftest import quora_rows
+
+            data = self.root / "data"
+            data.mkdir(parents=True, exist_ok=True)
+            quora = data / "quora-dev.csv"
+            quora.write_text(quora_rows(QUORA_ROWS, empty_label=False), encoding="utf-8")
+            kaggle = from_study_tests("test_sentiment", "write_kaggle_csv")(
+                data / "train.csv", rows_per_class=KAGGLE_ROWS_PER_CLASS)
+            cs224n = from_study_tests("test_multitask", "write_cs224n")(str(data / "cs224n"))
+            self._specs = {
+                "glue": {**GLUE, "preset": self.tiny_preset, "data_dir": self.glue_dir},
+                "stack": {**STACK, "preset": self.tiny_preset, "data": str(quora)},
+                "sentiment": {"data": str(kaggle), "settings": {**SENTIMENT, "preset": self.still_preset()}},
+                "multitask": {**MULTITASK, "preset": self.tiny_preset, "data_dir": cs224n},
+            }
+        return self._specs
+
+    def still_preset(self) -> str:
+        """The tiny preset with dropout 0 (the sentiment study has no dropout setting)."""
+        folder = self.root / "still_preset"
+        if not folder.exists():
+            import keras_hub
+
+            from conftest import make_tiny_backbone, make_tiny_tokenizer
+
+            tiny = make_tiny_backbone()
+            still = keras_hub.models.BertBackbone(**{**tiny.get_config(), "dropout": 0.0})
+            still.set_weights(tiny.get_weights())
+            still.save_to_preset(str(folder))
+            make_tiny_tokenizer().save_to_preset(str(folder))
+        return str(folder)
+
+    def run(self, study: str) -> dict:
+        """The default strategy's run of `study`'s setting, as JSON gives it back (what a summary file holds)."""
+        if study not in self._runs:
+            result = run_study(study, self.specs[study], str(self.root / "runs" / study))
+            self._runs[study] = json.loads(json.dumps(result, default=float))
+        return self._runs[study]

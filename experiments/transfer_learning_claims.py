@@ -9,17 +9,23 @@ from __future__ import annotations
 from collections import defaultdict
 
 from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION, PAPER_SMALL_TIME_SAVED,
-                                           RATES, paper_metric, paper_score)
+                                           RATES, UNCACHED_TASKS, paper_metric, paper_score)
 from tf_transfer.reporting import tables as reports
 
 def completed_runs(by_cell, task, k, lr, part="main") -> list:
     return [r["summary"] for r in by_cell.get((task, k, lr, part), []) if r["summary"]]
 
 
-def saved_cell(mean_time, base_time, setting_censored: bool, base_censored: bool) -> str:
-    """Time saved against fine-tuning, with the direction a censored side bounds it in."""
+OTHER_MACHINE = "n/a: other machine"
+
+
+def saved_cell(mean_time, base_time, setting_censored: bool, base_censored: bool, runs=()) -> str:
+    """Time saved against fine-tuning, with the direction a censored side bounds it in; `OTHER_MACHINE` where
+    `runs` (the summaries of both sides) ran on more than one kind of machine."""
     if not mean_time or not base_time:
         return "n/a"
+    if not reports.one_machine(runs):
+        return OTHER_MACHINE
     text = f"{100 * (1 - mean_time / base_time):.0f}%"
     if setting_censored and base_censored:
         return text + " (both sides censored: no bound)"
@@ -60,7 +66,7 @@ def claims(tasks, by_cell, clock, collected) -> list:
                "paper: 1, ≤ 30); tasks " + ", ".join(tasks))
     rows = []
     for k in (1, 2, 3, 4):
-        per_task, cached, alone, censored = [], [], [], []
+        per_task, cached, alone, alone_tasks, censored = [], [], [], [], []
         for task in small:
             lr_k, lr_f = _better_rate(by_cell, task, k), _better_rate(by_cell, task, "all")
             setting, full = completed_runs(by_cell, task, k, lr_k), completed_runs(by_cell, task, "all", lr_f)
@@ -70,15 +76,22 @@ def claims(tasks, by_cell, clock, collected) -> list:
             t_set = [reports.time_to_stop(s, clock) for s in setting]
             if not mean_or_none(t_full) or mean_or_none(t_set) is None:
                 continue
+            if not reports.one_machine(setting, full):
+                per_task.append(f"{task} left out (its runs ran on different machines)")
+                continue
             saved = 100 * (1 - mean_or_none(t_set) / mean_or_none(t_full))
             cached.append(saved)
             text = f"{task} " + saved_cell(mean_or_none(t_set), mean_or_none(t_full), any(map(reports.censored, setting)),
                                        any(map(reports.censored, full)))
             censored += [task] if any(map(reports.censored, setting + full)) else []
             text += f" ({reports.p_text(reports.welch_p(t_set, t_full))})"
-            t_alone = [reports.time_to_stop(s, clock) for s in completed_runs(by_cell, task, k, lr_k, "uncached")]
-            if mean_or_none(t_alone) is not None:
+            uncached = completed_runs(by_cell, task, k, lr_k, "uncached")
+            t_alone = [reports.time_to_stop(s, clock) for s in uncached]
+            if not reports.one_machine(uncached, full):
+                text += ", alone left out (other machine than fine-tuning's runs)"
+            elif mean_or_none(t_alone) is not None:
                 alone.append(100 * (1 - mean_or_none(t_alone) / mean_or_none(t_full)))
+                alone_tasks.append(task)
                 text += f", alone {alone[-1]:.0f}% ({reports.p_text(reports.welch_p(t_alone, t_full))})"
             per_task.append(text)
         claim = f"small training sets: last {k} trained saves time to the stopping point vs fine-tuning"
@@ -86,16 +99,22 @@ def claims(tasks, by_cell, clock, collected) -> list:
         if not cached:
             rows.append([claim, paper, "not run", "inconclusive", "no completed runs of these settings"])
             continue
-        judged = alone or cached
+        # The paper had no cache: the verdict moves to freezing alone once it has run on every task of its arm.
+        waiting = [t for t in UNCACHED_TASKS if t in small and t not in alone_tasks]
+        on_alone = bool(alone) and not waiting
         ours = (f"{mean_or_none(cached):.0f}% with the frozen-prefix cache; freezing alone: "
-                + (f"{mean_or_none(alone):.0f}% ({len(alone)} tasks)" if alone else "not yet run"))
+                + (f"{mean_or_none(alone):.0f}% ({', '.join(alone_tasks)}"
+                   + (f"; {', '.join(waiting)} not yet run)" if waiting else ")") if alone else "not yet run"))
+        judged = alone if on_alone else cached
         rows.append([claim, paper, ours, "reproduced" if mean_or_none(judged) >= 30 else "not reproduced",
-                     f"verdict on {'freezing alone' if alone else 'freezing + cache'} (≥ 30%: reproduced); better "
-                     f"rate per task by mean test score, as the paper; 2 seeds per side; per task (Welch on times): "
-                     + "; ".join(per_task)
+                     f"verdict on {'freezing alone' if on_alone else 'freezing + cache'} (≥ 30%: reproduced"
+                     + (f"; on freezing alone once it has run on {', '.join(waiting)} too" if alone and waiting
+                        else "")
+                     + "); better rate per task by mean test score, as the paper; 2 seeds per side; per task (Welch "
+                     "on times): " + "; ".join(per_task)
                      + (f"; ≥/≤: censored runs bound {', '.join(censored)}" if censored else "")
-                     + "; " + differs + ("; the cache (the paper had none) runs the frozen blocks once" if not alone
-                                         else "")])
+                     + "; " + differs + ("; the cache (the paper had none) runs the frozen blocks once"
+                                         if not on_alone else "")])
     for k in (1, 2, 3, 4):
         per_task, deductions, significant = [], [], 0
         for task in small:

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS, SETTINGS, TASKS,
                                            UNCACHED_TASKS, label)
-from experiments.transfer_learning_claims import claims, completed_runs, mean_or_none, saved_cell
+from experiments.transfer_learning_claims import OTHER_MACHINE, claims, completed_runs, mean_or_none, saved_cell
 from tf_transfer.reporting import tables as reports
 from tf_transfer.studies.grid import Study
 
@@ -52,6 +52,8 @@ def write_report(collected: list, out: str, study: Study, variant: str) -> None:
               + f". Cells say `missing` where no seed finished and `(n/{seeds})` where some did. "
               + reports.clock_sentence(clock), ""]
     lines += reports.machines_section(collected)
+    lines += [f"A time saved reads `{OTHER_MACHINE}` where a setting's runs and fine-tuning's ran on different kinds "
+              "of machine: times are compared only within one.", ""]
     lines += [CENSORED_LEGEND.format(cap=f"{cap} epochs" if cap else "max_epochs"), ""]
 
     epoch_rows, stop_rows = [], []
@@ -87,7 +89,7 @@ def write_report(collected: list, out: str, study: Study, variant: str) -> None:
                     mean_score = reports.mean_std(scores)[0]
                     is_base = (k, lr, part) == (*FINE_TUNING, "main")
                     saved = saved_cell(mean_time, base_time, any(reports.censored(s) for s in done) and not is_base,
-                                   base_censored and not is_base)
+                                       base_censored and not is_base, done + base_done)
                     delta = (f"{mean_score - base_score:+.3f}" if mean_score is not None and base_score is not None
                              else "n/a")
                     name = label(k, lr) + ("" if part == "main" else f" [{part}]") + reports.censored_mark(done)
@@ -173,7 +175,7 @@ def _cache_effect(tasks, by_cell, clock) -> list:
                         row += ["not yet run", "not yet run"]
                         continue
                     mean_time = mean_or_none([reports.time_to_stop(s, clock) for s in done])
-                    row += [saved_cell(mean_time, base, any(map(reports.censored, done)), base_censored)
+                    row += [saved_cell(mean_time, base, any(map(reports.censored, done)), base_censored, done + full)
                             + reports.censored_mark(done),
                             reports.cell([reports.test_score(reports.best_epoch(s), s["metric"]) for s in done],
                                          len(by_cell.get((task, k, lr, part), [])))]
@@ -245,6 +247,9 @@ def _budget_table(task, by_cell, metric, base_time, clock) -> list:
     """The score each setting had reached within fixed time budgets (the paper's 50k/100k/150k s on MNLI)."""
     if not metric or not base_time:
         return []
+    if not reports.one_machine([r["summary"] for key, runs in by_cell.items() if key[0] == task and key[3] == "main"
+                                for r in runs if r["summary"]]):
+        return [f"No time-budget table for {task}: its runs ran on different machines (see above).", ""]
     budgets = [base_time * f for f in BUDGET_FRACTIONS]
     rows = []
     for (t, k, lr, part), runs in sorted(by_cell.items(), key=lambda kv: str(kv[0])):

@@ -129,9 +129,11 @@ def _fake_study(tmp_path):
                  variants={"paper": Variant()}, report=lambda *a: None)
 
 
-def _fake_summary(config, folder, score=0.5, slow_second_epoch=False, test=None, seconds=1.0, stopped_early=None):
+def _fake_summary(config, folder, score=0.5, slow_second_epoch=False, test=None, seconds=1.0, stopped_early=None,
+                  machine=None):
     """A completed run's summary: two epochs of `seconds` each scoring `score` (every metric of the task; `test`
-    overrides the test scores), stopped early unless `stopped_early=False`."""
+    overrides the test scores), stopped early unless `stopped_early=False`; `machine` as `describe_machine` gives
+    it, if given."""
     metrics = config.task_spec.metrics
     epochs = [{"epoch": e, "epoch_time_s": seconds, "train_time_s": seconds * e, "loss": 0.1,
                "cpu_utilization": 0.9 if slow_second_epoch and e == 2 else 1.9,
@@ -142,7 +144,7 @@ def _fake_summary(config, folder, score=0.5, slow_second_epoch=False, test=None,
         "task": config.task, "completed": True, "epochs": epochs, "best_epoch": 2, "metric": config.metric_name,
         "seed": config.seed, "num_layers": 6, "cache_time_s": 0.0, "config": config.to_dict(),
         "stopped_early": stopped_early if stopped_early is not None else config.patience > 0,
-        "early_stopping": {"patience": config.patience, "wait": 0}})
+        "early_stopping": {"patience": config.patience, "wait": 0}, **({"machine": machine} if machine else {})})
 
 
 def test_runner_skips_completed_and_records_failures(tmp_path):
@@ -380,6 +382,35 @@ def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
     rows = (out / "stopping_points.csv").read_text().splitlines()
     assert rows[0].endswith(",censored,stopping_metric")
     assert sum(line.split(",")[2] == "all" and ",True," in line for line in rows) == len(full)
+
+
+def test_transfer_report_compares_times_only_within_one_machine(tmp_path):
+    """The uncached arm ran on another machine than fine-tuning's runs: its time saved is not computed (times of
+    two machines are not comparable), the cached arm's still is."""
+    study = load_study("transfer_learning")
+    runs = [r for r in study.runs("cpu") if r["task"] == "rte" and r["part"] in ("main", "uncached")]
+    runs_dir = str(tmp_path / "runs")
+    intel = {"cpu": "Intel", "cores": 1, "isa": ["amx_bf16"]}
+    amd = {"cpu": "AMD EPYC", "cores": 1, "isa": ["avx512f"]}
+    main = [r for r in runs if r["part"] == "main"]
+    _write_runs(study, [r for r in main if r["trainable_layers"] == "all"], runs_dir, lambda s: 0.6, seconds=10.0,
+                machine=intel)
+    _write_runs(study, [r for r in main if r["trainable_layers"] != "all"], runs_dir, lambda s: 0.6, seconds=4.0,
+                machine=intel)
+    _write_runs(study, [r for r in runs if r["part"] == "uncached"], runs_dir, lambda s: 0.6, seconds=6.0,
+                machine=amd)
+    collected = studies.collect(study, runs, runs_dir)
+    out = tmp_path / "report"
+    study.report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    section = text[text.index("## Freezing alone vs freezing plus the cache"):]
+    row = next(line for line in section.splitlines() if line.startswith("| rte | last 1 @ 0.001 |"))
+    assert row.split(" | ")[2] == "60%" and row.split(" | ")[4] == "n/a: other machine"
+    per_task = text[text.index("## rte"):text.index("## Freezing alone")]
+    uncached = next(line for line in per_task.splitlines() if line.startswith("| last 1 @ 0.001 [uncached] |"))
+    assert "n/a: other machine" in uncached
+    assert "alone left out (other machine than fine-tuning's runs)" in text
+    assert "**More than one kind of machine**" in text
 
 
 # --- Lee, Tang & Lin's protocol: the full training set, majority baselines, the relative 90% point -----------

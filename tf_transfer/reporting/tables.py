@@ -136,6 +136,17 @@ def machine_label(described: Optional[dict]) -> str:
     return f"{described.get('cpu', '?')}; {described.get('cores', '?')} core(s); {isa}"
 
 
+def machines_of(summaries) -> set:
+    """The machines (`machine_label`) the summaries' runs and their resumes ran on."""
+    return {machine_label(described) for s in summaries
+            for described in [s.get("machine")] + [r.get("machine") for r in s.get("resumes", [])]}
+
+
+def one_machine(*summary_lists) -> bool:
+    """Whether all these runs ran on one kind of machine: only then are their times compared."""
+    return len(machines_of([s for summaries in summary_lists for s in summaries])) <= 1
+
+
 def machines_section(collected: list) -> list:
     """Which machines the completed runs (and their resumes) ran on: times are comparable only within one."""
     seen = {}

@@ -308,8 +308,12 @@ def _stand_in_note(task: str, cells: dict) -> list:
 def _claims(tasks: list, results: dict, collected: list) -> list:
     rows = []
     standing = any(r["stand_in"] for r in collected)
-    note = ("setting differs: BERT-family all-MiniLM-L6 only (L = 6; the paper: BERT and RoBERTa, base L = 12 and "
-            "large L = 24), 3 seeds (the paper: 5), tasks " + ", ".join(tasks)
+    backbones = sorted({(r["summary"].get("preset"), r["summary"].get("num_layers")) for r in collected
+                        if r["summary"]}, key=str)
+    note = ("setting differs: backbone " + (", ".join(f"{preset} (L = {depth})" for preset, depth in backbones)
+                                           or "none run yet")
+            + " (the paper: BERT and RoBERTa, base L = 12 and large L = 24), 3 seeds (the paper: 5), tasks "
+            + ", ".join(tasks)
             + ("; sweep runs trained on 90% of train (stand-ins, rerun pending)" if standing else ""))
     for task in tasks:
         r = results[task]

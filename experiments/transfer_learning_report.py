@@ -156,8 +156,24 @@ def _stand_in_note(task: str, standing: list, metric) -> list:
             ""]
 
 
+def _epoch_seconds(runs, others, clock) -> str:
+    """Mean seconds per epoch of `runs` (each run's mean, then over runs; a cache's build is not in it), or
+    `OTHER_MACHINE` where `runs` and `others`, the runs they are read beside, span kinds of machine."""
+    if not reports.one_machine(runs + others):
+        return OTHER_MACHINE
+    key = "epoch_cpu_s" if clock == "cpu" else "epoch_time_s"
+    per_run = []
+    for summary in runs:
+        seconds = [e.get(key) for e in summary["epochs"]]
+        if not seconds or None in seconds:
+            return "n/a"
+        per_run.append(sum(seconds) / len(seconds))
+    return f"{mean_or_none(per_run):.1f}"
+
+
 def _cache_effect(tasks, by_cell, clock) -> list:
-    """Time saved by freezing alone (the uncached arm) and by freezing plus the frozen-prefix cache, side by side."""
+    """Time saved by freezing alone (the uncached arm) and by freezing plus the frozen-prefix cache, side by side;
+    and seconds per epoch, which the epoch patience stops a run at does not move."""
     present = [t for t in UNCACHED_TASKS if t in tasks]
     if not present or not any(part == "uncached" for (_, _, _, part) in by_cell):
         return []
@@ -166,28 +182,39 @@ def _cache_effect(tasks, by_cell, clock) -> list:
         full = completed_runs(by_cell, task, *FINE_TUNING)
         base = mean_or_none([reports.time_to_stop(s, clock) for s in full])
         base_censored = any(map(reports.censored, full))
+        if full:
+            reference = reports.cell([reports.test_score(reports.best_epoch(s), s["metric"]) for s in full],
+                                     len(by_cell.get((task, *FINE_TUNING, "main"), [])))
+            epoch_s = _epoch_seconds(full, [], clock)
+            rows.append([task, label(*FINE_TUNING) + " (the reference)" + reports.censored_mark(full), "0%",
+                         reference, epoch_s, "0%", reference, epoch_s])
         for lr in RATES:
             for k in (1, 2, 3, 4):
                 row = [task, label(k, lr)]
                 for part in ("main", "uncached"):
                     done = completed_runs(by_cell, task, k, lr, part)
                     if not done:
-                        row += ["not yet run", "not yet run"]
+                        row += ["not yet run"] * 3
                         continue
                     mean_time = mean_or_none([reports.time_to_stop(s, clock) for s in done])
                     row += [saved_cell(mean_time, base, any(map(reports.censored, done)), base_censored, done + full)
                             + reports.censored_mark(done),
                             reports.cell([reports.test_score(reports.best_epoch(s), s["metric"]) for s in done],
-                                         len(by_cell.get((task, k, lr, part), [])))]
+                                         len(by_cell.get((task, k, lr, part), []))),
+                            _epoch_seconds(done, full, clock)]
                 rows.append(row)
     return ["## Freezing alone vs freezing plus the cache", "",
             "Time saved against fine-tune @ 2e-5 (time to the stopping point) and test score at the best epoch, for "
             "the transfer runs with the frozen-prefix cache (`--cache_frozen`: the frozen blocks run once, in "
             "inference mode, and the cache's build is charged to every run that uses it) and without it (freezing "
             "alone, as the paper: the frozen blocks run forward in every step, dropout on). `not yet run`: the "
-            "uncached arm has no completed run of that setting (see *Still to run*).", "",
+            "uncached arm has no completed run of that setting (see *Still to run*). Time to the stopping point "
+            "also depends on the epoch patience stopped a run at, which differs between the arms' runs; seconds per "
+            "epoch (each run's mean over its epochs, then over seeds; the cache's build not included) do not, and "
+            "show what each arm's step costs.", "",
             reports.markdown_table(["task", "setting", "time saved: freezing + cache", "score: freezing + cache",
-                                    "time saved: freezing alone", "score: freezing alone"], rows), ""]
+                                    "s per epoch: freezing + cache", "time saved: freezing alone",
+                                    "score: freezing alone", "s per epoch: freezing alone"], rows), ""]
 
 
 def _slow_epochs(epoch_rows: list, clock: str) -> list:

@@ -405,7 +405,11 @@ def test_transfer_report_compares_times_only_within_one_machine(tmp_path):
     text = (out / "README.md").read_text()
     section = text[text.index("## Freezing alone vs freezing plus the cache"):]
     row = next(line for line in section.splitlines() if line.startswith("| rte | last 1 @ 0.001 |"))
-    assert row.split(" | ")[2] == "60%" and row.split(" | ")[4] == "n/a: other machine"
+    cells = row.rstrip(" |").split(" | ")
+    assert cells[2] == "60%" and cells[5] == "n/a: other machine"
+    assert cells[4] == "4.0" and cells[7] == "n/a: other machine"  # seconds per epoch, also within one machine
+    reference = next(line for line in section.splitlines() if line.startswith("| rte | fine-tune (all) @ 2e-05"))
+    assert reference.split(" | ")[4] == "10.0"
     per_task = text[text.index("## rte"):text.index("## Freezing alone")]
     uncached = next(line for line in per_task.splitlines() if line.startswith("| last 1 @ 0.001 [uncached] |"))
     assert "n/a: other machine" in uncached

@@ -171,6 +171,11 @@ def _epoch_seconds(runs, others, clock) -> str:
     return f"{mean_or_none(per_run):.1f}"
 
 
+def _best_scores(runs, planned: int) -> str:
+    """Test score at the best epoch, mean ± std over `runs`, marked when fewer than `planned` completed."""
+    return reports.cell([reports.test_score(reports.best_epoch(s), s["metric"]) for s in runs], planned)
+
+
 def _cache_effect(tasks, by_cell, clock) -> list:
     """Time saved by freezing alone (the uncached arm) and by freezing plus the frozen-prefix cache, side by side;
     and seconds per epoch, which the epoch patience stops a run at does not move."""
@@ -183,8 +188,7 @@ def _cache_effect(tasks, by_cell, clock) -> list:
         base = mean_or_none([reports.time_to_stop(s, clock) for s in full])
         base_censored = any(map(reports.censored, full))
         if full:
-            reference = reports.cell([reports.test_score(reports.best_epoch(s), s["metric"]) for s in full],
-                                     len(by_cell.get((task, *FINE_TUNING, "main"), [])))
+            reference = _best_scores(full, len(by_cell.get((task, *FINE_TUNING, "main"), [])))
             epoch_s = _epoch_seconds(full, [], clock)
             rows.append([task, label(*FINE_TUNING) + " (the reference)" + reports.censored_mark(full), "0%",
                          reference, epoch_s, "0%", reference, epoch_s])
@@ -199,8 +203,7 @@ def _cache_effect(tasks, by_cell, clock) -> list:
                     mean_time = mean_or_none([reports.time_to_stop(s, clock) for s in done])
                     row += [saved_cell(mean_time, base, any(map(reports.censored, done)), base_censored, done + full)
                             + reports.censored_mark(done),
-                            reports.cell([reports.test_score(reports.best_epoch(s), s["metric"]) for s in done],
-                                         len(by_cell.get((task, k, lr, part), []))),
+                            _best_scores(done, len(by_cell.get((task, k, lr, part), []))),
                             _epoch_seconds(done, full, clock)]
                 rows.append(row)
     return ["## Freezing alone vs freezing plus the cache", "",

@@ -128,7 +128,8 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     import tensorflow as tf
 
     # A traced function: calling the Keras model eagerly per batch is several times slower on CPU.
-    run_prefix = tf.function(lambda features: prefix(features, training=False), reduce_retracing=True)
+    run_prefix = tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
+                             autograph=False)
     plan = inputs.plan_eval_batches(encoded.lengths, batch_size, "bucket")
     for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", bucket_step, with_labels=False)):
         output = run_prefix(features).numpy()

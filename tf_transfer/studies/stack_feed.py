@@ -134,7 +134,7 @@ class StackFeed(feeds.Feed):
         if id(model) not in self._predictors:
             signature = {name: tf.TensorSpec([None, None], tf.int32) for name in self.feature_names}
             self._predictors[id(model)] = tf.function(lambda features: model(features, training=False),
-                                                      input_signature=[signature])
+                                                      input_signature=[signature], autograph=False)
         return self._predictors[id(model)]
 
     def probabilities(self, model, split_name: str):

@@ -81,7 +81,9 @@ def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None,
     import tensorflow as tf
 
     x = tf.constant(text_a) if text_b is None else (tf.constant(text_a), tf.constant(text_b))
-    dataset = inputs.prefetched(tf.data.Dataset.from_tensor_slices(x).batch(batch_size),
+    # Each element a 1-tuple: Keras reads an element `(a, b)` as (inputs, labels), which scored a pair's first
+    # sentence alone.
+    dataset = inputs.prefetched(tf.data.Dataset.from_tensor_slices((x,)).batch(batch_size),
                                 -(-len(text_a) // batch_size))
     outputs = np.asarray(classifier.predict(dataset, verbose=0))
     if meta.get("regression"):

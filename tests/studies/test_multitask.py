@@ -489,6 +489,12 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
     with open(os.path.join(resumed_dir, "summary.json")) as f:
         partial = json.load(f)
     assert partial["completed"] is False and [e["epoch"] for e in partial["epochs"]] == [1]
+    # An unfinished run is not continued with other settings (the resume below shows the refusals left it as it was).
+    other = MultitaskSettings(**{**settings.to_dict(), "lr": 2e-3})
+    bf16 = MultitaskSettings(**{**settings.to_dict(), "precision": "mixed_bfloat16"})
+    for changed in (other, bf16):
+        with pytest.raises(TransferError, match="other settings"):
+            multitask.run_multitask(changed, resumed_dir)
 
     monkeypatch.setattr(checkpoints, "prune", original_prune)
     resumed = multitask.run_multitask(settings, resumed_dir)
@@ -502,17 +508,8 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
     # Finished: the same settings get the stored result without training; other settings are refused.
     again = multitask.run_multitask(settings, resumed_dir)
     assert again["epochs"] == json.loads(json.dumps(resumed["epochs"]))
-    other = MultitaskSettings(**{**settings.to_dict(), "lr": 2e-3})
     with pytest.raises(TransferError, match=r"holds a completed run with other settings \(lr\)"):
         multitask.run_multitask(other, resumed_dir)
-    monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
-    with pytest.raises(KeyboardInterrupt):
-        multitask.run_multitask(settings, str(tmp_path / "third"))
-    with pytest.raises(TransferError, match="other settings"):
-        multitask.run_multitask(other, str(tmp_path / "third"))
-    bf16 = MultitaskSettings(**{**settings.to_dict(), "precision": "mixed_bfloat16"})
-    with pytest.raises(TransferError, match="other settings"):
-        multitask.run_multitask(bf16, str(tmp_path / "third"))
 
 
 def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, tiny_preset, tmp_path):

@@ -5,6 +5,7 @@ lines (no test needs a GPU)."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -63,11 +64,50 @@ def test_without_a_gpu_it_says_so_and_stops_before_installing(tmp_path):
     assert not (tmp_path / "gpu.jsonl").exists()
 
 
-def test_cpu_smoke_appends_one_bench_json_line_per_row(glue_dir, tiny_preset, tmp_path):
+STAND_IN = """#!/usr/bin/env bash
+# python for gpu.sh: the benchmark's flags are recorded and the prepared output printed; anything else is python.
+if [ "$1" = -m ] && [ "$2" = tf_transfer.bench ]; then
+  printf '%s\\n' "${@:3}" > "$BENCH_FLAGS"
+  cat "$BENCH_OUTPUT"
+  exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def test_cpu_smoke_runs_the_rows_flags_through_the_benchmark_and_appends_its_json_line(glue_dir, tiny_preset,
+                                                                                        tmp_path, monkeypatch):
+    """--cpu_smoke on one row, with `PYTHON` a stand-in that records the benchmark's flags and prints a prepared
+    output; the flags it recorded run through the benchmark in this process (`python -m tf_transfer.bench`'s own
+    main: a process of its own would start TensorFlow again, seconds of the suite's budget for tests that start
+    processes), and the kit, given that real output, appends it as the row's line. Given no JSON line, the kit
+    stops with status 2 and appends nothing."""
+    from conftest import run_module
+
+    python = tmp_path / "python"
+    python.write_text(STAND_IN)
+    python.chmod(0o755)
+    flags_file, output = tmp_path / "flags.txt", tmp_path / "bench.out"
+    output.write_text("no JSON here\n")
     out = tmp_path / "smoke.jsonl"
     out.write_text("")
-    done = kit("--cpu_smoke", "--rows=bs32_all_fp32", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
-               "--max_train_examples=32", f"--out={out}", env={"NVIDIA_SMI": "false"}, timeout=300)
+    env = {"NVIDIA_SMI": "false", "PYTHON": str(python), "REAL_PYTHON": sys.executable,
+           "BENCH_FLAGS": str(flags_file), "BENCH_OUTPUT": str(output)}
+    args = ("--cpu_smoke", "--rows=bs32_all_fp32", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+            "--max_train_examples=32", f"--out={out}")
+
+    done = kit(*args, env=env)
+    assert done.returncode == 2 and "row bs32_all_fp32 did not end with the benchmark's JSON line" in done.stderr
+    assert out.read_text() == ""
+    flags = flags_file.read_text().split()
+    assert {f"--preset={tiny_preset}", f"--data_dir={glue_dir}", "--max_train_examples=32", "--batch_size=32",
+            "--trainable_layers=all", "--precision=float32", "--steps=2", "--warmup_steps=1",
+            "--repeats=1"} <= set(flags)
+
+    bench = run_module("tf_transfer.bench", *flags)
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    output.write_text(bench.stdout)
+    done = kit(*args, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = out.read_text().splitlines()
     assert len(lines) == 1
@@ -76,3 +116,5 @@ def test_cpu_smoke_appends_one_bench_json_line_per_row(glue_dir, tiny_preset, tm
     assert result["row"] == "bs32_all_fp32" and result["kit"] == "cpu_smoke" and result["device"] == "cpu"
     assert result["settings"]["batch_size"] == 32 and result["settings"]["precision"] == "float32"
     assert result["train_examples_per_s"] > 0
+    assert {k: v for k, v in result.items() if k not in ("row", "kit", "device")} == \
+        json.loads(bench.stdout.strip().splitlines()[-1])

@@ -318,6 +318,12 @@ def runs(cs224n_dir, tiny_preset, tmp_path_factory):
     return results
 
 
+# The tests that read `runs` share one test process, so its two runs are trained once in the suite, not once in
+# each xdist worker (about 20 s each).
+RUNS_GROUP = pytest.mark.xdist_group("multitask_runs")
+
+
+@RUNS_GROUP
 @pytest.mark.parametrize("schedule", ["sequential", "summed"])
 def test_one_epoch_run_writes_summary_weights_and_tensorboard(runs, schedule):
     settings, output_dir, summary = runs[schedule]
@@ -353,6 +359,7 @@ def test_one_epoch_run_writes_summary_weights_and_tensorboard(runs, schedule):
         assert lrs["block_2"] == pytest.approx(1e-3) and lrs["embeddings"] == pytest.approx(1e-3 * 0.9 ** 3)
 
 
+@RUNS_GROUP
 def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     """`--init_from` loads best.weights.h5: scoring the loaded model gives the best epoch's dev scores again."""
     from tf_transfer.data.multitask_inputs import encode_split

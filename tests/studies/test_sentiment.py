@@ -217,6 +217,11 @@ def study_run(tmp_path_factory, tiny_preset):
             "preset": tiny_preset}
 
 
+# The tests that read `study_run` share one test process: the study is run once in the suite, not in each.
+STUDY_RUN_GROUP = pytest.mark.xdist_group("sentiment_study_run")
+
+
+@STUDY_RUN_GROUP
 def test_sparse_baselines_json_schema_and_values(study_run):
     with open(os.path.join(study_run["dir"], study.SPARSE_JSON)) as f:
         results = json.load(f)
@@ -252,6 +257,7 @@ def _events(logdir: str):
                               pytest.approx([float(tf.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)]))
 
 
+@STUDY_RUN_GROUP
 def test_tensorboard_events_for_every_baseline_and_seed(study_run):
     board = os.path.join(study_run["dir"], study.TENSORBOARD_DIR)
     assert sorted(os.listdir(board)) == ["bert_frozen_cls", "bert_top2_cls", "sparse_count", "sparse_hash",
@@ -281,6 +287,7 @@ def test_fit_until_converged_raises_max_iter_only_when_needed():
     assert pipeline.get_params()["classifier__max_iter"] == max_iter
 
 
+@STUDY_RUN_GROUP
 def test_bert_frozen_and_top2_results_files(study_run):
     frozen, top2 = study_run["frozen"], study_run["top2"]
     assert os.path.exists(os.path.join(study_run["dir"], "bert_frozen_cls.json"))
@@ -299,6 +306,7 @@ def test_bert_frozen_and_top2_results_files(study_run):
     assert 0 < run["trainable_params"] < run["total_params"]
 
 
+@STUDY_RUN_GROUP
 def test_bert_reruns_add_missing_seeds_and_refuse_other_settings(study_run, tmp_path):
     output_dir = str(tmp_path / "copy")
     shutil.copytree(study_run["dir"], output_dir)  # the other tests read the shared folder as the fixture left it
@@ -403,6 +411,7 @@ def test_last4_concat_and_mean_feature_widths(tiny_preset):
     assert widths == {"cls": 16, "mean": 16, "last4_concat": 64}
 
 
+@STUDY_RUN_GROUP
 def test_report_has_tables_box_plots_and_welch_tests(study_run):
     report = open(study_run["report"]).read()
     for metric in ("accuracy", "f1"):
@@ -424,6 +433,7 @@ def test_report_has_tables_box_plots_and_welch_tests(study_run):
     assert cell == ("n/a" if not np.isfinite(t) else f"{t:.2f}")
 
 
+@STUDY_RUN_GROUP
 def test_report_from_sparse_results_alone(study_run, tmp_path):
     shutil.copy(os.path.join(study_run["dir"], study.SPARSE_JSON), tmp_path)
     report = open(hart_report.write_report(str(tmp_path))).read()

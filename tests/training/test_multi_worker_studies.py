@@ -157,7 +157,7 @@ def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_pr
             "kaggle": from_study_tests("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)}
     data["quora"].write_text(quora_rows(24, empty_label=False), encoding="utf-8")
     own, absent = _free_ports(2)
-    env = {strategies.TIMEOUT_ENV: "2",
+    env = {strategies.TIMEOUT_ENV: "1",
            "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]},
                                     "task": {"type": "worker", "index": 0}})}
     start = time.monotonic()
@@ -166,7 +166,7 @@ def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_pr
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error: --distribution=multi_worker: worker 0 could not reach "
-                                f"127.0.0.1:{absent} within 2 s"), done.stderr[-3000:]
+                                f"127.0.0.1:{absent} within 1 s"), done.stderr[-3000:]
     assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
     assert time.monotonic() - start < 30
     assert not (tmp_path / "out").exists()

@@ -37,8 +37,11 @@ GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size
 STACK = dict(task="quora", head="linear", strategy="stack_and_finetune", phase1_epochs=1, max_epochs=2, max_gap=1.0,
              batch_size=8, head_units=8, max_seq_length=16, dropout=0.0, seed=0)
 QUORA_ROWS = 24
-# 16 training texts in batches of 4 (the held-out fifth of 20); the token feed and the last two blocks train.
+# 16 training texts in batches of 4 (the held-out fifth of 20). top2: the token feed and the last two blocks train
+# (mirrored). frozen: the backbone's features of every text, then the head on shares of those arrays, the study's
+# own input path (mirrored and two workers; cheaper than top2, whose token feed and warm-up are GLUE's).
 SENTIMENT = dict(mode="top2", runs=1, epochs=2, batch_size=4, max_seq_length=16)
+SENTIMENT_FROZEN = dict(SENTIMENT, mode="frozen")
 KAGGLE_ROWS_PER_CLASS = 10
 # Batches of 5 and 2 per task: uneven shares over the two replicas.
 MULTITASK = dict(schedule="summed", pair_head="concat", max_epochs=2, batch_size=5, lr=1e-3, clip_norm=0.5,
@@ -59,7 +62,7 @@ def run_study(name: str, spec: dict, output_dir: str, strategy=None, distributio
         from tf_transfer.studies.stack_config import StackConfig
 
         return stack.run_stack(StackConfig(**spec, distribution=distribution), output_dir, strategy=strategy)
-    if name == "sentiment":
+    if name in ("sentiment", "sentiment_frozen"):
         from tf_transfer.data import labelled_texts
         from tf_transfer.studies import sentiment, sentiment_bert
 
@@ -114,6 +117,8 @@ class OneDeviceRuns:
                 "glue": {**GLUE, "preset": self.tiny_preset, "data_dir": self.glue_dir},
                 "stack": {**STACK, "preset": self.one_block_preset(), "data": str(quora)},
                 "sentiment": {"data": str(kaggle), "settings": {**SENTIMENT, "preset": self.still_preset()}},
+                "sentiment_frozen": {"data": str(kaggle),
+                                     "settings": {**SENTIMENT_FROZEN, "preset": self.still_preset()}},
                 "multitask": {**MULTITASK, "preset": self.one_block_preset(), "data_dir": cs224n},
             }
         return self._specs

@@ -606,12 +606,13 @@ def test_entry_point_rerun_says_complete_and_refuses_other_settings(tmp_path):
 
 
 @pytest.mark.xdist_group(GROUP)
-def test_bert_mirrored_over_two_logical_cpus_is_the_one_device_run(one_device_runs, tmp_path, caplog):
+@pytest.mark.parametrize("setting", ["sentiment", "sentiment_frozen"])
+def test_bert_mirrored_over_two_logical_cpus_is_the_one_device_run(one_device_runs, tmp_path, caplog, setting):
     """Through the command: `--distribution=mirrored` mirrors over both logical CPU devices (conftest), as over
-    GPUs, and trains what one device trains (tests/study_runs.py's default-strategy run, shared with the two-worker
-    test): per-epoch losses within 1e-4 relative, the same test accuracy and F1."""
+    GPUs, and trains what one device trains (tests/study_runs.py's default-strategy runs, top2 and frozen; the
+    two-worker test shares the frozen one): per-epoch losses within 1e-4 relative, the same test accuracy and F1."""
     caplog.set_level(logging.INFO, logger="tensorflow")
-    spec = one_device_runs.specs["sentiment"]
+    spec = one_device_runs.specs[setting]
     settings = spec["settings"]
     output_dir = tmp_path / "out"
     done = run_module("tf_transfer.sentiment", "--approach=bert", "--distribution=mirrored",
@@ -622,12 +623,12 @@ def test_bert_mirrored_over_two_logical_cpus_is_the_one_device_run(one_device_ru
     assert done.returncode == 0, done.stderr[-3000:]
     used = [r.getMessage() for r in caplog.records if "Using MirroredStrategy with devices" in r.getMessage()]
     assert used and "device:CPU:1" in used[-1]
-    with open(output_dir / "bert_top2_cls.json") as f:
+    with open(output_dir / f"bert_{settings['mode']}_cls.json") as f:
         results = json.load(f)
     assert results["completed"] is True and "distribution" not in results["settings"]
     (run,) = results["runs"]
     assert run["distribution"] == "mirrored" and [e["epoch"] for e in run["epochs"]] == [1, 2]
-    (one,) = one_device_runs.run("sentiment")["runs"]
+    (one,) = one_device_runs.run(setting)["runs"]
     assert [e["loss"] for e in run["epochs"]] == pytest.approx([e["loss"] for e in one["epochs"]], rel=1e-4)
     assert (run["accuracy"], run["f1"]) == (one["accuracy"], one["f1"])
     assert one["epochs"][0]["loss"] != one["epochs"][1]["loss"]  # it trained

@@ -2,7 +2,7 @@
 
 Run from the repository root, once as committed and once with `git apply` of fused_adamw.patch in this folder:
 
-    python benchmarks/results/session6_fused_adamw/optimizer_step.py
+    python benchmarks/results/fused_adamw_7258e7f/optimizer_step.py
 
 Prints milliseconds per step for `tf_transfer.train.FusedAdamW` (as checked out) and for Keras' own AdamW, both
 with BERT's settings (weight decay 0.01 except biases, global-norm clipping at 1.0) inside a tf.function.

@@ -1,4 +1,4 @@
-"""The issue's reference point, measured in the same session: Hugging Face `Trainer` (PyTorch) on the same examples.
+"""The issue's reference point, measured on the same machine: Hugging Face `Trainer` (PyTorch) on the same examples.
 
 Trains all-MiniLM-L6-v2 for sequence classification on the first 512 MRPC training examples that
 `python -m tf_transfer.bench --max_train_examples=512` uses (same 10% validation split, seed 0), batch 32, dynamic

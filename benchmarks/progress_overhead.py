@@ -20,13 +20,13 @@ import tempfile
 
 RUN = """
 import json, sys
-from tf_transfer.studies import glue
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies import glue_task as glue
+from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import progress
 
 if sys.argv[2] == "off":
     progress.Progress.step = lambda self, done, **values: None
-config = RunConfig(task="rte", preset="all_minilm_l6_v2_en", trainable_layers=1, lr=1e-3, batch_size=1,
+config = GlueSettings(task="rte", preset="all_minilm_l6_v2_en", trainable_layers=1, lr=1e-3, batch_size=1,
                    max_epochs=1, patience=0, max_train_examples=int(sys.argv[3]), data_dir=sys.argv[1],
                    cache_frozen=True)
 summary = glue.run_glue(config, sys.argv[4], overwrite=True)

@@ -3,8 +3,8 @@
     python docs/flag_reference.py          # regenerate docs/flags.md
     python docs/flag_reference.py --check  # exit status 1 if docs/flags.md is out of date
 
-A command takes the flags its module defines plus the shared ones (`tf_transfer/core/flags.py`) it names in its
-`COMMON`, with the default and help text it gives them there (`tf_transfer.core.cli.run` applies them before
+A command takes the flags its module defines plus those in its `COMMAND_FLAGS` (its settings class's fields and the
+shared flags it names, `tf_transfer/core/flags.py`), with the default and help text they have there (`tf_transfer.core.cli.run` applies them before
 parsing). All command modules are imported into this one process, as the tests do.
 """
 
@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTPUT = os.path.join(ROOT, "docs", "flags.md")
 
 COMMANDS = ("glue", "stack", "multitask", "sentiment", "bench", "experiments", "predict")
-# bench takes the trainer's flags as its own: it imports tf_transfer.glue and runs with glue.COMMON.
+# bench takes the trainer's flags as its own: it imports tf_transfer.glue and runs with glue.COMMAND_FLAGS.
 EXTENDS = {"bench": "glue"}
 
 
@@ -42,9 +42,9 @@ def command_flags(command: str) -> list:
         _module(source)
         for flag in FLAGS.get_flags_for_module(f"tf_transfer.{source}"):
             rows.setdefault(flag.name, (_type(flag), flag.default, flag.help))
-    common = getattr(module, "COMMON", None)
+    common = getattr(module, "COMMAND_FLAGS", None)
     if common is None and command in EXTENDS:
-        common = _module(EXTENDS[command]).COMMON
+        common = _module(EXTENDS[command]).COMMAND_FLAGS
     # The command's own default and help, not whatever the last `cli.run` in this process put on the shared flag.
     for name, (default, help_text) in (common or {}).items():
         rows[name] = (_type(FLAGS[name]), default, help_text)

@@ -191,7 +191,7 @@ def _run_in_process(module: str, args: tuple, env: dict):
     absl_logger = logging.getLogger("absl")
     streams, level = [h.stream for h in handlers], absl_logger.level
     flags.FLAGS.unparse_flags()
-    shared_flags.apply(getattr(command, "COMMON", {}))
+    shared_flags.apply(getattr(command, "COMMAND_FLAGS", {}))
     try:
         os.chdir(REPO)
         for handler in handlers:

@@ -91,7 +91,7 @@ def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
 
 
 def test_step_flops_counts_backward_only_through_trained_blocks():
-    from tf_transfer.training.benchmark import block_flops, step_flops
+    from tf_transfer.studies.glue_benchmark import block_flops, step_flops
 
     one = block_flops(2, 10, 16, 32)
     assert one == 2 * 2 * 10 * (4 * 16 * 16 + 2 * 16 * 32) + 4 * 2 * 10 * 10 * 16

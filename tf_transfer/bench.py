@@ -18,7 +18,7 @@ from tf_transfer.core import cli
 from tf_transfer import glue  # noqa: F401  (defines the trainer's flags, which the benchmark shares)
 
 FLAGS = flags.FLAGS
-COMMON = glue.COMMON  # the trainer's flags, with its defaults
+COMMAND_FLAGS = glue.COMMAND_FLAGS  # the trainer's flags, with its defaults
 
 flags.DEFINE_integer("steps", 16, "Training steps to time.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")
@@ -40,9 +40,9 @@ def main(argv):
 
     if FLAGS.steps < 1 or FLAGS.warmup_steps < 0 or FLAGS.repeats < 1:
         raise TransferError("--steps and --repeats must be >= 1 and --warmup_steps >= 0")
-    config = glue.config_from_flags()
+    config = glue.settings_from_flags()
     logging.set_verbosity(logging.WARNING)
-    from tf_transfer.training import benchmark
+    from tf_transfer.studies import glue_benchmark as benchmark
 
     result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats,
                                profile_dir=FLAGS.profile_dir)
@@ -62,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, COMMON)
+    cli.run(main, COMMAND_FLAGS)

@@ -34,7 +34,7 @@ flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-t
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
 flags.DEFINE_string("out", None, "report: output folder (default reports/<study>); table: PATH (no extension) "
                     "to write PATH.csv and PATH.md (default: print only).")
-COMMON = flags_lib.common(
+COMMAND_FLAGS = flags_lib.common(
     runs_dir=("runs", "Root folder of the runs."),
     data_dir=(None, "GLUE folder for every run (default $GLUE_DIR)."),
     cache_dir=(None, "Frozen-prefix cache folder shared by the runs (variants that cache)."),
@@ -94,7 +94,7 @@ def main(argv):
 
     import keras
 
-    from tf_transfer.studies import glue as runner
+    from tf_transfer.studies import glue_task as runner
 
     def run_one(config, folder):
         keras.backend.clear_session()  # one process runs many models: free the previous graph and weights
@@ -112,4 +112,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, COMMON)
+    cli.run(main, COMMAND_FLAGS)

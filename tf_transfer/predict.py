@@ -25,7 +25,7 @@ flags.DEFINE_string("input", None, "TSV (quoting disabled, as GLUE) or CSV (stan
 flags.DEFINE_string("output", None, "Where to write predictions (TSV); default standard output.")
 flags.DEFINE_string("text_a_column", None, "Header name of the first text (default: the exported task's).")
 flags.DEFINE_string("text_b_column", None, "Header name of the second text of pair tasks (default: the task's).")
-COMMON = flags_lib.common(batch_size=(64, "Prediction batch size."))
+COMMAND_FLAGS = flags_lib.common(batch_size=(64, "Prediction batch size."))
 
 
 def read_rows(path: str):
@@ -84,4 +84,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main, COMMON)
+    cli.run(main, COMMAND_FLAGS)

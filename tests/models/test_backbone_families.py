@@ -175,7 +175,8 @@ def test_freezing_rule_parameter_table_and_learning_rate_groups(key, loaded):
 
 @pytest.mark.parametrize("key", FAMILY_KEYS)
 def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
-    from tf_transfer.data import cache, inputs
+    from tf_transfer.data import inputs
+    from tf_transfer.models import cached_prefix
     from tf_transfer.models import heads
 
     backbone, tokenizer = loaded[key].backbone, loaded[key].tokenizer
@@ -185,8 +186,8 @@ def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
     expected = np.asarray(heads.build_classifier(backbone, 2, head=head)(features, training=False))
     # k = 1 as asked; k = L also starts the suffix at the embeddings (ELECTRA's after its projection).
     for trainable in (1, len(backbone.transformer_layers)):
-        hidden = cache.prefix_model(backbone, trainable)(features, training=False)
-        suffix = cache.suffix_classifier(backbone, trainable, head, hidden_dtype="float32")
+        hidden = cached_prefix.prefix_model(backbone, trainable)(features, training=False)
+        suffix = cached_prefix.suffix_classifier(backbone, trainable, head, hidden_dtype="float32")
         got = suffix({"hidden": np.asarray(hidden), "padding_mask": features["padding_mask"]}, training=False)
         np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-5)
 
@@ -195,11 +196,11 @@ def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
 @pytest.mark.parametrize("key", FAMILY_KEYS[1:])
 def test_glue_run_completes_with_and_without_the_cache(key, presets, glue_dir, tmp_path):
     from tf_transfer.data import cache
-    from tf_transfer.studies import glue as runner
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies import glue_task as runner
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     for cache_frozen in (False, True):
-        config = RunConfig(task="rte", preset=presets[key], trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
+        config = GlueSettings(task="rte", preset=presets[key], trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
                            max_train_examples=8, max_seq_length=MAX_LEN, data_dir=glue_dir, cache_frozen=cache_frozen,
                            eval_batch_size=16, validation_fraction=0, patience=0)
         folder = tmp_path / f"cache_{cache_frozen}"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from tf_transfer.models import export
-from tf_transfer.studies import glue as runner
+from tf_transfer.studies import glue_task as runner
 from tf_transfer.data import tasks
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import run_module
 
@@ -17,7 +17,7 @@ from conftest import run_module
 @pytest.fixture(scope="module")
 def exported(glue_dir, tiny_preset, tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
-    config = RunConfig(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=2,
+    config = GlueSettings(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=2,
                        data_dir=glue_dir, max_seq_length=32, cache_frozen=True)
     summary = runner.run_glue(config, str(root / "run"), export_dir=str(root / "model"))
     return config, summary, root

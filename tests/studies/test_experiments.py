@@ -50,7 +50,7 @@ def test_layer_freezing_grid_sweeps_half_to_all_frozen():
 
 def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
     """The cpu variant caches frozen prefixes; the full model of the line search has none to cache."""
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     study = load_study("layer_freezing")
     runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r
@@ -59,7 +59,7 @@ def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
     sweep = [r for r in runs if r["part"] == "sweep"]
     assert sweep and all(studies.resolve(study, r, runs_dir) is None for r in sweep)
     for settings in (r for r in runs if r["part"] == "line_search"):
-        config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+        config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
         folder = studies.run_dir(runs_dir, study, settings)
         os.makedirs(folder)
         _fake_summary(config, folder, score=0.7 if settings["lr"] == 3e-5 else 0.6)
@@ -221,9 +221,9 @@ def test_report_shows_missing_runs(tmp_path):
     slow_runs = 0
     for settings in runs:
         if settings["seed"] == 0 and settings["trainable_layers"] in (2, "all"):
-            from tf_transfer.studies.glue_config import RunConfig
+            from tf_transfer.studies.glue_settings import GlueSettings
 
-            config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+            config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
             folder = studies.run_dir(runs_dir, study, settings)
             os.makedirs(folder, exist_ok=True)
             fine_tuned = settings["trainable_layers"] == "all"
@@ -276,17 +276,17 @@ def test_report_lists_machines_and_warns_when_they_differ():
 
 def _write_runs(study, runs, runs_dir, score_of, **fake):
     """Fake completed summaries for `runs` (settings of `study`), scoring `score_of(settings)`."""
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     for settings in runs:
-        config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+        config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
         folder = studies.run_dir(runs_dir, study, settings)
         os.makedirs(folder, exist_ok=True)
         _fake_summary(config, folder, score=score_of(settings), **fake)
 
 
 def test_wang_grid_scores_and_stops_cola_on_accuracy():
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     study = load_study("transfer_learning")
     for variant in ("paper", "cpu"):
@@ -294,9 +294,9 @@ def test_wang_grid_scores_and_stops_cola_on_accuracy():
         cola = [r for r in runs if r["task"] == "cola"]
         assert cola and all(r["metric"] == "accuracy" for r in cola)
         assert all(r.get("metric") is None for r in runs if r["task"] != "cola")  # the task's own metric
-        config = RunConfig(**{k: v for k, v in cola[0].items() if k != "part"})
+        config = GlueSettings(**{k: v for k, v in cola[0].items() if k != "part"})
         assert config.metric_name == "accuracy"
-    assert RunConfig(task="cola").metric_name == "mcc"  # the trainer's CoLA default, which other studies use
+    assert GlueSettings(task="cola").metric_name == "mcc"  # the trainer's CoLA default, which other studies use
     assert studies.parse_flagfile("flags/wang_cola.flags") == {"task": "cola", "metric": "accuracy"}
 
 
@@ -420,14 +420,14 @@ def test_transfer_report_compares_times_only_within_one_machine(tmp_path):
 # --- Lee, Tang & Lin's protocol: the full training set, majority baselines, the relative 90% point -----------
 
 def test_validation_fraction_zero_needs_early_stopping_off():
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     with pytest.raises(TransferError, match="--patience=0"):
-        RunConfig(task="rte", validation_fraction=0.0)
-    config = RunConfig(task="rte", validation_fraction=0.0, patience=0)
+        GlueSettings(task="rte", validation_fraction=0.0)
+    config = GlueSettings(task="rte", validation_fraction=0.0, patience=0)
     assert config.validation_fraction == 0 and config.patience == 0
     with pytest.raises(TransferError, match="--validation_fraction"):
-        RunConfig(task="rte", validation_fraction=1.0)
+        GlueSettings(task="rte", validation_fraction=1.0)
     study = load_study("layer_freezing")
     for settings in study.runs("cpu"):
         expected = (0.1, 4) if settings["part"] == "line_search" else (0.0, 0)
@@ -435,11 +435,11 @@ def test_validation_fraction_zero_needs_early_stopping_off():
 
 
 def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, tiny_preset):
-    from tf_transfer.studies import glue as runner
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies import glue_task as runner
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     for trainable, cache in (("all", False), (1, True)):
-        config = RunConfig(task="rte", preset=tiny_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
+        config = GlueSettings(task="rte", preset=tiny_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
                            max_epochs=3, patience=0, validation_fraction=0.0, data_dir=glue_dir,
                            max_seq_length=32, cache_frozen=cache, cache_dir=str(tmp_path / "cache") if cache else None)
         summary = runner.run_glue(config, str(tmp_path / f"run_{trainable}"))
@@ -500,9 +500,9 @@ def test_layer_freezing_report_shows_the_majority_class_and_claims(tmp_path, glu
     sweep = [studies.resolve(study, r, runs_dir) for r in runs if r["part"] == "sweep"]
     _write_runs(study, sweep, runs_dir, lambda s: 0.0, test=None)
     for settings in sweep:  # the test scores of the sweep's own runs (the whole training set), seeds 0.01 apart
-        from tf_transfer.studies.glue_config import RunConfig
+        from tf_transfer.studies.glue_settings import GlueSettings
 
-        config = RunConfig(**{k: v for k, v in settings.items() if k != "part"})
+        config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
         _fake_summary(config, studies.run_dir(runs_dir, study, settings), score=0.0,
                       test=0.5 + over_majority[settings["trainable_layers"]] + 0.01 * config.seed)
     collected = studies.collect(study, runs, runs_dir)

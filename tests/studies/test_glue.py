@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from tf_transfer.studies import glue as runner
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies import glue_task as runner
+from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import REPO
 
@@ -23,7 +23,7 @@ def _config(glue_dir, tiny_preset, **overrides):
     settings = dict(task="rte", preset=tiny_preset, trainable_layers=2, lr=1e-3, batch_size=8, max_epochs=2,
                     data_dir=glue_dir, max_seq_length=32, seed=0)
     settings.update(overrides)
-    return RunConfig(**settings)
+    return GlueSettings(**settings)
 
 
 @pytest.fixture(scope="module")

@@ -153,7 +153,7 @@ def test_mean_pooled_sentence_vector_does_not_depend_on_padding_length():
 
 
 def test_sbert_pair_features_are_u_v_and_absolute_difference():
-    from tf_transfer.models.multitask import SbertPairFeatures
+    from tf_transfer.models.multitask_model import SbertPairFeatures
 
     u = np.array([[1.0, 2.0, -3.0]], np.float32)
     v = np.array([[3.0, -1.0, -3.0]], np.float32)
@@ -162,7 +162,7 @@ def test_sbert_pair_features_are_u_v_and_absolute_difference():
 
 @pytest.fixture(scope="module")
 def built_model():
-    from tf_transfer.models.multitask import build_model
+    from tf_transfer.models.multitask_model import build_model
     from tf_transfer.studies.multitask_settings import MultitaskSettings
 
     return build_model(make_tiny_backbone(), MultitaskSettings(data_dir="unused"), num_sentiment_classes=5)
@@ -256,7 +256,7 @@ def test_frozen_blocks_and_pooler_have_no_group(model):
 
 
 def test_epoch_batches_of_both_schedules():
-    from tf_transfer.data.multitask_inputs import epoch_batches
+    from tf_transfer.data.multitask_feed import epoch_batches
 
     sizes = {"sst": 10, "para": 25, "sts": 7}
     sequential = epoch_batches(sizes, 4, seed=0, epoch=1, schedule="sequential", order=("sts", "sst", "para"))
@@ -303,7 +303,7 @@ SCORE_KEYS = {"sst_accuracy", "paraphrase_accuracy", "sts_pearson", "overall"}
 
 @pytest.fixture(scope="module")
 def runs(cs224n_dir, tiny_preset, tmp_path_factory):
-    from tf_transfer.studies import multitask
+    from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
 
     results = {}
@@ -362,12 +362,12 @@ def test_one_epoch_run_writes_summary_weights_and_tensorboard(runs, schedule):
 @RUNS_GROUP
 def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     """`--init_from` loads best.weights.h5: scoring the loaded model gives the best epoch's dev scores again."""
-    from tf_transfer.data.multitask_inputs import encode_split
+    from tf_transfer.data.multitask_feed import MultitaskFeed, encode_split
     from tf_transfer.models import backbones
-    from tf_transfer.models.multitask import build_model
-    from tf_transfer.studies import multitask
+    from tf_transfer.models.multitask_model import build_model
+    from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
-    from tf_transfer.studies.multitask_steps import make_predict, score
+    from tf_transfer.studies.multitask_steps import make_predict, scores as multitask_scores
 
     import keras
 
@@ -381,7 +381,8 @@ def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     dev = {task: encode_split(task, data.tasks[task].dev, loaded.tokenizer, settings.pair_head,
                               settings.max_seq_length) for task in data.tasks}
     predict = {task: make_predict(model, task, settings.pair_head) for task in dev}
-    scores = score(predict, dev, 64)
+    feed = MultitaskFeed({"train": dev, "dev": dev}, 32, 0, "sequential", tuple(dev), eval_batch_size=64)
+    scores = multitask_scores(feed.predict(predict, "dev"), feed.labels("dev"))
     assert scores == pytest.approx(summary["epochs"][0]["test"], abs=1e-6)
     concat = MultitaskSettings(data_dir="d", preset=settings.preset, pair_head="concat", init_from=output_dir)
     with pytest.raises(TransferError, match="--pair_head=sbert"):
@@ -425,7 +426,7 @@ def test_every_paper_flagfile_gives_valid_settings():
     from tf_transfer import multitask as command
 
     with open(os.path.join(REPO, "tf_transfer", "multitask.py")) as f:
-        defined = set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', f.read())) | set(command.COMMON)
+        defined = set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', f.read())) | set(command.COMMAND_FLAGS)
     defaults = {field.name: field.default for field in dataclasses.fields(MultitaskSettings)}
     convert = {bool: lambda v: v.lower() in ("true", "1"), int: int, float: float}
     rows = {}
@@ -473,7 +474,7 @@ def test_every_paper_flagfile_gives_valid_settings():
 
 
 def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tmp_path, monkeypatch):
-    from tf_transfer.studies import multitask
+    from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
     from tf_transfer.training import checkpoints
 
@@ -522,7 +523,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
 def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, tiny_preset, tmp_path):
     import keras
 
-    from tf_transfer.studies import multitask
+    from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
 
     settings = MultitaskSettings(

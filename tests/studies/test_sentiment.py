@@ -17,9 +17,10 @@ from study_runs import GROUP
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import labelled_texts as texts
 from tf_transfer.models import sentence_features
-from tf_transfer.reporting import sentiment as hart_report
-from tf_transfer.reporting import stats as hart_stats
-from tf_transfer.studies import sentiment as study
+from tf_transfer.reporting import sentiment_report as hart_report
+from tf_transfer.core import stats as hart_stats
+from tf_transfer.studies import sentiment_results as study
+from tf_transfer.studies import sentiment_settings
 from tf_transfer.studies import sentiment_bert as bert
 from tf_transfer.studies import sentiment_sparse as sparse
 from tf_transfer.training.run_folder import RunFolder
@@ -140,7 +141,7 @@ def test_fewer_rows_per_class_than_folds(tmp_path):
 ])
 def test_bad_bert_settings(kwargs, fragment):
     with pytest.raises(TransferError) as error:
-        study.BertSettings(**kwargs)
+        sentiment_settings.SentimentBertSettings(**kwargs)
     assert fragment in str(error.value)
 
 
@@ -160,7 +161,7 @@ def test_paper_flagfiles_parse_and_validate(tmp_path, flagfile):
 
 def test_unknown_approach():
     with pytest.raises(TransferError, match="unknown --approach='svm': choose one of sparse, bert, report"):
-        study.check_choice("approach", "svm", study.APPROACHES)
+        sentiment_settings.check_choice("approach", "svm", sentiment_settings.APPROACHES)
 
 
 def test_entry_point_missing_column_exits_2_with_one_error_line(tmp_path):
@@ -208,10 +209,11 @@ def study_run(tmp_path_factory, tiny_preset):
     data = texts.read_labelled_texts(write_kaggle_csv(root / "train.csv", rows_per_class=12))
     output_dir = str(root / "out")
     baselines = sparse.run_sparse_baselines(data, output_dir, folds=5, seed=0)
-    frozen = bert.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2,
-                                                                epochs=2, batch_size=8))
-    top2 = bert.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="top2", runs=1, epochs=1,
-                                                              batch_size=8))
+    hart_report.write_sparse_markdown(output_dir, data, folds=5, seed=0)
+    frozen = bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(
+        preset=tiny_preset, mode="frozen", runs=2, epochs=2, batch_size=8))
+    top2 = bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(
+        preset=tiny_preset, mode="top2", runs=1, epochs=1, batch_size=8))
     report = hart_report.write_report(output_dir)
     return {"data": data, "dir": output_dir, "sparse": baselines, "frozen": frozen, "top2": top2, "report": report,
             "preset": tiny_preset}
@@ -310,11 +312,11 @@ def test_bert_frozen_and_top2_results_files(study_run):
 def test_bert_reruns_add_missing_seeds_and_refuse_other_settings(study_run, tmp_path):
     output_dir = str(tmp_path / "copy")
     shutil.copytree(study_run["dir"], output_dir)  # the other tests read the shared folder as the fixture left it
-    settings = study.BertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=2, batch_size=8)
+    settings = sentiment_settings.SentimentBertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=2, batch_size=8)
     merged = bert.run_bert(study_run["data"], output_dir, settings)
     assert [run["seed"] for run in merged["runs"]] == [0, 1, 2]
     assert merged["runs"][:2] == study_run["frozen"]["runs"]  # kept, not retrained
-    other = study.BertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=5, batch_size=8)
+    other = sentiment_settings.SentimentBertSettings(preset=study_run["preset"], mode="frozen", runs=3, epochs=5, batch_size=8)
     with pytest.raises(TransferError, match="epochs 2 vs 5"):
         bert.run_bert(study_run["data"], output_dir, other)
     with_keyword = texts.read_labelled_texts(study_run["data"].source, extra_text_columns=["keyword"])
@@ -367,8 +369,8 @@ def test_paper_head_is_one_logistic_layer_on_the_pooled_features(tiny_preset, nu
     from tf_transfer.models import backbones
 
     backbone = backbones.load_preset(tiny_preset).backbone
-    settings = study.BertSettings(preset=tiny_preset, mode="top2", hidden_units=hidden_units)
-    model = bert._FineTuner(backbone, settings, num_classes, None, None, tf.distribute.get_strategy())._build()
+    settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode="top2", hidden_units=hidden_units)
+    model = bert.FineTuning(backbone, settings, num_classes, None, None, tf.distribute.get_strategy()).model(0)
     layers = _head_layers(model, backbone)
     assert [(layer.name, layer.units, layer.activation.__name__) for layer in layers] == expected
     assert all(isinstance(layer, keras.layers.Dense) and layer.dtype_policy.name == "float32" for layer in layers)
@@ -456,7 +458,7 @@ def test_report_without_results_is_an_error(tmp_path):
 def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_path, monkeypatch, capsys, mode,
                                                                epochs):
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    settings = study.BertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs, batch_size=8)
+    settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs, batch_size=8)
     straight = bert.run_bert(data, str(tmp_path / "straight"), settings)
     output_dir = str(tmp_path / "resumed")
     work_dir = os.path.join(output_dir, settings.work_name)
@@ -481,10 +483,9 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
 
     monkeypatch.setattr(RunFolder, "save_epoch", save_epoch)
     trained = []
-    trainer = bert._FrozenTrainer if mode == "frozen" else bert._FineTuner
-    run_seed = trainer.run
-    monkeypatch.setattr(trainer, "run",
-                        lambda self, seed, folder: trained.append(seed) or run_seed(self, seed, folder))
+    shared = bert.FrozenFeatures if mode == "frozen" else bert.FineTuning
+    build_seed = shared.build
+    monkeypatch.setattr(shared, "build", lambda self, seed: trained.append(seed) or build_seed(self, seed))
     resumed = bert.run_bert(data, output_dir, settings)
     assert trained == [1]  # seed 0 was finished and is not trained again
     assert resumed["completed"] is True and resumed["runs"][0] == partial["runs"][0]
@@ -520,7 +521,7 @@ def test_progress_counts_the_real_steps_of_every_epoch(tiny_preset, tmp_path, mo
 
     monkeypatch.setattr(engine, "Progress", Recording)
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    bert.run_bert(data, str(tmp_path / "out"), study.BertSettings(preset=tiny_preset, mode=mode, runs=1, epochs=2,
+    bert.run_bert(data, str(tmp_path / "out"), sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=1, epochs=2,
                                                                   batch_size=8))
     # 19 training rows in batches of 8: 3 steps per epoch, each reported once against that total.
     assert seen == [(epoch, done, 3, 19) for epoch in (1, 2) for done in (1, 2, 3)]
@@ -573,7 +574,7 @@ def test_precision_is_recorded_and_checked_and_the_head_stays_float32(tiny_prese
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
     output_dir = str(tmp_path / "out")
     try:
-        settings = study.BertSettings(preset=tiny_preset, mode="frozen", runs=1, epochs=1, batch_size=8,
+        settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode="frozen", runs=1, epochs=1, batch_size=8,
                                       precision="mixed_bfloat16")
         results = bert.run_bert(data, output_dir, settings)
         assert results["precision"] == "mixed_bfloat16" and results["settings"]["precision"] == "mixed_bfloat16"
@@ -586,10 +587,10 @@ def test_precision_is_recorded_and_checked_and_the_head_stays_float32(tiny_prese
     finally:
         keras.mixed_precision.set_global_policy("float32")
     with pytest.raises(TransferError, match="precision 'mixed_bfloat16' vs 'float32'"):
-        bert.run_bert(data, output_dir, study.BertSettings(preset=tiny_preset, mode="frozen", runs=2, epochs=1,
+        bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode="frozen", runs=2, epochs=1,
                                                            batch_size=8))
     with pytest.raises(TransferError, match="--precision must be one of float32, mixed_bfloat16, mixed_float16"):
-        study.BertSettings(precision="float16")
+        sentiment_settings.SentimentBertSettings(precision="float16")
 
 
 def test_entry_point_rerun_says_complete_and_refuses_other_settings(tmp_path):

@@ -148,11 +148,11 @@ def test_entities_follow_conllevals_start_and_end_rules():
     ({"head": None, "ensemble": ("cnn",)}, "two or more different heads"),
 ])
 def test_config_rejects_impossible_settings(changes, message):
-    from tf_transfer.studies.stack_config import StackConfig
+    from tf_transfer.studies.stack_settings import StackSettings
 
     settings = {"task": "quora", "data": "x.tsv", "head": "linear", **changes}
     with pytest.raises(TransferError, match=message):
-        StackConfig(**settings)
+        StackSettings.from_dict(settings)
 
 
 # --- model ---------------------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def batch(pair: bool, tagging: bool = False, size: int = 4, length: int = 9, see
 def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(tiny_preset):
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
-    from tf_transfer.studies import stack_train
+    from tf_transfer.studies import stack_task as stack_train
 
     backbone = backbones.load_preset(tiny_preset).backbone
     model = stack_heads.build_model(backbone, stack_heads.make_head("mlp", 3, units=8))
@@ -250,7 +250,7 @@ def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_pa
 
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
-    from tf_transfer.studies import stack_train
+    from tf_transfer.studies import stack_task as stack_train
 
     keras.utils.set_random_seed(0)
     head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
@@ -309,7 +309,7 @@ def test_cnn_head_is_the_papers_densenet_of_four_blocks_of_four_convolutions():
 
 def test_quora_mlp_flagfile_is_the_papers_finetune_only_baseline():
     """flags/stack_quora_mlp.flags: [CLS] and two fully connected layers (the mlp head), fine-tuned only."""
-    from tf_transfer.studies.stack_config import StackConfig
+    from tf_transfer.studies.stack_settings import StackSettings
 
     values = {}
     for path in ("flags/stack_common.flags", "flags/stack_quora_mlp.flags"):
@@ -319,7 +319,7 @@ def test_quora_mlp_flagfile_is_the_papers_finetune_only_baseline():
     assert open(os.path.join(REPO, "flags/stack_quora_mlp.flags")).read().count("--flagfile=flags/stack_common.flags")
     assert (values["task"], values["head"], values["strategy"]) == ("quora", "mlp", "finetune_only")
     assert values["phase2_lr"] == "2e-5" and values["max_epochs"] == "6"
-    config = StackConfig(task="quora", data="x.tsv", head=values["head"], strategy=values["strategy"])
+    config = StackSettings.from_dict(dict(task="quora", data="x.tsv", head=values["head"], strategy=values["strategy"]))
     assert config.heads == ("mlp",)
     # absl takes every line of the chain; the run stops at the first thing it needs, the data.
     done = run_module("tf_transfer.stack", "--flagfile=flags/stack_quora_mlp.flags", "--data=no/such/quora.csv",
@@ -396,7 +396,7 @@ def test_quora_stack_and_finetune_end_to_end(tmp_path, tiny_preset):
 
 
 def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_path, tiny_preset):
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_ensemble as stack_training
 
     config = _stack_config(str(tmp_path / "pairs.csv"), tiny_preset)
     run_dir = tmp_path / "run"
@@ -414,11 +414,11 @@ def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_pa
 
 
 def _stack_config(data, tiny_preset, **changes):
-    from tf_transfer.studies.stack_config import StackConfig
+    from tf_transfer.studies.stack_settings import StackSettings
 
     settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=tiny_preset,
                     phase1_epochs=2, max_epochs=3, max_gap=1.0, batch_size=8, head_units=8, seed=0)
-    return StackConfig(**{**settings, **changes})
+    return StackSettings.from_dict({**settings, **changes})
 
 
 def _same_numbers(a: dict, b: dict) -> None:
@@ -437,7 +437,7 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     resume is tested with a real SIGKILL (test_resume.py); this one shares that checkpoint code."""
     from tf_transfer.training import checkpoints
     from tf_transfer.training import record
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_ensemble as stack_training
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     straight = stack_training.run_stack(_stack_config(data, tiny_preset), str(tmp_path / "straight"))
@@ -494,10 +494,11 @@ def test_mirrored_stack_run_over_two_logical_cpus_is_the_one_device_run(tmp_path
 def _fake_gap(monkeypatch, from_epoch: int):
     """Scores the training sample at accuracy 1 and validation at 0.5 from epoch `from_epoch` of phase 1 on, so the
     gap rule fires there; before, both at 0.5."""
-    from tf_transfer.studies import stack_feed
+    from tf_transfer.data import stack_feed
+    from tf_transfer.studies import stack_inputs
 
     seen = {"split": None, "phase1_epoch": 0}
-    probabilities, score = stack_feed.StackFeed.probabilities, stack_feed.score
+    probabilities, score = stack_feed.StackFeed.predict, stack_inputs.score
 
     def spy(self, model, name):
         seen["split"] = name
@@ -513,18 +514,18 @@ def _fake_gap(monkeypatch, from_epoch: int):
             scores["accuracy"] = 0.5
         return scores
 
-    monkeypatch.setattr(stack_feed.StackFeed, "probabilities", spy)
-    monkeypatch.setattr(stack_feed, "score", fake_score)
+    monkeypatch.setattr(stack_feed.StackFeed, "predict", spy)
+    monkeypatch.setattr(stack_inputs, "score", fake_score)
 
 
 def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, tiny_preset, monkeypatch):
     """Killed after the epoch that stopped it early (saved, not yet finished): the resume only finishes it."""
     from tf_transfer.training import checkpoints
-    from tf_transfer.studies import stack as stack_training
-    from tf_transfer.studies import stack_feed
+    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.studies import stack_inputs
 
-    score = stack_feed.score
-    monkeypatch.setattr(stack_feed, "score", lambda *a: {**score(*a), "accuracy": 0.5})  # never improves
+    score = stack_inputs.score
+    monkeypatch.setattr(stack_inputs, "score", lambda *a: {**score(*a), "accuracy": 0.5})  # never improves
     original_prune = checkpoints.prune
 
     def die_after_epoch_2(folder, keep_epoch):
@@ -544,8 +545,8 @@ def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, tiny_preset, monkeypatch):
-    from tf_transfer.studies import stack as stack_training
-    from tf_transfer.studies import stack_train
+    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.studies import stack_task as stack_train
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     config = _stack_config(data, tiny_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
@@ -571,7 +572,7 @@ def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, ti
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 @pytest.mark.parametrize("from_epoch", [1, 2])
 def test_gap_rule_never_undoes_phase_ones_first_epoch(tmp_path, tiny_preset, monkeypatch, from_epoch):
-    from tf_transfer.studies import stack as stack_training
+    from tf_transfer.studies import stack_ensemble as stack_training
 
     _fake_gap(monkeypatch, from_epoch)
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
@@ -604,7 +605,7 @@ def _write_summary(folder, summary):
 
 
 def test_report_table_gives_last_and_best_validation_scores_and_lists_missing_runs(tmp_path):
-    from tf_transfer.reporting.stack import report_table
+    from tf_transfer.reporting.stack_report import report_table
 
     epochs = [
         {"epoch": 1, "phase": 1, "train_time_s": 20.0, "val": {"accuracy": 0.61, "f1": 0.0}},

@@ -4,13 +4,14 @@ import numpy as np
 import pytest
 
 from tf_transfer.data import cache
+from tf_transfer.models import cached_prefix
 from tf_transfer.models import freezing
 from tf_transfer.models import heads
 from tf_transfer.data import inputs
-from tf_transfer.studies import glue as runner
+from tf_transfer.studies import glue_task as runner
 from tf_transfer.data import tasks
 from tf_transfer.data.examples import Examples
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import NUM_LAYERS, make_tiny_backbone, make_tiny_tokenizer
 
@@ -120,14 +121,14 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     head = heads.pooled_head(2)
     full = heads.build_classifier(backbone, 2, head=head)
     freezing.set_trainable_layers(backbone, k)
-    prefix = cache.prefix_model(backbone, k)
+    prefix = cached_prefix.prefix_model(backbone, k)
     depth = NUM_LAYERS - k
     key = cache.cache_key("tiny", "rte", "train", encoded_rte, depth, cls_only=k == 0)
     cached, seconds, reused = cache.build(prefix, encoded_rte, key, cls_only=k == 0, cache_dir=str(tmp_path))
     assert seconds > 0 and not reused
     assert cached.hidden.dtype == np.float16
     assert cached.hidden.shape[0] == (len(encoded_rte) if k == 0 else encoded_rte.lengths.sum())
-    suffix = cache.suffix_classifier(backbone, k, head)
+    suffix = cached_prefix.suffix_classifier(backbone, k, head)
     assert {id(v) for v in suffix.trainable_variables} <= {id(v) for v in full.variables}
 
     plan = inputs.plan_eval_batches(encoded_rte.lengths, 16, "bucket")
@@ -152,7 +153,7 @@ def test_pipelines_prefetch_a_fixed_buffer_without_autotuning(encoded_rte):
     """Autotuning's model thread made every iterator teardown wait for its next wake-up (inputs.prefetched)."""
     plan = inputs.plan_eval_batches(encoded_rte.lengths, 16, "bucket")
     backbone = make_tiny_backbone()
-    prefix = cache.prefix_model(backbone, 1)
+    prefix = cached_prefix.prefix_model(backbone, 1)
     key = cache.cache_key("tiny", "rte", "train", encoded_rte, NUM_LAYERS - 1, cls_only=False)
     cached, _, _ = cache.build(prefix, encoded_rte, key)
     for dataset in (inputs.to_dataset(encoded_rte, plan, "bucket", 16),
@@ -175,13 +176,13 @@ def test_run_with_cache_records_and_reuses_it(glue_dir, tiny_preset, tmp_path):
     cache.clear_memory()
     settings = dict(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
                     data_dir=glue_dir, max_seq_length=32, cache_frozen=True)
-    first = runner.run_glue(RunConfig(**settings), str(tmp_path / "a"))
-    second = runner.run_glue(RunConfig(**settings, seed=1), str(tmp_path / "b"))
+    first = runner.run_glue(GlueSettings(**settings), str(tmp_path / "a"))
+    second = runner.run_glue(GlueSettings(**settings, seed=1), str(tmp_path / "b"))
     assert first["completed"] and first["cache_frozen"] is True and first["cache_time_s"] > 0
     assert first["trainable_params"] < first["total_params"]
     # seed 1 splits train/validation differently, so those caches are built anew.
     assert second["cache_time_s"] > 0
-    third = runner.run_glue(RunConfig(**{**settings, "lr": 2e-3}), str(tmp_path / "c"))
+    third = runner.run_glue(GlueSettings(**{**settings, "lr": 2e-3}), str(tmp_path / "c"))
     assert third["cache_time_s"] == 0.0
 
 

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from tf_transfer.training import record
-from tf_transfer.studies import glue as runner
+from tf_transfer.studies import glue_task as runner
 from tf_transfer.training.run_folder import RunFolder
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.core.errors import TransferError
 
 from conftest import REPO
@@ -22,7 +22,7 @@ def _config(glue_dir, tiny_preset, **overrides):
     settings = dict(task="sst2", preset=tiny_preset, trainable_layers=2, lr=1e-3, batch_size=4, max_epochs=3,
                     patience=10, data_dir=glue_dir, max_seq_length=32, seed=0)
     settings.update(overrides)
-    return RunConfig(**settings)
+    return GlueSettings(**settings)
 
 
 def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, tiny_preset, tmp_path, monkeypatch):

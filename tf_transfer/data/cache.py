@@ -17,12 +17,16 @@ Caches are keyed by preset, task, split, sequence length, the exact token ids (s
 frozen depth and precision; they are kept in memory for the process (a learning-rate or seed sweep pays once) and,
 with `cache_dir`, on disk as `.npy` files loaded by memory map (for tasks too large for memory).
 
+The two models on either side of the cache, the frozen prefix and the trained suffix, are built in
+`tf_transfer.models.cached_prefix`; this module holds the cached arrays and their batches.
+
 Example:
 
->>> from tf_transfer import cache
->>> prefix = cache.prefix_model(backbone, trainable_layers=2)  # doctest: +SKIP
+>>> from tf_transfer.data import cache
+>>> from tf_transfer.models import cached_prefix
+>>> prefix = cached_prefix.prefix_model(backbone, trainable_layers=2)  # doctest: +SKIP
 >>> cached, seconds, reused = cache.build(prefix, encoded, key)  # doctest: +SKIP
->>> model = cache.suffix_classifier(backbone, trainable_layers=2, head=head)  # doctest: +SKIP
+>>> model = cached_prefix.suffix_classifier(backbone, trainable_layers=2, head=head)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -86,20 +90,6 @@ def cache_key(preset: str, task: str, split: str, encoded: inputs.Encoded, depth
     digest.update(np.ascontiguousarray(encoded.token_ids).tobytes())
     digest.update(np.ascontiguousarray(encoded.segment_ids).tobytes())
     return f"{task}-{split}-d{depth}-{digest.hexdigest()[:16]}"
-
-
-def prefix_model(backbone, trainable_layers):
-    """A Keras model from the backbone's inputs to the output of the last frozen block (or the embeddings)."""
-    import keras
-
-    from tf_transfer.models import families
-
-    depth = frozen_depth(trainable_layers, backbone.num_layers)
-    if depth == 0:
-        output = families.embeddings_output(backbone)
-    else:
-        output = backbone.transformer_layers[depth - 1].output
-    return keras.Model(backbone.input, output, name="frozen_prefix")
 
 
 def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cache_dir: Optional[str] = None,
@@ -203,22 +193,3 @@ def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: in
     dataset = tf.data.Dataset.from_generator(
         lambda: batches(cached, plan, bucket_step, max_length, with_labels, fill_to), output_signature=signature)
     return inputs.prefetched(dataset, len(plan))
-
-
-def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "float16"):
-    """The last k blocks, the pooler (where the family has one) and `head` as a model on cached prefix outputs
-    (weights shared with `backbone`, so training it trains the backbone's own blocks). `hidden_dtype` is the
-    cache's (float16); float32 takes the prefix's output unrounded."""
-    import keras
-
-    from tf_transfer.models import families
-
-    depth = frozen_depth(trainable_layers, backbone.num_layers)
-    hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden")
-    mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-    x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
-    x = families.run_blocks(backbone, backbone.transformer_layers[depth:], x, mask_input)
-    first = x[:, 0, :]
-    pooled = backbone.get_layer("pooled_dense")(first) if families.of(backbone).pooler else first
-    outputs = head(pooled)
-    return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, outputs, name="cached_classifier")

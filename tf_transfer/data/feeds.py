@@ -1,18 +1,24 @@
-"""Feeds: where a run's batches come from, token ids through the whole backbone or cached frozen-prefix outputs.
+"""Feeds: where a run's batches come from. Every feed keeps one protocol, which the runner's tasks and the
+benchmark rely on:
 
-Both give the same interface to the runner and the benchmark: `plan(epoch)`, `dataset(plan)`, `train_dataset(epoch)`,
-`warmup_dataset()`, `padded_length(indices)`, `predict(model, split)`,
-`steps_per_epoch`, `padding_efficiency`, and `use_strategy(strategy)`: under a strategy with several replicas or
-workers, every batch of a plan is split into one share per replica (`inputs.distribute`), so the batch of a step
-stays `batch_size` examples in all (the single-device batch), each share padded to its own bucket, and each
-training example weighted so that the replicas' summed gradients are one device's (`loss_units`). The
-stack-and-finetune study's `tf_transfer.studies.stack_feed.StackFeed` builds on the same base (`Feed`) for one or
-two sequences and per-token labels.
+    steps_per_epoch, num_examples    training steps and examples per epoch
+    train_batches(epoch)             the epoch's batches (seeded by the seed and the epoch alone: resumable)
+    warmup_batches()                 one batch of every shape the training step will see (None: no warm-up)
+    predict(model, split)            the model's outputs on a split, in the split's own order
+    labels(split)                    the split's labels
+    use_strategy(strategy)           under several replicas or workers every batch is split into one share per
+                                     replica (`inputs.distribute`), so a step is still the single-device batch
+
+Here: `TokenFeed` (token ids through the whole model, bucketed by length), `CachedFeed` (the frozen prefix's
+cached outputs, `tf_transfer.data.cache`) and `ArrayFeed` (precomputed feature arrays, e.g. a frozen backbone's
+sentence vectors). `tf_transfer.data.stack_feed.StackFeed` (one or two sequences, per-token labels) builds on `Feed`
+too; `tf_transfer.data.multitask_feed.MultitaskFeed` keeps the protocol for a custom training loop. Under several
+replicas each training example is weighted so that the replicas' summed gradients are one device's (`loss_units`).
 
 Example:
 
 >>> feed = feeds.TokenFeed(encoded_splits, batch_size=32, seed=0, padding="bucket", bucket_step=16)  # doctest: +SKIP
->>> model.fit(feed.train_dataset(epoch=1))  # doctest: +SKIP
+>>> model.fit(feed.train_batches(epoch=1))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ def train_bucket_step(batch_size: int, bucket_step: int, jit: bool) -> int:
 
 
 class Feed:
-    """What both feeds share: the seeded epoch plans, warm-up shapes, scoring and the interface above.
+    """What the token, cached and stack feeds share: seeded epoch plans of length-bucketed batches, warm-up shapes,
+    scoring, and the protocol above.
 
     A feed holds the encoded (or cached) splits and knows `padding`; subclasses say how a plan becomes a
     `tf.data.Dataset` (`_to_dataset`).
@@ -92,7 +99,11 @@ class Feed:
         padded = sum(len(indices) * self.padded_length(indices) for indices in plan)
         return int(sum(self.train.lengths[indices].sum() for indices in plan)) / padded if padded else 0.0
 
-    def train_dataset(self, epoch: int):
+    @property
+    def num_examples(self) -> int:
+        return len(self.train)
+
+    def train_batches(self, epoch: int):
         return self.dataset(self.plan(epoch))
 
     def dataset(self, plan: list):
@@ -108,7 +119,7 @@ class Feed:
         # Without XLA, Keras' step function relaxes its input shapes after a few traces: three shapes suffice.
         return list(first.values())[:3]
 
-    def warmup_dataset(self):
+    def warmup_batches(self):
         return self.dataset(self.warmup_plan())
 
     def predict(self, model, split: str) -> np.ndarray:
@@ -144,6 +155,66 @@ class CachedFeed(Feed):
     def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
         return cache.to_dataset(split, plan, bucket_step, self.max_seq_length, with_labels=with_labels,
                                 fill_to=fill_to)
+
+
+class ArrayFeed:
+    """Precomputed feature arrays and their labels, `{split: array}` each: every epoch one permutation seeded by
+    (seed, epoch) alone, in consecutive batches (as `fit(shuffle=True)`, but resumable); scoring in order, in
+    batches of `eval_batch_size`. No warm-up: a small model's step compiles within its first epoch."""
+
+    def __init__(self, features: dict, labels: dict, batch_size: int, seed: int, eval_batch_size: int = 64):
+        self.features, self._labels = features, labels
+        self.batch_size, self.seed, self.eval_batch_size = batch_size, seed, eval_batch_size
+        self.strategy = None
+
+    def use_strategy(self, strategy):
+        """See `Feed.use_strategy`."""
+        from tf_transfer.core import strategies
+
+        self.strategy = strategy if strategies.is_distributed(strategy) else None
+        return self
+
+    @property
+    def num_examples(self) -> int:
+        return len(self._labels["train"])
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.num_examples // self.batch_size)
+
+    def train_batches(self, epoch: int):
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
+        return self._batches((self.features["train"][order], self._labels["train"][order]), self.batch_size)
+
+    def warmup_batches(self):
+        return None
+
+    def predict(self, model, split: str) -> np.ndarray:
+        batches = self._batches((self.features[split],), self.eval_batch_size)
+        return model.predict(batches, verbose=0, steps=getattr(batches, "num_steps", None))
+
+    def labels(self, split: str) -> np.ndarray:
+        return self._labels[split]
+
+    def _batches(self, arrays: tuple, batch_size: int):
+        """Consecutive batches of `arrays` (features alone, or features and labels for training), prefetched without
+        tf.data autotuning (`inputs.prefetched`); under several replicas split into one share per replica."""
+        import tensorflow as tf
+
+        n = len(arrays[0])
+        if self.strategy is None:
+            dataset = tf.data.Dataset.from_tensor_slices(arrays if len(arrays) > 1 else arrays[0]).batch(batch_size)
+            return inputs.prefetched(dataset, -(-n // batch_size))
+        plan = [np.arange(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+        signature = tuple(tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)) for a in arrays)
+
+        def make_dataset(shares, fill):
+            dataset = tf.data.Dataset.from_generator(
+                lambda: ((tuple(a[i] for a in arrays) if len(arrays) > 1 else arrays[0][i]) for i in shares),
+                output_signature=signature if len(arrays) > 1 else signature[0])
+            return inputs.prefetched(dataset, len(shares))
+
+        return inputs.distribute(self.strategy, make_dataset, plan, loss_units=len if len(arrays) > 1 else None)
 
 
 def _unsort(outputs: np.ndarray, plan: list) -> np.ndarray:

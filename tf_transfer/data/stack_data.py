@@ -34,7 +34,7 @@ import numpy as np
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import tables
-# stack_feed splits texts, pairs and CoNLL sentences alike as stack_data.split.
+# stack_inputs splits texts, pairs and CoNLL sentences alike as stack_data.split.
 from tf_transfer.data.examples import Examples
 
 DOCSTART = "-DOCSTART-"

@@ -35,7 +35,8 @@ from typing import Optional
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.tasks import TASKS
-from tf_transfer.reporting import stats, tables
+from tf_transfer.core import stats
+from tf_transfer.reporting import tables
 
 SUMMARY = "summary.json"
 COLUMNS = ("run", "task", "preset", "trainable_layers", "lr", "batch_size", "seed", "epochs", "best_epoch",

@@ -20,7 +20,7 @@ import math
 import os
 from typing import Optional
 
-from tf_transfer.reporting import stats
+from tf_transfer.core import stats
 
 
 def mean_std(values) -> tuple:

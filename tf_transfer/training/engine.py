@@ -95,15 +95,18 @@ def steps_of(dataset) -> Optional[int]:
     return getattr(dataset, "num_steps", None)
 
 
+def fit_epoch(model, dataset, progress) -> dict:
+    """One epoch as one Keras `fit` call on `dataset` (a plain or an already distributed dataset)."""
+    history = model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[progress],
+                        steps_per_epoch=steps_of(dataset))
+    return {"loss": float(history.history["loss"][-1])}
+
+
 def keras_epoch(model, make_dataset: Callable, steps: int, examples: int):
-    """One epoch as one `fit` call on `make_dataset(epoch)` (a plain or an already distributed dataset), for
-    `Engine.fit`."""
+    """An epoch function for `Engine.fit`: `fit_epoch` on `make_dataset(epoch)`."""
 
     def train_epoch(epoch: int, progress: Progress) -> dict:
-        dataset = make_dataset(epoch)
-        history = model.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[progress],
-                            steps_per_epoch=steps_of(dataset))
-        return {"loss": float(history.history["loss"][-1])}
+        return fit_epoch(model, make_dataset(epoch), progress)
 
     train_epoch.steps, train_epoch.examples = steps, examples
     return train_epoch

@@ -8,7 +8,7 @@ MNLI `test` is `{dev_matched: {...}, dev_mismatched: {...}}`), `best_epoch`, `st
 
 Example:
 
->>> from tf_transfer import record
+>>> from tf_transfer.training import record
 >>> record.write_json_atomic("/tmp/summary.json", {"completed": False})
 """
 
@@ -18,6 +18,7 @@ import json
 import math
 import os
 import tempfile
+import time
 
 SUMMARY = "summary.json"
 
@@ -112,6 +113,12 @@ def start_summary(output_dir: str, fresh: dict, existing, resuming: bool):
     path = os.path.join(output_dir, SUMMARY)
     write_json_atomic(path, summary)
     return summary, path
+
+
+def nothing_trained_yet(config: dict, run_name: str) -> dict:
+    """The part of a fresh `summary.json` that the epochs fill in, after the study's own facts."""
+    return {"compile_time_s": None, "epochs": [], "best_epoch": None, "stopped_early": False, "completed": False,
+            "config": config, "run_name": run_name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def flatten_scores(prefix: str, scores: dict) -> dict:

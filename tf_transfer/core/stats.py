@@ -7,7 +7,7 @@ undefined for the values given is NaN, never a stand-in number: the mean of noth
 
 Example:
 
->>> from tf_transfer.reporting import stats
+>>> from tf_transfer.core import stats
 >>> round(stats.sample_std([0.5, 0.7]), 4), stats.sample_std([0.5])
 (0.1414, nan)
 >>> test = stats.welch_test([0.80, 0.82, 0.81, 0.79], [0.78, 0.80, 0.76, 0.77])

@@ -15,7 +15,7 @@ Training accuracy for the gap rule is measured like validation accuracy (inferen
 seeded sample of the training set as large as the validation set, so that the two numbers are comparable; the
 running accuracy that Keras reports during an epoch is dropout-noised and averaged over changing weights.
 
-Both phases train through the one engine (`tf_transfer.training.engine`, see `stack_train`): every epoch is
+Both phases train through the one runner (`tf_transfer.training.runner`, see `stack_task`): every epoch is
 checkpointed and an interrupted run resumes after its last epoch. `precision` sets the backbone's Keras policy, while
 heads, logits and losses stay float32; `distribution` names the tf.distribute strategy.
 
@@ -23,18 +23,18 @@ Both phases use BERT's AdamW (`tf_transfer.training.optimizers`: decoupled weigh
 or bias, gradients clipped to norm 1.0) at a constant rate. `summary.json` has the core trainer's schema, every
 epoch marked with its `phase`, plus `phases` (one entry per phase: rate, what trained, epochs, why it ended).
 
-Modules: `stack_config` (settings, phases), `stack_feed` (data, batches, scores), `stack_train` (one head's run),
-this one (a run of one head or an ensemble).
+Modules: `stack_settings` (settings, phases), `stack_inputs` (data and scores), `tf_transfer.data.stack_feed`
+(batches), `stack_task` (one head's run), this one (a run of one head or an ensemble).
 
 Example:
 
->>> from tf_transfer.studies import stack
->>> from tf_transfer.studies.stack_config import StackConfig
->>> config = StackConfig(
+>>> from tf_transfer.studies import stack_ensemble
+>>> from tf_transfer.studies.stack_settings import StackSettings
+>>> settings = StackSettings(
 ...     task="quora", data="../shared/data/cs224n_minbert/quora-dev.csv", head="bimpm",
-...     strategy="stack_and_finetune", preset="all_minilm_l6_v2_en", phase1_epochs=1, max_epochs=2,
+...     stack_strategy="stack_and_finetune", preset="all_minilm_l6_v2_en", phase1_epochs=1, max_epochs=2,
 ...     batch_size=16, max_train_examples=256)
->>> summary = stack.run_stack(config, "/tmp/stack")  # doctest: +SKIP
+>>> summary = stack_ensemble.run_stack(settings, "/tmp/stack")  # doctest: +SKIP
 >>> [(e["epoch"], e["phase"], e["val"]["accuracy"]) for e in summary["epochs"]]  # doctest: +SKIP
 """
 
@@ -46,24 +46,24 @@ import os
 from absl import logging
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies import stack_feed, stack_train
-from tf_transfer.studies.stack_config import NOT_RESULT_SETTINGS, PAIR_HEADS, StackConfig
+from tf_transfer.studies import stack_inputs, stack_task
+from tf_transfer.studies.stack_settings import PAIR_HEADS, StackSettings
 from tf_transfer.training import record
 
 ENSEMBLE_FILE = "ensemble.json"
 
 
-def _check_same_run(existing: dict, config: StackConfig, output_dir: str) -> None:
+def _check_same_run(existing: dict, config: StackSettings, output_dir: str) -> None:
     """See `record.refuse_other_settings`."""
-    record.refuse_other_settings(existing, config.to_dict(), output_dir, NOT_RESULT_SETTINGS)
+    record.refuse_other_settings(existing, config.to_dict(), output_dir, config.NOT_RESULT_SETTINGS)
 
 
-def result_path(config: StackConfig, output_dir: str) -> str:
+def result_path(config: StackSettings, output_dir: str) -> str:
     """Where the run's result goes: `summary.json`, or for an ensemble `ensemble.json`."""
     return os.path.join(output_dir, ENSEMBLE_FILE if config.ensemble else record.SUMMARY)
 
 
-def completed_result(config: StackConfig, output_dir: str):
+def completed_result(config: StackSettings, output_dir: str):
     """The result of a completed run of `config` in `output_dir`, or None; `TransferError` if the completed run
     there had other settings (so that a changed command is never answered with an old result)."""
     path = result_path(config, output_dir)
@@ -76,14 +76,14 @@ def completed_result(config: StackConfig, output_dir: str):
     return existing
 
 
-def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False, strategy=None) -> dict:
+def run_stack(config: StackSettings, output_dir: str, overwrite: bool = False, strategy=None) -> dict:
     """Trains every head of `config` (one, or the members of --ensemble) under `strategy` (default: the one
     `config.distribution` names) and returns the result.
 
     One head: its `summary.json` in `output_dir`. An ensemble: each member's `summary.json` in
     `output_dir/<head>/`, and the averaged probabilities' scores in `output_dir/ensemble.json`.
 
-    A completed run is returned as it is (unless `overwrite`); an unfinished one resumes (see `stack_train`;
+    A completed run is returned as it is (unless `overwrite`); an unfinished one resumes (see `stack_task`;
     an ensemble's finished members are not trained again) if it has the same settings, else `TransferError`.
     """
     from tf_transfer.core import strategies
@@ -96,7 +96,7 @@ def run_stack(config: StackConfig, output_dir: str, overwrite: bool = False, str
         return _run_stack(config, output_dir, overwrite, strategy)
 
 
-def _run_stack(config: StackConfig, output_dir: str, overwrite: bool, strategy) -> dict:
+def _run_stack(config: StackSettings, output_dir: str, overwrite: bool, strategy) -> dict:
     """`run_stack` once a multi-worker cluster (if any) has joined: only its chief reads and writes `output_dir`,
     and tells the other workers what it holds (`distributed.from_chief`)."""
     from tf_transfer.core import strategies
@@ -113,7 +113,7 @@ def _run_stack(config: StackConfig, output_dir: str, overwrite: bool, strategy) 
     finished = [] if overwrite or not config.ensemble else distributed.from_chief(
         strategy, lambda: [head for head in config.heads if _finished_member(member_dirs[head])])
 
-    data = stack_feed.read_data(config)
+    data = stack_inputs.read_data(config)
     import keras
 
     from tf_transfer.models import backbones
@@ -141,8 +141,8 @@ def _run_stack(config: StackConfig, output_dir: str, overwrite: bool, strategy) 
                                             purpose="stack-and-finetune")
         pair_head = head_name in PAIR_HEADS
         if pair_head not in encodings:
-            encodings[pair_head] = stack_feed.encode(config, data, loaded.tokenizer, pair_head)
-        members[head_name] = stack_train.train_head(config, head_name, data, encodings[pair_head], loaded,
+            encodings[pair_head] = stack_inputs.encode(config, data, loaded.tokenizer, pair_head)
+        members[head_name] = stack_task.train_head(config, head_name, data, encodings[pair_head], loaded,
                                                     member_dir, strategy, overwrite=overwrite,
                                                     keep_probabilities=bool(config.ensemble))
     if not config.ensemble:
@@ -154,7 +154,7 @@ def _run_stack(config: StackConfig, output_dir: str, overwrite: bool, strategy) 
                                                                      members, member_dirs))
 
 
-def _existing(config: StackConfig, output_dir: str, member_dirs: dict):
+def _existing(config: StackSettings, output_dir: str, member_dirs: dict):
     """The completed result in `output_dir` (or None), after refusing a member folder with other settings."""
     existing = completed_result(config, output_dir)
     if existing:
@@ -169,10 +169,10 @@ def _existing(config: StackConfig, output_dir: str, member_dirs: dict):
 def _finished_member(member_dir: str) -> bool:
     held = record.read_summary(member_dir)
     return bool(held and held.get("completed")
-                and os.path.exists(os.path.join(member_dir, stack_train.PROBABILITIES_FILE)))
+                and os.path.exists(os.path.join(member_dir, stack_task.PROBABILITIES_FILE)))
 
 
-def _ensemble_result(config: StackConfig, output_dir: str, data, loaded, encodings: dict, members: dict,
+def _ensemble_result(config: StackSettings, output_dir: str, data, loaded, encodings: dict, members: dict,
                      member_dirs: dict) -> dict:
     """Averages the members' probabilities (a member finished before: from its folder) and writes the result."""
     from tf_transfer.models import backbones
@@ -180,18 +180,18 @@ def _ensemble_result(config: StackConfig, output_dir: str, data, loaded, encodin
     for head_name, member in list(members.items()):
         if member is None:  # finished before this run
             members[head_name] = (record.read_summary(member_dirs[head_name]),
-                                  stack_train.load_probabilities(member_dirs[head_name]))
+                                  stack_task.load_probabilities(member_dirs[head_name]))
     if not encodings:  # every member had finished before: their labels are still needed for the scores
         loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
                                         purpose="stack-and-finetune")
-        encodings[False] = stack_feed.encode(config, data, loaded.tokenizer, False)
+        encodings[False] = stack_inputs.encode(config, data, loaded.tokenizer, False)
     encoded = next(iter(encodings.values()))
-    result = {"task": config.task, "heads": list(config.heads), "strategy": config.strategy,
+    result = {"task": config.task, "heads": list(config.heads), "strategy": config.stack_strategy,
               "preset": config.preset, "seed": config.seed, "precision": config.precision, "metric": config.metric,
               "members": {}, "completed": True}
     for name in [n for n in ("validation", "test") if n in encoded]:
-        averaged = stack_feed.average_probabilities([probabilities[name] for _, probabilities in members.values()])
-        result["val" if name == "validation" else "test"] = stack_feed.score(encoded[name], averaged,
+        averaged = stack_inputs.average_probabilities([probabilities[name] for _, probabilities in members.values()])
+        result["val" if name == "validation" else "test"] = stack_inputs.score(encoded[name], averaged,
                                                                              data.label_names)
     if "test" not in result:
         result["test"] = None

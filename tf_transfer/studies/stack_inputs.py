@@ -1,0 +1,100 @@
+"""The stack study's data in and scores out: reading `--data`/`--test_data`, encoding for one kind of head, and
+scoring class probabilities (`score`), also an ensemble's averaged ones. Batches come from
+`tf_transfer.data.stack_feed.StackFeed`.
+
+Example:
+
+>>> from tf_transfer.studies import stack_inputs
+>>> data = stack_inputs.read_data(settings)  # doctest: +SKIP
+>>> encoded = stack_inputs.encode(settings, data, tokenizer, pair_head=True)  # doctest: +SKIP
+>>> stack_inputs.score(encoded["validation"], feed.predict(model, "validation"), data.label_names)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from tf_transfer.core import metrics as metrics_lib
+from tf_transfer.core import ner_metrics
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data import stack_data
+from tf_transfer.data.examples import train_validation_split
+from tf_transfer.studies.stack_settings import StackSettings
+
+
+def read_data(config: StackSettings) -> types.SimpleNamespace:
+    """Reads --data (split into train and validation) and --test_data; no TensorFlow yet, so bad files fail fast."""
+    test = None
+    if config.task == "conll_ner":
+        full = stack_data.read_conll(config.data)
+        test = stack_data.read_conll(config.test_data) if config.test_data else None
+        label_names = stack_data.tag_vocabulary(*[s for s in (full, test) if s is not None])
+        skipped = {}
+    else:
+        if config.task == "classification":
+            full = stack_data.read_texts(config.data, config.text_column, config.label_column)
+            if config.test_data:
+                test = stack_data.read_texts(config.test_data, config.text_column, config.label_column,
+                                             full.label_names)
+        else:
+            full = stack_data.read_pairs(config.data)
+            test = stack_data.read_pairs(config.test_data) if config.test_data else None
+        label_names = full.label_names
+        skipped = {"train": full.skipped_rows, **({"test": test.skipped_rows} if test is not None else {})}
+        if len(label_names) < 2:
+            raise TransferError(f"{config.data}: every row has the label {label_names[0]!r}; need two classes or more")
+    train, validation = train_validation_split(full, config.validation_fraction, config.seed)
+    if config.max_train_examples is not None and config.max_train_examples < len(train):
+        train = train.take(range(config.max_train_examples))
+    splits = {"train": train, "validation": validation, **({"test": test} if test is not None else {})}
+    return types.SimpleNamespace(splits=splits, label_names=tuple(label_names), skipped=skipped)
+
+
+def train_sample_indices(n_train: int, n_validation: int, seed: int) -> np.ndarray:
+    """The training examples scored for the gap rule: a fixed seeded sample as large as the validation set."""
+    size = min(n_train, n_validation)
+    return np.sort(np.random.default_rng([seed, 7]).choice(n_train, size, replace=False))
+
+
+def encode(config: StackSettings, data, tokenizer, pair_head: bool) -> dict:
+    """Encodes every split for one kind of head, plus `train_sample` for the gap rule."""
+    encoded = {}
+    for name, split in data.splits.items():
+        if config.task == "conll_ner":
+            encoded[name] = stack_data.encode_sentences(split, tokenizer, config.max_seq_length, data.label_names)
+        elif pair_head:
+            encoded[name] = stack_data.encode_pairs_separately(split, tokenizer, config.max_seq_length)
+        else:
+            encoded[name] = stack_data.encode_texts(split, tokenizer, config.max_seq_length)
+    encoded["train_sample"] = encoded["train"].take(
+        train_sample_indices(len(encoded["train"]), len(encoded["validation"]), config.seed))
+    return encoded
+
+
+def score(split: stack_data.EncodedSplit, probabilities, label_names: tuple) -> dict:
+    """Tagging: conlleval's entity precision/recall/F1 and word accuracy. Otherwise accuracy and F1 (of class 1 for
+    two classes, macro-averaged for more)."""
+    if split.tagging:
+        predicted = []
+        for probs, positions, gold in zip(probabilities, split.word_positions, split.gold_tags):
+            tags = [label_names[i] for i in probs[positions].argmax(axis=-1)]
+            predicted.append(tags + [ner_metrics.OUTSIDE] * (len(gold) - len(tags)))  # words cut off by the budget
+        return ner_metrics.compute(split.gold_tags, predicted)
+    predictions = np.asarray(probabilities).argmax(axis=-1)
+    scores = {"accuracy": metrics_lib.accuracy(split.labels, predictions)}
+    if len(label_names) == 2:
+        scores["f1"] = metrics_lib.f1(split.labels, predictions)
+    else:
+        from sklearn.metrics import f1_score
+
+        scores["macro_f1"] = float(f1_score(split.labels, predictions, average="macro", zero_division=0.0))
+    return scores
+
+
+def average_probabilities(members: list):
+    """The ensemble's probabilities: the mean of its members' (arrays, or per-example arrays when tagging)."""
+    if isinstance(members[0], np.ndarray):
+        return np.mean(np.stack(members), axis=0)
+    return [np.mean(np.stack(per_example), axis=0) for per_example in zip(*members)]

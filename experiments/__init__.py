@@ -1,4 +1,4 @@
-"""The study grids, one module each defining `STUDY` (a `tf_transfer.studies.grid.Study`): its runs as data and
+"""The study grids, one module each defining `GRID` (a `tf_transfer.studies.grid.Grid`): its runs as data and
 its report. `STUDIES` names them; adding a study is adding a module here, its flagfile in `flags/` and a line below.
 
 >>> from experiments import load_study
@@ -6,10 +6,11 @@ its report. `STUDIES` names them; adding a study is adding a module here, its fl
 'transfer_learning'
 """
 
-from experiments import layer_freezing, transfer_learning
+from experiments import hart_sentiment, layer_freezing, li_multitask, stack_quora, transfer_learning
 from tf_transfer.core.errors import TransferError
 
-STUDIES = {"transfer_learning": transfer_learning.STUDY, "layer_freezing": layer_freezing.STUDY}
+STUDIES = {"transfer_learning": transfer_learning.GRID, "layer_freezing": layer_freezing.GRID,
+           "stack_quora": stack_quora.GRID, "multitask": li_multitask.GRID, "sentiment": hart_sentiment.GRID}
 
 
 def load_study(name: str):

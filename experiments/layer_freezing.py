@@ -27,7 +27,7 @@ from collections import defaultdict
 from tf_transfer.training import record
 from tf_transfer.reporting import tables as reports
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.grid import Study, Variant
+from tf_transfer.studies.grid import Grid, Variant
 
 from experiments.transfer_learning import pinned_commands
 
@@ -52,7 +52,7 @@ def final_score(summary: dict, split: str = "test"):
     return reports.test_score(last, summary["metric"]) if split == "test" else last["val"].get(summary["metric"])
 
 
-def searched_lr(settings: dict, runs_dir: str, study: Study):
+def searched_lr(settings: dict, runs_dir: str, study: Grid):
     """The line search's winner for this task (best validation score after the last epoch), or None if unfinished.
 
     It is chosen on the 10% of GLUE train the line search holds out, never on GLUE dev, which is the test set."""
@@ -121,7 +121,7 @@ def baselines(tasks: list, collected: list, out: str) -> dict:
     return found
 
 
-def report(collected: list, out: str, study: Study, variant: str) -> None:
+def report(collected: list, out: str, study: Grid, variant: str) -> None:
     presets = list(dict.fromkeys(r["settings"].get("preset") for r in collected))
     if len(presets) > 1:  # BERT and RoBERTa (or --presets): one report per backbone, each in its own folder
         os.makedirs(out, exist_ok=True)
@@ -399,7 +399,7 @@ def _claims(tasks: list, results: dict, collected: list) -> list:
             "measure relative to the majority class.", "", reports.claims_table(rows), ""]
 
 
-STUDY = Study(
+GRID = Grid(
     name="layer_freezing",
     paper='Lee, Tang & Lin, "What Would Elsa Do? Freezing Layers During Transformer Fine-Tuning"',
     flagfile=FLAGFILE,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from experiments.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
 from experiments.transfer_learning_report import write_report
-from tf_transfer.studies.grid import Study, Variant
+from tf_transfer.studies.grid import Grid, Variant
 
 CPU_DIFFERENCES = (
     "Backbone all-MiniLM-L6-v2 (6 blocks, 384 wide) instead of BERT-base (12 blocks, 768 wide): the only "
@@ -53,7 +53,7 @@ def earlier_protocol(settings: dict):
     return None
 
 
-STUDY = Study(
+GRID = Grid(
     name="transfer_learning",
     paper='Wang, "A New Computationally Efficient Method to Tune BERT Networks – Transfer Learning"',
     flagfile="flags/wang_common.flags",

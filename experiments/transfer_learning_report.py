@@ -3,7 +3,7 @@ claims table, tables per task and epoch, time to the stopping point and time sav
 budgets, the learning-rate effect, the cache's share of the saving, score-vs-time curves.
 
 >>> from experiments.transfer_learning_report import write_report  # doctest: +SKIP
->>> write_report(collected, "reports/transfer_learning", STUDY, "cpu")  # doctest: +SKIP
+>>> write_report(collected, "reports/transfer_learning", GRID, "cpu")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, 
                                            UNCACHED_TASKS, label)
 from experiments.transfer_learning_claims import OTHER_MACHINE, claims, completed_runs, mean_or_none, saved_cell
 from tf_transfer.reporting import tables as reports
-from tf_transfer.studies.grid import Study
+from tf_transfer.studies.grid import Grid
 
 CENSORED_LEGEND = (
     "**†n/m: censored runs.** n of the m completed runs of a cell reached the epoch cap ({cap}) before patience "
@@ -25,7 +25,7 @@ CENSORED_LEGEND = (
     "at the cap is not censored.")
 
 
-def write_report(collected: list, out: str, study: Study, variant: str) -> None:
+def write_report(collected: list, out: str, study: Grid, variant: str) -> None:
     os.makedirs(out, exist_ok=True)
     chosen = study.variant(variant)
     by_cell = defaultdict(list)

@@ -4,8 +4,10 @@
     python -m tf_transfer.experiments run layer_freezing --dry_run
     python -m tf_transfer.experiments run layer_freezing --variant=cpu --presets=distil_bert_base_en_uncased --dry_run
     python -m tf_transfer.experiments report transfer_learning --variant=cpu --runs_dir=runs --out=reports/transfer_learning
+    python -m tf_transfer.experiments run multitask --variant=cpu --data_dir=../shared/data/cs224n_minbert --dry_run
     python -m tf_transfer.experiments table reports/runs --out=/tmp/runs
 
+Studies: transfer_learning and layer_freezing (GLUE), stack_quora, multitask and sentiment (`experiments/`).
 `run` skips completed runs and runs locked by another process (so several processes or machines can share one
 grid and `runs/`), records a failed run's error beside it and goes on; it exits with status 1 when any run
 failed. `report` writes Markdown, CSV and PNG. `table` prints one row per `summary.json` below a folder, of any
@@ -36,7 +38,10 @@ flags.DEFINE_string("out", None, "report: output folder (default reports/<study>
                     "to write PATH.csv and PATH.md (default: print only).")
 COMMAND_FLAGS = flags_lib.common(
     runs_dir=("runs", "Root folder of the runs."),
-    data_dir=(None, "GLUE folder for every run (default $GLUE_DIR)."),
+    data_dir=(None, "Data folder for every run: GLUE's (default $GLUE_DIR), or the CS224N files (multitask; "
+                    "stack_quora: the folder of quora-dev.csv)."),
+    data=(None, "Data file for every run of a study that reads one file (stack_quora: the Quora pairs; sentiment: "
+                "the labelled texts)."),
     cache_dir=(None, "Frozen-prefix cache folder shared by the runs (variants that cache)."),
 )
 
@@ -44,9 +49,8 @@ USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags], or t
 
 
 def main(argv):
-    from tf_transfer.studies import grid as studies
-    from tf_transfer.data import tasks
     from tf_transfer.core.errors import TransferError
+    from tf_transfer.studies import grid as studies
 
     if len(argv) == 3 and argv[1] == "table":
         from tf_transfer.reporting import runs_table
@@ -62,43 +66,67 @@ def main(argv):
     runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets)
     if FLAGS.tasks and not runs:
         raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
-    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
-    for settings in runs:
-        settings["data_dir"] = data_dir
-        if FLAGS.cache_dir and settings.get("cache_frozen"):
-            settings["cache_dir"] = FLAGS.cache_dir
+    if study.data_settings is None:  # GLUE runs: reports read GLUE dev from the same folder
+        for settings in runs:
+            settings["data_dir"] = FLAGS.data_dir or os.environ.get("GLUE_DIR")
     if command == "report":
-        out = FLAGS.out or os.path.join("reports", name)
-        if not os.path.isdir(FLAGS.runs_dir):
-            raise TransferError(f"runs folder {FLAGS.runs_dir} does not exist: point --runs_dir at the grid's runs "
-                                "(the committed reproductions are under reports/runs)")
-        collected = studies.collect(study, runs, FLAGS.runs_dir)
-        if not any(c["summary"] for c in collected):
-            # A report of nothing but "missing" would overwrite a real one at --out and look like a result.
-            raise TransferError(f"no completed run of {name} (--variant={FLAGS.variant}) under {FLAGS.runs_dir}: "
-                                "run the grid first, or point --runs_dir at its runs; nothing written")
-        study.report(collected, out, study, FLAGS.variant)
-        done = sum(1 for c in collected if c["summary"])
-        print(f"report of {name} ({FLAGS.variant}): {done}/{len(collected)} runs completed; written to {out}")
+        _report(study, name, runs)
         return
     selected = studies.shard(runs, FLAGS.shard)
     if FLAGS.dry_run:
         for position, settings in enumerate(selected, start=1):
-            print(f"{position:4d} {studies.describe(settings)} part={settings['part']} -> "
+            print(f"{position:4d} {studies.describe(settings, study.shown)} part={settings['part']} -> "
                   f"{studies.run_dir(FLAGS.runs_dir, study, settings)}")
         print(f"{len(selected)} runs ({len(runs)} in the whole grid)")
         return
+    _run(study, name, runs, selected)
+
+
+def _data_settings(study) -> dict:
+    """What --data_dir and --data are for the study's runs (GLUE: the data folder, default $GLUE_DIR)."""
+    from tf_transfer.data import tasks
+
+    if study.data_settings is not None:
+        return study.data_settings(FLAGS.data_dir, FLAGS.data)
+    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
     if data_dir:  # not one error per run for a folder that is not there (without one, runs read TFDS)
         tasks.check_data_dir(data_dir)
+    return {"data_dir": data_dir}
+
+
+def _report(study, name: str, runs: list) -> None:
+    from tf_transfer.core.errors import TransferError
+    from tf_transfer.studies import grid as studies
+
+    out = FLAGS.out or os.path.join("reports", name)
+    if not os.path.isdir(FLAGS.runs_dir):
+        raise TransferError(f"runs folder {FLAGS.runs_dir} does not exist: point --runs_dir at the grid's runs "
+                            "(the committed reproductions are under reports/)")
+    collected = studies.collect(study, runs, FLAGS.runs_dir)
+    if not any(c["summary"] for c in collected):
+        # A report of nothing but "missing" would overwrite a real one at --out and look like a result.
+        raise TransferError(f"no completed run of {name} (--variant={FLAGS.variant}) under {FLAGS.runs_dir}: "
+                            "run the grid first, or point --runs_dir at its runs; nothing written")
+    written = study.report(collected, out, study, FLAGS.variant)
+    done = sum(1 for c in collected if c["summary"])
+    print(f"report of {name} ({FLAGS.variant}): {done}/{len(collected)} runs completed; written to {written or out}")
+
+
+def _run(study, name: str, runs: list, selected: list) -> None:
+    from tf_transfer.studies import grid as studies
+
+    data = _data_settings(study)
+    for settings in selected:
+        settings.update(data)
+        if FLAGS.cache_dir and settings.get("cache_frozen"):
+            settings["cache_dir"] = FLAGS.cache_dir
     logging.set_verbosity(logging.INFO)
 
     import keras
 
-    from tf_transfer.studies import glue_task as runner
-
-    def run_one(config, folder):
+    def run_one(settings, folder):
         keras.backend.clear_session()  # one process runs many models: free the previous graph and weights
-        runner.run_glue(config, folder)
+        studies.train_run(study, settings, folder)
 
     start = time.time()
     counts = studies.run_study(study, selected, FLAGS.runs_dir, run_one, log=lambda line: print(line, flush=True))

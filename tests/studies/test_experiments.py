@@ -11,7 +11,9 @@ import pytest
 from tf_transfer.training import record
 from experiments import load_study
 from tf_transfer.studies import grid as studies
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
+from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import REPO, run_module
 
@@ -50,7 +52,6 @@ def test_layer_freezing_grid_sweeps_half_to_all_frozen():
 
 def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
     """The cpu variant caches frozen prefixes; the full model of the line search has none to cache."""
-    from tf_transfer.studies.glue_settings import GlueSettings
 
     study = load_study("layer_freezing")
     runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r
@@ -120,11 +121,11 @@ def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path)
 
 
 def _fake_study(tmp_path):
-    from tf_transfer.studies.grid import Study, Variant
+    from tf_transfer.studies.grid import Grid, Variant
 
     flagfile = tmp_path / "fake.flags"
     flagfile.write_text("--preset=all_minilm_l6_v2_en\n--batch_size=8\n--max_epochs=2\n")
-    return Study(name="fake", paper="a test", flagfile=str(flagfile),
+    return Grid(name="fake", paper="a test", flagfile=str(flagfile),
                  axes={"task": ["rte", "mrpc"], "trainable_layers": [1, "all"], "lr": [1e-3], "seed": [0]},
                  variants={"paper": Variant()}, report=lambda *a: None)
 
@@ -152,7 +153,8 @@ def test_runner_skips_completed_and_records_failures(tmp_path):
     runs = study.runs()
     calls = []
 
-    def run_one(config, folder):
+    def run_one(settings, folder):
+        config = GlueSettings.from_dict({k: v for k, v in settings.items() if k != "part"})
         calls.append((config.task, config.trainable_layers))
         if config.task == "mrpc" and config.trainable_layers == 1:
             raise RuntimeError("boom")
@@ -190,8 +192,8 @@ PARALLEL = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     from tf_transfer.studies import grid as studies
     from tf_transfer.training import record
-    from tf_transfer.studies.grid import Study, Variant
-    study = Study(name="fake", paper="", flagfile={flagfile!r},
+    from tf_transfer.studies.grid import Grid, Variant
+    study = Grid(name="fake", paper="", flagfile={flagfile!r},
                   axes={{"task": ["rte", "mrpc", "stsb", "cola"], "trainable_layers": [1, 2, 3], "lr": [1e-3],
                          "seed": [0]}}, variants={{"paper": Variant()}}, report=None)
     def run_one(config, folder):
@@ -221,8 +223,6 @@ def test_report_shows_missing_runs(tmp_path):
     slow_runs = 0
     for settings in runs:
         if settings["seed"] == 0 and settings["trainable_layers"] in (2, "all"):
-            from tf_transfer.studies.glue_settings import GlueSettings
-
             config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
             folder = studies.run_dir(runs_dir, study, settings)
             os.makedirs(folder, exist_ok=True)
@@ -276,7 +276,6 @@ def test_report_lists_machines_and_warns_when_they_differ():
 
 def _write_runs(study, runs, runs_dir, score_of, **fake):
     """Fake completed summaries for `runs` (settings of `study`), scoring `score_of(settings)`."""
-    from tf_transfer.studies.glue_settings import GlueSettings
 
     for settings in runs:
         config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
@@ -286,7 +285,6 @@ def _write_runs(study, runs, runs_dir, score_of, **fake):
 
 
 def test_wang_grid_scores_and_stops_cola_on_accuracy():
-    from tf_transfer.studies.glue_settings import GlueSettings
 
     study = load_study("transfer_learning")
     for variant in ("paper", "cpu"):
@@ -297,7 +295,7 @@ def test_wang_grid_scores_and_stops_cola_on_accuracy():
         config = GlueSettings(**{k: v for k, v in cola[0].items() if k != "part"})
         assert config.metric_name == "accuracy"
     assert GlueSettings(task="cola").metric_name == "mcc"  # the trainer's CoLA default, which other studies use
-    assert studies.parse_flagfile("flags/wang_cola.flags") == {"task": "cola", "metric": "accuracy"}
+    assert settings_lib.read_flagfile("flags/wang_cola.flags", GlueSettings) == {"task": "cola", "metric": "accuracy"}
 
 
 def test_cola_runs_stopped_on_mcc_stand_in_until_rerun(tmp_path):
@@ -420,7 +418,6 @@ def test_transfer_report_compares_times_only_within_one_machine(tmp_path):
 # --- Lee, Tang & Lin's protocol: the full training set, majority baselines, the relative 90% point -----------
 
 def test_validation_fraction_zero_needs_early_stopping_off():
-    from tf_transfer.studies.glue_settings import GlueSettings
 
     with pytest.raises(TransferError, match="--patience=0"):
         GlueSettings(task="rte", validation_fraction=0.0)
@@ -436,7 +433,6 @@ def test_validation_fraction_zero_needs_early_stopping_off():
 
 def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, tiny_preset):
     from tf_transfer.studies import glue_task as runner
-    from tf_transfer.studies.glue_settings import GlueSettings
 
     for trainable, cache in (("all", False), (1, True)):
         config = GlueSettings(task="rte", preset=tiny_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
@@ -500,8 +496,6 @@ def test_layer_freezing_report_shows_the_majority_class_and_claims(tmp_path, glu
     sweep = [studies.resolve(study, r, runs_dir) for r in runs if r["part"] == "sweep"]
     _write_runs(study, sweep, runs_dir, lambda s: 0.0, test=None)
     for settings in sweep:  # the test scores of the sweep's own runs (the whole training set), seeds 0.01 apart
-        from tf_transfer.studies.glue_settings import GlueSettings
-
         config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
         _fake_summary(config, studies.run_dir(runs_dir, study, settings), score=0.0,
                       test=0.5 + over_majority[settings["trainable_layers"]] + 0.01 * config.seed)
@@ -525,3 +519,64 @@ def test_layer_freezing_report_shows_the_majority_class_and_claims(tmp_path, glu
     # Without the GLUE data, the baseline of the previous report is reused, and the report says so.
     study.report([dict(c, settings=dict(c["settings"], data_dir=None)) for c in collected], str(out), study, "cpu")
     assert "| majority class (constant prediction) | – | – | 0.500 |" in (out / "README.md").read_text()
+
+
+# --- the stack, multitask and sentiment grids --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("study, flags, count, first_folder", [
+    ("stack_quora", [], 18, "linear_stack_and_finetune"),
+    ("multitask", [], 9, "li_heads_first"),
+    ("sentiment", [], 4, ""),
+])
+def test_grids_of_the_other_studies_are_listed_where_their_reports_read_them(tmp_path, study, flags, count,
+                                                                            first_folder):
+    done = run_module("tf_transfer.experiments", "run", study, "--variant=cpu", f"--runs_dir={tmp_path}",
+                      "--dry_run", *flags)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == f"{count} runs ({count} in the whole grid)"
+    assert lines[0].endswith(f"-> {os.path.join(str(tmp_path), first_folder) if first_folder else str(tmp_path)}")
+    assert all("preset=all_minilm_l6_v2_en" in line for line in lines[:-1])
+
+
+def test_stack_grid_places_the_papers_comparison_by_model_and_seed():
+    grid = load_study("stack_quora")
+    folders = [studies.run_dir("r", grid, run) for run in grid.runs("cpu") if run["part"].startswith("paper")]
+    assert folders[:3] == [f"r/paper/sim_transformer_stack_and_finetune/seed{s}" for s in (0, 1, 2)]
+    assert "r/paper/mlp_finetune_only/seed2" in folders and len(folders) == 9
+    # The grid's settings are the stack command's: the baseline is fine-tune-only, as its flagfile says.
+    mlp = next(run for run in grid.runs("cpu") if run["head"] == "mlp")
+    from tf_transfer.studies.stack_settings import StackSettings
+
+    settings = StackSettings.from_dict({**{k: v for k, v in mlp.items() if k != "part"}, "data": "x.csv"})
+    assert (settings.stack_strategy, settings.max_train_examples, settings.precision) == (
+        "finetune_only", 4000, "mixed_bfloat16")
+
+
+def test_multitask_row_that_starts_from_another_waits_for_it(tmp_path):
+    grid = load_study("multitask")
+    runs = {run["part"]: run for run in grid.runs("cpu")}
+    then = runs["li_heads_then_finetune"]
+    assert then["init_from"] == "<li_heads_first>"
+    assert studies.resolve(grid, then, str(tmp_path)) is None  # li_heads_first has not run
+    record.write_json_atomic(str(tmp_path / "li_heads_first" / "summary.json"), {"completed": True})
+    assert studies.resolve(grid, then, str(tmp_path))["init_from"] == str(tmp_path / "li_heads_first")
+    assert runs["li_heads_first"]["trainable_layers"] == "0" and runs["li_heads_first"]["lr"] == 1e-3
+
+
+def test_sentiment_grid_runs_its_sparse_step_and_writes_the_report(tmp_path):
+    """The grid's sparse step trains as `sentiment --flagfile=flags/hart_sparse.flags` does, is found completed
+    afterwards, and leaves the report the sentiment command writes."""
+    from test_sentiment import write_kaggle_csv
+
+    data = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12)
+    grid = load_study("sentiment")
+    sparse = [{**run, "data": str(data)} for run in grid.runs("paper") if run["part"] == "sparse"]
+    out = str(tmp_path / "hart")
+    assert studies.run_study(grid, sparse, out, log=lambda line: None)["ran"] == 1
+    for name in ("sparse_baselines.json", "sparse_baselines.md", "report.md"):
+        assert os.path.exists(os.path.join(out, name)), name
+    with open(os.path.join(out, "sparse_baselines.json")) as f:
+        assert [fold["fold"] for fold in json.load(f)["tfidf"]["folds"]] == list(range(1, 11))  # the flagfile's 10
+    assert studies.run_study(grid, sparse, out, log=lambda line: None)["completed"] == 1

@@ -169,10 +169,12 @@ def convert(text: str, kind: type):
     return kind(text)
 
 
-def read_flagfile(path: str, settings_class) -> dict:
+def read_flagfile(path: str, settings_class, command_flags: Optional[dict] = None) -> dict:
     """`--name=value` lines of a flagfile (and the flagfiles it includes with `--flagfile=`, relative to the
-    repository like the flagfiles in `flags/`) as the settings of `settings_class` they set, keyed by flag name."""
-    kinds = {flag_name(f): flag_kind(settings_class, f) for f in dataclasses.fields(settings_class)}
+    repository like the flagfiles in `flags/`) as the settings of `settings_class` they set, keyed by flag name.
+    `command_flags` (`{name: kind}`) are the command's other flags the flagfile may set (e.g. an output folder)."""
+    kinds = {**(command_flags or {}),
+             **{flag_name(f): flag_kind(settings_class, f) for f in dataclasses.fields(settings_class)}}
     values = {}
     full = path if os.path.isabs(path) else os.path.join(REPO, path)
     with open(full) as f:
@@ -182,7 +184,7 @@ def read_flagfile(path: str, settings_class) -> dict:
                 continue
             name, _, text = line.lstrip("-").partition("=")
             if name == "flagfile":
-                values.update(read_flagfile(text, settings_class))
+                values.update(read_flagfile(text, settings_class, command_flags))
             elif name in kinds:
                 try:
                     values[name] = convert(text, kinds[name])

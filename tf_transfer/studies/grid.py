@@ -1,15 +1,16 @@
-"""Studies as data: a grid of `GlueSettings` settings, the runner that works through it, and shared report helpers.
+"""Studies as data: a study's `Grid` of runs, the runner that works through it, and where each run lives.
 
-A study module in `experiments/` defines `STUDY = Study(...)`: its fixed settings (read from its flagfile in
+A study module in `experiments/` defines `GRID = Grid(...)`: its fixed settings (read from its flagfile in
 `flags/`), the axes of its grid, named variants (e.g. `cpu`: the settings this project's 2-core machine can afford,
-with the differences from the paper listed) and a `report(runs, out)` function. The runner never reads flags.
+with the differences from the paper listed) and a `report(runs, out, grid, variant)` function. A grid's runs are
+GLUE runs unless it names another settings class and how to train, place and find a run of it (the stack, sentiment
+and multitask grids do). The runner never reads flags.
 
 Example:
 
 >>> from experiments import load_study
->>> study = load_study("transfer_learning")
->>> runs = study.runs(variant="paper")  # doctest: +SKIP
->>> len(runs)  # 8 tasks x 5 settings x 2 rates x 2 seeds  # doctest: +SKIP
+>>> grid = load_study("transfer_learning")
+>>> len(grid.runs(variant="paper"))  # 8 tasks x 5 settings x 2 rates x 2 seeds
 160
 """
 
@@ -51,16 +52,15 @@ def preset_depth(preset: str) -> int:
     raise TransferError(f"unknown depth of preset {preset!r}: add it to studies.PRESET_DEPTHS or use a local folder")
 
 
-def parse_flagfile(path: str) -> dict:
-    """The GLUE settings a flagfile sets (`tf_transfer.core.settings.read_flagfile`)."""
-    return settings_lib.read_flagfile(path, GlueSettings)
-
-
-def own_settings(path: str, base: str) -> dict:
+def own_settings(path: str, base: str, settings_class=GlueSettings) -> dict:
     """The settings of flagfile `path` that differ from those of `base` (which `path` usually includes): what a
     part of a grid (e.g. a line search) changes on top of the study's flagfile."""
-    below = parse_flagfile(base)
-    return {k: v for k, v in parse_flagfile(path).items() if k not in below or below[k] != v}
+    below = settings_lib.read_flagfile(base, settings_class)
+    return {k: v for k, v in settings_lib.read_flagfile(path, settings_class).items()
+            if k not in below or below[k] != v}
+
+
+SHOWN = ("task", "trainable_layers", "lr", "batch_size", "max_epochs", "seed", "metric", "cache_frozen", "preset")
 
 
 @dataclasses.dataclass
@@ -79,8 +79,8 @@ class Variant:
 
 
 @dataclasses.dataclass
-class Study:
-    """A grid of runs. `axes` values may be callables of the preset's depth (e.g. a layer sweep); `parts` are
+class Grid:
+    """A study's grid of runs. `axes` values may be callables of the preset's depth (e.g. a layer sweep); `parts` are
     sub-grids whose extra axes are merged with `axes` (e.g. a line search, then the sweep). `preset` may be an axis
     (placed before the callables, which then take each preset's own depth).
 
@@ -94,6 +94,11 @@ class Study:
     `stand_in` maps a run's settings to `(older settings, reason)` or None: when the protocol of a run changed
     (a setting that is part of its name), the completed run of the older settings stands in for it in reports,
     marked with the reason, until the run itself has completed (`run` trains the new run; it never reads stand-ins).
+
+    A grid of another study names its `settings_class`, the non-settings flags its flagfiles may set
+    (`command_flags`, `{name: kind}`), `layout(runs_dir, grid, run) -> folder`, `train(run, folder)`,
+    `result(run, folder) -> completed result or None` and `data_settings(data_dir, data) -> settings` (what the
+    `experiments` command's --data_dir and --data become); the defaults are a GLUE run's.
     """
 
     name: str
@@ -106,6 +111,16 @@ class Study:
     dependent: Optional[dict] = None
     task_flagfiles: Optional[dict] = None
     stand_in: Optional[Callable] = None
+    settings_class: type = GlueSettings
+    command_flags: Optional[dict] = None
+    layout: Optional[Callable] = None
+    train: Optional[Callable] = None
+    result: Optional[Callable] = None
+    data_settings: Optional[Callable] = None
+    shown: tuple = SHOWN  # the settings a line of `experiments run` shows
+
+    def read_flagfile(self, path: str) -> dict:
+        return settings_lib.read_flagfile(path, self.settings_class, self.command_flags)
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
@@ -113,7 +128,7 @@ class Study:
         return self.variants[name]
 
     def base(self, variant: str) -> dict:
-        return {**parse_flagfile(self.flagfile), **self.variant(variant).settings}
+        return {**self.read_flagfile(self.flagfile), **self.variant(variant).settings}
 
     def runs(self, variant: str = "paper", tasks=None, presets=None) -> list:
         """Every run of the grid as a dict of settings (plus `part`), in a fixed order. `presets` (a list) replaces
@@ -121,19 +136,20 @@ class Study:
         chosen = self.variant(variant)
         base = self.base(variant)
         parts = chosen.parts or self.parts or {"main": {}}
-        per_task = {task: {k: v for k, v in parse_flagfile(path).items() if k != "task"}
+        per_task = {task: {k: v for k, v in self.read_flagfile(path).items() if k != "task"}
                     for task, path in (self.task_flagfiles or {}).items()}
         listed = []
         for part, extra in parts.items():
             axes = {**(chosen.axes or self.axes), **extra}
             if presets:
                 axes = {"preset": list(presets), **{k: v for k, v in axes.items() if k != "preset"}}
-            for chosen_values in _combinations(axes, base.get("preset", GlueSettings.preset)):
+            preset = base.get("preset", getattr(self.settings_class, "preset", None))
+            for chosen_values in _combinations(axes, preset):
                 task = chosen_values.get("task", base.get("task"))
                 settings = {**base, **per_task.get(task, {}), **chosen_values, "part": part}
                 if settings.get("cache_frozen") == "auto":
                     settings["cache_frozen"] = settings["trainable_layers"] != "all"
-                if tasks and settings["task"] not in tasks:
+                if tasks and settings.get("task") not in tasks:
                     continue
                 listed.append(settings)
         return listed
@@ -149,8 +165,11 @@ def _combinations(axes: dict, preset: str) -> list:
     return combinations
 
 
-def run_dir(runs_dir: str, study: Study, settings: dict) -> str:
-    """Where a run of the grid lives: `<runs_dir>/<study>/<task>/<run name>/seed<seed>`."""
+def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
+    """Where a run of the grid lives: the grid's `layout`, or for GLUE runs
+    `<runs_dir>/<study>/<task>/<run name>/seed<seed>`."""
+    if study.layout is not None:
+        return study.layout(runs_dir, study, settings)
     config = GlueSettings(**{k: v for k, v in settings.items() if k != "part" and not _is_pending(v)})
     name = config.run_name()
     if any(_is_pending(v) for v in settings.values()):
@@ -162,8 +181,7 @@ def _is_pending(value) -> bool:
     return isinstance(value, str) and value.startswith("<")
 
 
-def describe(settings: dict, keys=("task", "trainable_layers", "lr", "batch_size", "max_epochs", "seed", "metric",
-                                   "cache_frozen", "preset")) -> str:
+def describe(settings: dict, keys=SHOWN) -> str:
     return " ".join(f"{k}={settings[k]}" for k in keys if k in settings)
 
 
@@ -233,7 +251,7 @@ def release_lock(folder: str) -> None:
         pass
 
 
-def resolve(study: Study, settings: dict, runs_dir: str) -> Optional[dict]:
+def resolve(study: Grid, settings: dict, runs_dir: str) -> Optional[dict]:
     """Fills dependent settings; None when they cannot be known yet (e.g. the line search is unfinished)."""
     resolved = dict(settings)
     for key, function in (study.dependent or {}).items():
@@ -245,9 +263,28 @@ def resolve(study: Study, settings: dict, runs_dir: str) -> Optional[dict]:
     return resolved
 
 
-def run_study(study: Study, runs: list, runs_dir: str, run_one: Callable, log=print) -> dict:
+def completed_result(study: Grid, settings: dict, folder: str) -> Optional[dict]:
+    """The completed result of a run in `folder` (its `summary.json`, or what the grid's `result` finds), or None."""
+    if study.result is not None:
+        return study.result(settings, folder)
+    summary = record.read_summary(folder)
+    return summary if summary and summary.get("completed") else None
+
+
+def train_run(study: Grid, settings: dict, folder: str) -> None:
+    """Trains one run of the grid in `folder`: the grid's `train`, or a GLUE run."""
+    if study.train is not None:
+        study.train(settings, folder)
+        return
+    from tf_transfer.studies.glue_task import run_glue
+
+    run_glue(GlueSettings(**{k: v for k, v in settings.items() if k != "part"}), folder)
+
+
+def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, log=print) -> dict:
     """Works through `runs`: skips completed ones and ones locked by another process, records failures and goes
-    on. `run_one(config, output_dir)` trains one run. Returns counts."""
+    on. `run_one(settings, output_dir)` trains one run (default `train_run`). Returns counts."""
+    run_one = run_one or (lambda settings, folder: train_run(study, settings, folder))
     counts = {"completed": 0, "ran": 0, "failed": 0, "locked": 0, "waiting": 0}
     start = time.time()
     total = len(runs)
@@ -255,19 +292,18 @@ def run_study(study: Study, runs: list, runs_dir: str, run_one: Callable, log=pr
         resolved = resolve(study, settings, runs_dir)
         if resolved is None:
             counts["waiting"] += 1
-            log(f"[{position}/{total}] waiting: {describe(settings)} (needs the line search's results first)")
+            log(f"[{position}/{total}] waiting: {describe(settings, study.shown)} (needs the results of the runs it depends on, "
+                "e.g. a line search, first)")
             continue
         folder = run_dir(runs_dir, study, resolved)
-        summary = record.read_summary(folder)
-        if summary and summary.get("completed"):
+        if completed_result(study, resolved, folder):
             counts["completed"] += 1
             continue
         if not acquire_lock(folder):
             counts["locked"] += 1
             log(f"[{position}/{total}] taken by another process: {folder}")
             continue
-        summary = record.read_summary(folder)  # again: another process may have finished it since the first look
-        if summary and summary.get("completed"):
+        if completed_result(study, resolved, folder):  # again: another process may have finished it since
             release_lock(folder)
             counts["completed"] += 1
             continue
@@ -275,10 +311,9 @@ def run_study(study: Study, runs: list, runs_dir: str, run_one: Callable, log=pr
             ran_before = counts["ran"] + counts["failed"]
             elapsed = time.time() - start
             eta = (elapsed / ran_before * (total - position + 1)) if ran_before else float("nan")
-            log(f"[{position}/{total}] {describe(resolved)} -> {folder} (elapsed {elapsed / 60:.1f} min, "
+            log(f"[{position}/{total}] {describe(resolved, study.shown)} -> {folder} (elapsed {elapsed / 60:.1f} min, "
                 f"about {eta / 60:.0f} min left at this pace)")
-            config = GlueSettings(**{k: v for k, v in resolved.items() if k != "part"})
-            run_one(config, folder)
+            run_one(resolved, folder)
             counts["ran"] += 1
             _clear_error(folder)
         except Exception as e:  # a failed run must not stop the grid; its error is kept beside it
@@ -297,7 +332,7 @@ def _clear_error(folder: str) -> None:
         os.remove(path)
 
 
-def collect(study: Study, runs: list, runs_dir: str) -> list:
+def collect(study: Grid, runs: list, runs_dir: str) -> list:
     """Each run's settings with its summary (None when missing or unfinished) and error (if any).
 
     A run not completed yet whose `study.stand_in` run has completed gets that run's summary, with `stand_in`:
@@ -306,14 +341,13 @@ def collect(study: Study, runs: list, runs_dir: str) -> list:
     for settings in runs:
         resolved = resolve(study, settings, runs_dir) or settings
         folder = run_dir(runs_dir, study, resolved)
-        summary = record.read_summary(folder)
+        result, summary = completed_result(study, resolved, folder), record.read_summary(folder)
         error = None
         if os.path.exists(os.path.join(folder, "error.json")):
             with open(os.path.join(folder, "error.json")) as f:
                 error = json.load(f)["error"]
         entry = {"settings": resolved, "folder": folder,
-                 "summary": summary if summary and summary.get("completed") else None,
-                 "partial": summary if summary and not summary.get("completed") else None,
+                 "summary": result, "partial": summary if summary and not result else None,
                  "error": error, "stand_in": None}
         older = study.stand_in(resolved) if study.stand_in and not entry["summary"] else None
         if older:

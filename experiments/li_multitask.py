@@ -1,0 +1,95 @@
+"""Li, "Finetune minBERT for Multi-Tasks Learning" (Stanford CS224N): one BERT for SST sentiment, Quora paraphrase
+and STS similarity, one row per compared setting (a flagfile `flags/li_*.flags` each: heads first then
+fine-tuning, pooling, layer-wise learning-rate decay, the summed schedule, the concatenated pair head).
+
+The cpu variant is what `reports/multitask/` was made with (all-MiniLM-L6-v2, 1,000 training examples per task,
+4 epochs, 64 tokens, mixed_bfloat16). `li_heads_then_finetune` starts from `li_heads_first`'s best epoch, so it
+waits for that row.
+
+    python -m tf_transfer.experiments run multitask --variant=cpu --runs_dir=reports/multitask/runs \\
+        --data_dir=../shared/data/cs224n_minbert --dry_run
+    python -m tf_transfer.experiments report multitask --variant=cpu --runs_dir=reports/multitask/runs --out=/tmp/mt
+"""
+
+from __future__ import annotations
+
+import os
+
+from tf_transfer.core import settings as settings_lib
+from tf_transfer.core.errors import TransferError
+from tf_transfer.studies.grid import Grid, Variant, run_dir
+from tf_transfer.studies.multitask_settings import MultitaskSettings
+from tf_transfer.training import record
+
+FLAGFILE = "flags/li_common.flags"
+ROWS = ("li_heads_first", "li_heads_then_finetune", "li_finetune", "li_pooling_mean", "li_pooling_mixed", "li_llrd",
+        "li_llrd_mixed", "li_summed", "li_concat")
+# The row whose best epoch `li_heads_then_finetune` starts from (--init_from).
+HEADS_FIRST = "<li_heads_first>"
+
+
+def row_settings(row: str) -> dict:
+    """What a row's flagfile sets beyond the common flagfile (its own --output_dir aside: the grid places runs)."""
+    common = settings_lib.read_flagfile(FLAGFILE, MultitaskSettings, {"output_dir": str})
+    own = settings_lib.read_flagfile(f"flags/{row}.flags", MultitaskSettings, {"output_dir": str})
+    values = {k: v for k, v in own.items() if k != "output_dir" and (k not in common or common[k] != v)}
+    if "init_from" in values:
+        values["init_from"] = HEADS_FIRST
+    return values
+
+
+def heads_first_run(settings: dict, runs_dir: str, grid: Grid):
+    """The folder of the completed `li_heads_first` run, or None while it is not."""
+    folder = run_dir(runs_dir, grid, {**settings, "part": "li_heads_first"})
+    summary = record.read_summary(folder)
+    return folder if summary and summary.get("completed") else None
+
+
+def layout(runs_dir: str, grid: Grid, run: dict) -> str:
+    return os.path.join(runs_dir, run["part"])
+
+
+def train(run: dict, folder: str) -> None:
+    from tf_transfer.studies.multitask_task import run_multitask
+
+    run_multitask(MultitaskSettings.from_dict({k: v for k, v in run.items() if k != "part"}), folder)
+
+
+def data_settings(data_dir, data) -> dict:
+    if not data_dir:
+        raise TransferError("--data_dir is required: the CS224N minBERT data folder, e.g. "
+                            "../shared/data/cs224n_minbert")
+    return {"data_dir": data_dir}
+
+
+def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
+    """The rows' best-on-dev scores (`python -m tf_transfer.multitask --report`) in `<out>/table.md`."""
+    from tf_transfer.reporting.multitask_report import report_table
+
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "table.md")
+    with open(path, "w") as f:
+        f.write(report_table([c["folder"] for c in collected if c["summary"]]) + "\n")
+    return path
+
+
+GRID = Grid(
+    name="multitask",
+    paper='Li, "Finetune minBERT for Multi-Tasks Learning" (Stanford CS224N)',
+    flagfile=FLAGFILE,
+    axes={},
+    parts={row: {k: [v] for k, v in row_settings(row).items()} for row in ROWS},
+    dependent={"init_from": heads_first_run},
+    variants={
+        "paper": Variant(),
+        "cpu": Variant(settings={"preset": "all_minilm_l6_v2_en", "precision": "mixed_bfloat16",
+                                 "max_train_examples": 1000, "max_epochs": 4, "max_seq_length": 64}),
+    },
+    report=write_report,
+    settings_class=MultitaskSettings,
+    command_flags={"output_dir": str},
+    layout=layout,
+    train=train,
+    data_settings=data_settings,
+    shown=("trainable_layers", "lr", "pair_head", "schedule", "llrd", "pooling_sst", "max_epochs", "seed", "preset"),
+)

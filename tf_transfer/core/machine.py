@@ -6,7 +6,7 @@ comparable with times taken on the same kind of processor with the same number o
 
 Example:
 
->>> from tf_transfer import machine
+>>> from tf_transfer.core import machine
 >>> sorted(machine.describe())
 ['cores', 'cpu', 'isa']
 >>> machine.cpu_seconds() > 0

@@ -2,7 +2,7 @@
 
 Example:
 
->>> from tf_transfer import metrics
+>>> from tf_transfer.core import metrics
 >>> metrics.compute(["accuracy", "f1"], labels=[0, 1, 1], predictions=[0, 1, 0])
 {'accuracy': 0.6666666666666666, 'f1': 0.6666666666666666}
 """

@@ -8,7 +8,7 @@ closes every open entity, as the blank lines of conlleval's input do.
 
 Example:
 
->>> from tf_transfer import ner_metrics
+>>> from tf_transfer.core import ner_metrics
 >>> gold = [["B-PER", "I-PER", "O", "B-LOC"]]
 >>> predicted = [["B-PER", "I-PER", "O", "B-ORG"]]
 >>> scores = ner_metrics.compute(gold, predicted)

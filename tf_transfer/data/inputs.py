@@ -17,7 +17,7 @@ Padding:
 
 Example:
 
->>> from tf_transfer import inputs
+>>> from tf_transfer.data import inputs
 >>> encoded = inputs.encode(examples, tokenizer, max_seq_length=128)  # doctest: +SKIP
 >>> dataset = inputs.train_dataset(encoded, batch_size=32, seed=0, epoch=1)  # doctest: +SKIP
 """

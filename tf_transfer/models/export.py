@@ -8,7 +8,7 @@ anywhere keras-hub runs; keras-hub has no ELECTRA classifier, so ELECTRA runs ca
 
 Example:
 
->>> from tf_transfer import export
+>>> from tf_transfer.models import export
 >>> export.export_classifier(backbone, tokenizer, head, task, max_seq_length=128, folder="exported/")  # doctest: +SKIP
 >>> classifier, meta = export.load("exported/")  # doctest: +SKIP
 >>> export.predict(classifier, meta, ["a sentence"], ["another"])  # doctest: +SKIP

@@ -9,7 +9,7 @@ relative-position table included). Keras reads `trainable` when a model is compi
 
 Example:
 
->>> from tf_transfer import freezing
+>>> from tf_transfer.models import freezing
 >>> freezing.set_trainable_layers(backbone, 2)  # doctest: +SKIP
 >>> print(freezing.format_table(freezing.parameter_table(model, backbone)))  # doctest: +SKIP
 """

@@ -6,7 +6,7 @@ of the sequence output, through the dense layer their keras-hub classifiers put 
 
 Example:
 
->>> from tf_transfer import heads
+>>> from tf_transfer.models import heads
 >>> model = heads.build_classifier(backbone, num_outputs=2, dropout=0.1)  # doctest: +SKIP
 >>> logits = model({"token_ids": ids, "segment_ids": segments, "padding_mask": mask})  # doctest: +SKIP
 """

@@ -36,7 +36,7 @@ Example (a tiny random backbone, written and read back):
 
 >>> import os, shutil, tempfile
 >>> import keras_hub
->>> from tf_transfer import tf1_checkpoint
+>>> from tf_transfer.models import tf1_checkpoint
 >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat"]
 >>> backbone = keras_hub.models.BertBackbone(vocabulary_size=7, num_layers=1, num_heads=2, hidden_dim=8,
 ...                                          intermediate_dim=16, max_sequence_length=16)

@@ -19,10 +19,11 @@ Point the command at one study's folder to keep other studies' runs out of the r
 
 Example (from the repository root):
 
+>>> import glob
 >>> from tf_transfer.reporting import runs_table
 >>> table = runs_table.collect("reports/runs")
->>> len(table.rows), table.skipped
-(120, 0)
+>>> len(table.rows) == len(glob.glob('reports/runs/**/summary.json', recursive=True)), table.skipped
+(True, 0)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ checkpoint is deleted only after that, so some complete pair always exists.
 
 Example:
 
->>> from tf_transfer import checkpoints
+>>> from tf_transfer.training import checkpoints
 >>> checkpoints.save(output_dir, epoch=3, model=model)  # doctest: +SKIP
 >>> checkpoints.restore(output_dir, epoch=3, model=model)  # doctest: +SKIP
 """

@@ -6,7 +6,7 @@ beyond TensorFlow.
 
 Example:
 
->>> from tf_transfer import profiling
+>>> from tf_transfer.training import profiling
 >>> with profiling.trace("/tmp/profile"):  # doctest: +SKIP
 ...     model.fit(dataset, epochs=1)
 >>> profiling.op_time_table("/tmp/profile")[:3]  # doctest: +SKIP

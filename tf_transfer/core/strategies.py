@@ -141,43 +141,16 @@ def wait_for_peers(cluster: dict, task_type: str, task_index: int, timeout_s: fl
     own = cluster[task_type][task_index]
     peers = [address for job in TRAINING_JOBS for i, address in enumerate(cluster.get(job, []))
              if (job, i) != (task_type, task_index)]
-    host, port = _split_address(own)
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener = _listen(own, task_type, task_index, backlog=len(peers) + 8)
     try:
-        try:
-            listener.bind((host, port))
-        except socket.gaierror:
-            raise TransferError(f"TF_CONFIG: this task's address {own} does not resolve") from None
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise TransferError(f"TF_CONFIG: port {port} of this task ({task_type} {task_index}, {own}) is in "
-                                    "use by another process: free it or choose other ports") from None
-            listener.close()  # the name is not an address of this machine as written: any interface will do
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("", port))
-        listener.listen(len(peers) + 8)
-        listener.setblocking(False)
         deadline = time.monotonic() + timeout_s
         pending, heard = list(peers), 0
         # Done when this worker reached every other one and every other one reached it: a worker that closed its
         # listener early could otherwise leave a slower peer knocking on a port nobody holds until TensorFlow
         # binds it (after importing, seconds later).
         while pending or heard < len(peers):
-            for address in list(pending):
-                try:
-                    with socket.create_connection(_split_address(address), timeout=1.0):
-                        pending.remove(address)
-                except OSError:
-                    pass
-            while True:
-                try:
-                    connection, _ = listener.accept()
-                except OSError:  # nobody else waiting
-                    break
-                connection.close()
-                heard += 1
+            pending = [address for address in pending if not _reachable(address)]
+            heard += _accept_all(listener)
             if not pending and heard >= len(peers):
                 break
             if time.monotonic() >= deadline:
@@ -188,11 +161,55 @@ def wait_for_peers(cluster: dict, task_type: str, task_index: int, timeout_s: fl
                         f"command (or raise {TIMEOUT_ENV})")
                 raise TransferError(
                     f"--distribution=multi_worker: {task_type} {task_index} reached the other workers, but only "
-                    f"{heard} of {len(peers)} reached its own {own} within {timeout_s:g} s: is port {port} open to "
-                    "them?")
+                    f"{heard} of {len(peers)} reached its own {own} within {timeout_s:g} s: is port "
+                    f"{_split_address(own)[1]} open to them?")
             time.sleep(0.1)
     finally:
         listener.close()
+
+
+def _listen(own: str, task_type: str, task_index: int, backlog: int):
+    """A non-blocking socket listening on this task's port (on its address, or any interface when the address is
+    not one of this machine's as written)."""
+    host, port = _split_address(own)
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except socket.gaierror:
+        listener.close()
+        raise TransferError(f"TF_CONFIG: this task's address {own} does not resolve") from None
+    except OSError as e:
+        listener.close()
+        if e.errno == errno.EADDRINUSE:
+            raise TransferError(f"TF_CONFIG: port {port} of this task ({task_type} {task_index}, {own}) is in "
+                                "use by another process: free it or choose other ports") from None
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("", port))
+    listener.listen(backlog)
+    listener.setblocking(False)
+    return listener
+
+
+def _reachable(address: str) -> bool:
+    try:
+        with socket.create_connection(_split_address(address), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _accept_all(listener) -> int:
+    """Accepts (and closes) every connection waiting on `listener`; returns how many."""
+    accepted = 0
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:  # nobody else waiting
+            return accepted
+        connection.close()
+        accepted += 1
 
 
 def multi_worker_strategy(timeout_s: Optional[float] = None):

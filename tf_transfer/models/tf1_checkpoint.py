@@ -279,26 +279,18 @@ def load_tf1_bert(init_checkpoint: str, bert_config_file: str, vocab_file: str, 
     12
     """
     import keras_hub
-    import tensorflow as tf
 
     prefix = _resolve_checkpoint(init_checkpoint)
     config_file = _require_file(bert_config_file, "bert_config_file", "bert_config.json", prefix)
     vocab_file = _require_file(vocab_file, "vocab_file", "vocab.txt", prefix)
     config = read_bert_config(config_file)
     rate = _dropout_from_config(config, config_file) if dropout is None else float(dropout)
-
     try:
         tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab_file, lowercase=lowercase, strip_accents=lowercase)
     except (ValueError, OSError, UnicodeDecodeError) as e:  # a special token such as [CLS] is missing, or bad bytes
         raise TransferError(f"could not use vocabulary {vocab_file}: {str(e).strip().splitlines()[0]}") from None
     _check_vocabulary(tokenizer, config, vocab_file, config_file, lowercase)
-
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        shapes = reader.get_variable_to_shape_map()
-    except (tf.errors.OpError, ValueError) as e:
-        raise TransferError(f"could not read TF1 checkpoint {prefix}: {str(e).strip().splitlines()[0]} (the .index "
-                            "and .data-* files must be complete and in the same folder)") from None
+    reader, shapes = _read_checkpoint(prefix)
 
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
@@ -308,7 +300,37 @@ def load_tf1_bert(init_checkpoint: str, bert_config_file: str, vocab_file: str, 
     check_matches_google_bert(backbone)
     table = weight_table(backbone)
 
-    # Check everything before assigning anything, and report the first problem plus how many more there are.
+    unused = _check_fits(table, shapes, prefix, config, config_file)
+    for name, variable, _ in table:
+        value = reader.get_tensor(name)
+        if not np.issubdtype(value.dtype, np.floating):
+            raise TransferError(f"variable {name} in checkpoint {prefix} has dtype {value.dtype}, expected a float")
+        variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
+
+    if unused:
+        logging.info("TF1 checkpoint %s: %d variables are not part of the encoder and were skipped: %s", prefix,
+                     len(unused), ", ".join(unused))
+    skipped = f"; skipped (not part of the encoder): {_summarise_unused(unused)}" if unused else ""
+    source = (f"TF1 checkpoint {os.path.abspath(prefix)} ({len(table)} variables; config "
+              f"{os.path.abspath(config_file)}; vocab {os.path.abspath(vocab_file)}){skipped}")
+    return LoadedPreset(backbone, tokenizer, source)
+
+
+def _read_checkpoint(prefix: str):
+    """The checkpoint's reader and `{name: shape}`."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        return reader, reader.get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError) as e:
+        raise TransferError(f"could not read TF1 checkpoint {prefix}: {str(e).strip().splitlines()[0]} (the .index "
+                            "and .data-* files must be complete and in the same folder)") from None
+
+
+def _check_fits(table: list, shapes: dict, prefix: str, config: dict, config_file: str) -> list:
+    """Checks every variable before anything is assigned, reporting the first problem plus how many more there
+    are; returns the checkpoint's variables that are not the encoder's (skipped)."""
     dims = ", ".join(f"{key}={config[key]}" for key in _REQUIRED_INT_FIELDS)
     problems = []
     for name, _, expected in table:
@@ -325,20 +347,7 @@ def load_tf1_bert(init_checkpoint: str, bert_config_file: str, vocab_file: str, 
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise TransferError(f"{problems[0]}{more}: pass the bert_config.json that came with this checkpoint")
-
-    for name, variable, _ in table:
-        value = reader.get_tensor(name)
-        if not np.issubdtype(value.dtype, np.floating):
-            raise TransferError(f"variable {name} in checkpoint {prefix} has dtype {value.dtype}, expected a float")
-        variable.assign(np.reshape(value, variable.shape).astype(variable.dtype))
-
-    if unused:
-        logging.info("TF1 checkpoint %s: %d variables are not part of the encoder and were skipped: %s", prefix,
-                     len(unused), ", ".join(unused))
-    skipped = f"; skipped (not part of the encoder): {_summarise_unused(unused)}" if unused else ""
-    source = (f"TF1 checkpoint {os.path.abspath(prefix)} ({len(table)} variables; config "
-              f"{os.path.abspath(config_file)}; vocab {os.path.abspath(vocab_file)}){skipped}")
-    return LoadedPreset(backbone, tokenizer, source)
+    return unused
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -417,20 +426,23 @@ def save_tf1_bert(backbone, checkpoint_prefix: str, config_file: Optional[str] =
     with open(config_file, "w", encoding="utf-8") as f:
         json.dump(bert_config_for(backbone), f, indent=2, sort_keys=True)
         f.write("\n")
-
-    vocab_file = None
-    if vocab is not None:
-        if isinstance(vocab, str):
-            with open(vocab, encoding="utf-8") as f:
-                tokens = [line.rstrip("\r\n") for line in f]
-        elif hasattr(vocab, "get_vocabulary"):
-            tokens = list(vocab.get_vocabulary())
-        else:
-            tokens = list(vocab)
-        if len(tokens) > backbone.vocabulary_size:
-            raise TransferError(f"vocabulary has {len(tokens)} tokens, more than the backbone's "
-                                f"{backbone.vocabulary_size} embedding rows")
-        vocab_file = os.path.join(folder, "vocab.txt")
-        with open(vocab_file, "w", encoding="utf-8") as f:
-            f.write("".join(f"{token}\n" for token in tokens))
+    vocab_file = _write_vocab(vocab, backbone, folder) if vocab is not None else None
     return {"checkpoint": checkpoint_prefix, "config": config_file, "vocab": vocab_file}
+
+
+def _write_vocab(vocab, backbone, folder: str) -> str:
+    """Writes `vocab` (tokens, a tokenizer, or a vocab file's path) as `folder/vocab.txt`; returns its path."""
+    if isinstance(vocab, str):
+        with open(vocab, encoding="utf-8") as f:
+            tokens = [line.rstrip("\r\n") for line in f]
+    elif hasattr(vocab, "get_vocabulary"):
+        tokens = list(vocab.get_vocabulary())
+    else:
+        tokens = list(vocab)
+    if len(tokens) > backbone.vocabulary_size:
+        raise TransferError(f"vocabulary has {len(tokens)} tokens, more than the backbone's "
+                            f"{backbone.vocabulary_size} embedding rows")
+    vocab_file = os.path.join(folder, "vocab.txt")
+    with open(vocab_file, "w", encoding="utf-8") as f:
+        f.write("".join(f"{token}\n" for token in tokens))
+    return vocab_file

@@ -103,30 +103,10 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
     if warm:
         train_fit(warm)
     warmup_s = time.perf_counter() - start
-    runs = []
-    for _ in range(repeats):
-        start, cpu_start = time.perf_counter(), machine.cpu_seconds()
-        train_fit(timed)
-        elapsed = time.perf_counter() - start
-        runs.append((elapsed, (machine.cpu_seconds() - cpu_start) / elapsed))
+    runs = _timed_repeats(train_fit, timed, repeats)
     elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
-    profile = None
-    if profile_dir:
-        # Traced separately: tracing slows the steps, so it never counts in the timed figures.
-        from tf_transfer.training import profiling
-
-        with profiling.trace(profile_dir):
-            train_fit(timed)
-        profile = [{"phase": phase, "op": op, "seconds": round(s, 4), "share": round(share, 4)}
-                   for phase, op, s, share in profiling.op_time_table(profile_dir)[:25]]
-    lengths = feed.train.lengths
-    examples = sum(len(b) for b in timed)
-    real_tokens = sum(int(lengths[b].sum()) for b in timed)
-    # Under XLA a partial batch is filled to full size (feeds' fill_to): the work done is the filled batch's.
-    padded = [(max(len(b), feed.fill_to or 0), feed.padded_length(b)) for b in timed]
-    padded_tokens = sum(n * length for n, length in padded)
-    flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, hidden, intermediate,
-                           config.cache_frozen) for n, length in padded)
+    profile = _profile(train_fit, timed, profile_dir) if profile_dir else None
+    examples, real_tokens, padded_tokens, flops = _work_done(feed, timed, backbone, config)
     return {
         "train_examples_per_s": examples / elapsed,
         "train_examples_per_s_repeats": [examples / seconds for seconds, _ in runs],
@@ -149,6 +129,41 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         "preset_source": prepared.loaded.source,
         **({"profile": profile} if profile is not None else {}),
     }
+
+
+def _timed_repeats(train_fit, timed: list, repeats: int) -> list:
+    """`[(seconds, CPU utilization)]` of `repeats` fit calls over the `timed` batches."""
+    runs = []
+    for _ in range(repeats):
+        start, cpu_start = time.perf_counter(), machine.cpu_seconds()
+        train_fit(timed)
+        elapsed = time.perf_counter() - start
+        runs.append((elapsed, (machine.cpu_seconds() - cpu_start) / elapsed))
+    return runs
+
+
+def _profile(train_fit, timed: list, profile_dir: str) -> list:
+    """The 25 op types that took the most time in one more fit call, traced apart (tracing slows the steps, so it
+    never counts in the timed figures)."""
+    from tf_transfer.training import profiling
+
+    with profiling.trace(profile_dir):
+        train_fit(timed)
+    return [{"phase": phase, "op": op, "seconds": round(s, 4), "share": round(share, 4)}
+            for phase, op, s, share in profiling.op_time_table(profile_dir)[:25]]
+
+
+def _work_done(feed, timed: list, backbone, config: GlueSettings) -> tuple:
+    """Examples, real tokens, padded tokens and executed FLOPs of the `timed` batches."""
+    lengths = feed.train.lengths
+    examples = sum(len(b) for b in timed)
+    real_tokens = sum(int(lengths[b].sum()) for b in timed)
+    # Under XLA a partial batch is filled to full size (feeds' fill_to): the work done is the filled batch's.
+    padded = [(max(len(b), feed.fill_to or 0), feed.padded_length(b)) for b in timed]
+    padded_tokens = sum(n * length for n, length in padded)
+    flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, int(backbone.hidden_dim),
+                           int(backbone.intermediate_dim), config.cache_frozen) for n, length in padded)
+    return examples, real_tokens, padded_tokens, flops
 
 
 def measure_naive(config: GlueSettings, steps: int, warmup_steps: int) -> dict:

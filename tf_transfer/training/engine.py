@@ -178,47 +178,57 @@ class Engine:
             epoch = self.next_epoch
             progress = Progress(epoch, steps, examples, label=label)
             progress.on_epoch_begin(epoch)
-            start, cpu_start = time.perf_counter(), machine.cpu_seconds()
-            result = dict(train_epoch(epoch, progress))
-            epoch_time_s = time.perf_counter() - start
-            epoch_cpu_s = machine.cpu_seconds() - cpu_start
-            loss = result.pop("loss")
-            check_finite(loss, epoch)
-            previous = self.epochs[-1] if self.epochs else {}
-            val, test = evaluate()
-            epoch_record = {
-                "epoch": epoch,
-                "epoch_time_s": epoch_time_s,
-                "train_time_s": previous.get("train_time_s", 0.0) + epoch_time_s,
-                "cpu_utilization": epoch_cpu_s / epoch_time_s,
-                "epoch_cpu_s": epoch_cpu_s,
-                # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
-                "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
-                "loss": loss,
-                **result,
-                "val": val,
-                "test": test,
-                **(tags or {}),
-            }
+            epoch_record = self._train_and_score(epoch, train_epoch, evaluate, progress, tags)
             ended_by = "hook" if after_epoch is not None and after_epoch(epoch_record) else None
             self.epochs.append(epoch_record)
-            if not epoch_record.get("rolled_back"):
-                value = val.get(self.metric) if val else None
-                if metrics_lib.is_better(value, self._best_value(), stopper.min_delta if stopper else 0.0):
-                    self.summary["best_epoch"] = epoch
-                    if on_best is not None:
-                        on_best(epoch)
-                if stopper is not None and stopper.update(value, epoch) and epoch < self.max_epochs and not ended_by:
-                    ended_by = "patience"
-                    self.summary["stopped_early"] = True
-                if stopper is not None:
-                    self.summary["early_stopping"] = stopper.state()
+            if not epoch_record.get("rolled_back") and self._judge(epoch_record, stopper, on_best) and not ended_by:
+                ended_by = "patience"
+                self.summary["stopped_early"] = True
             self.folder.save_epoch(epoch, model, optimizer)
             self._report(epoch_record)
             sys.stdout.flush()
             if ended_by:
                 return ended_by
         return "epochs"
+
+    def _train_and_score(self, epoch: int, train_epoch: Callable, evaluate: Callable, progress,
+                         tags: Optional[dict]) -> dict:
+        """Trains one epoch (timed on the wall and the CPU clock), scores it; returns its record."""
+        start, cpu_start = time.perf_counter(), machine.cpu_seconds()
+        result = dict(train_epoch(epoch, progress))
+        epoch_time_s = time.perf_counter() - start
+        epoch_cpu_s = machine.cpu_seconds() - cpu_start
+        loss = result.pop("loss")
+        check_finite(loss, epoch)
+        previous = self.epochs[-1] if self.epochs else {}
+        val, test = evaluate()
+        return {
+            "epoch": epoch,
+            "epoch_time_s": epoch_time_s,
+            "train_time_s": previous.get("train_time_s", 0.0) + epoch_time_s,
+            "cpu_utilization": epoch_cpu_s / epoch_time_s,
+            "epoch_cpu_s": epoch_cpu_s,
+            # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
+            "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
+            "loss": loss,
+            **result,
+            "val": val,
+            "test": test,
+            **(tags or {}),
+        }
+
+    def _judge(self, epoch_record: dict, stopper: Optional[EarlyStopping], on_best: Optional[Callable]):
+        """Best epoch and early stopping after an epoch that counts; returns whether the stopper stops the run."""
+        epoch, val = epoch_record["epoch"], epoch_record["val"]
+        value = val.get(self.metric) if val else None
+        if metrics_lib.is_better(value, self._best_value(), stopper.min_delta if stopper else 0.0):
+            self.summary["best_epoch"] = epoch
+            if on_best is not None:
+                on_best(epoch)
+        stops = stopper is not None and stopper.update(value, epoch) and epoch < self.max_epochs
+        if stopper is not None:
+            self.summary["early_stopping"] = stopper.state()
+        return stops
 
     def _best_value(self):
         best = self.summary.get("best_epoch")

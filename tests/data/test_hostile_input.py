@@ -164,21 +164,21 @@ def test_conll_reader_on_ragged_columns(tmp_path_factory, lines):
 @given(data=st.binary(max_size=1500), dialect=st.sampled_from([None, "TSV", "CSV"]),
        skip=st.sampled_from([None, False, True]))
 def test_table_reader_on_random_bytes(tmp_path_factory, data, dialect, skip):
-    from tf_transfer.data import tables
+    from tf_transfer.data import table_reader
 
     def columns(header):
         def convert(row):
             if len(row.fields) < 2:
-                raise tables.BadRow("short")
+                raise table_reader.BadRow("short")
             if not row.fields[1]:
-                raise tables.SkipRow()
+                raise table_reader.SkipRow()
             return row.line
 
         return convert
 
     path = _write(tmp_path_factory.mktemp("table"), "data.tsv", data)
     try:
-        rows = tables.read_rows(path, columns, dialect and getattr(tables, dialect), skip_bad_rows=skip)
+        rows = table_reader.read_rows(path, columns, dialect and getattr(table_reader, dialect), skip_bad_rows=skip)
     except TransferError as e:
         assert str(e)
     else:

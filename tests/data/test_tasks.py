@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tf_transfer.data import tables, tasks
+from tf_transfer.data import table_reader, tasks
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.core.errors import TransferError
 
@@ -132,14 +132,14 @@ def _columns(path, names=("text", "label")):
     """Columns `names`; a row with an empty last one is skipped, one whose last is `bad` is malformed."""
 
     def columns(header):
-        found = tables.positions(str(path), header, names, "lacks {missing} (found: {found})")
+        found = table_reader.positions(str(path), header, names, "lacks {missing} (found: {found})")
 
         def convert(row):
             values = [row.fields[p] for p in found]
             if not values[-1]:
-                raise tables.SkipRow()
+                raise table_reader.SkipRow()
             if values[-1] == "bad":
-                raise tables.BadRow("a bad label")
+                raise table_reader.BadRow("a bad label")
             return row.line, values
 
         return convert
@@ -150,12 +150,12 @@ def _columns(path, names=("text", "label")):
 def test_table_bad_rows_are_skipped_counted_or_one_error_line(tmp_path):
     path = tmp_path / "t.tsv"
     path.write_text("text\tlabel\na\t1\nb\t\nc\tbad\nd\t0\n")
-    rows = tables.read_rows(str(path), _columns(path), tables.TSV, skip_bad_rows=True)
+    rows = table_reader.read_rows(str(path), _columns(path), table_reader.TSV, skip_bad_rows=True)
     assert rows.records == [(2, ["a", "1"]), (5, ["d", "0"])] and rows.skipped_lines == [3] and rows.skipped == 2
     with pytest.raises(TransferError, match=r"t\.tsv:4: a bad label \(or pass --skip_bad_rows"):
-        tables.read_rows(str(path), _columns(path), tables.TSV, skip_bad_rows=False)
+        table_reader.read_rows(str(path), _columns(path), table_reader.TSV, skip_bad_rows=False)
     with pytest.raises(TransferError, match=r"t\.tsv:4: a bad label$"):  # a reader without the option: no hint
-        tables.read_rows(str(path), _columns(path), tables.TSV)
+        table_reader.read_rows(str(path), _columns(path), table_reader.TSV)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -170,18 +170,18 @@ def test_table_file_problems_are_one_error_line_naming_it(tmp_path, content, mes
     path = tmp_path / "t.csv"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(TransferError, match=message) as error:
-        tables.read_rows(str(path), _columns(path))
+        table_reader.read_rows(str(path), _columns(path))
     assert str(path) in str(error.value)
 
 
 def test_table_dialect_bom_and_lines_of_quoted_rows(tmp_path):
     path = tmp_path / "t.csv"  # a byte-order mark, a padded header name, a quoted text over two lines
     path.write_bytes('\ufefftext ,label\n"two\nlines, one text",1\n""\nc,0\n'.encode())
-    rows = tables.read_rows(str(path), _columns(path))  # no tab in the header line: CSV, quoted
+    rows = table_reader.read_rows(str(path), _columns(path))  # no tab in the header line: CSV, quoted
     assert rows.records == [(3, ["two\nlines, one text", "1"]), (5, ["c", "0"])]
     tsv = tmp_path / "t.tsv"  # a tab in the header line: quoting off, the quote character is text
     tsv.write_text('text\tlabel\nhe said " yes\t1\nb\t0\n')
-    assert tables.read_rows(str(tsv), _columns(tsv)).records == [(2, ['he said " yes', "1"]),
+    assert table_reader.read_rows(str(tsv), _columns(tsv)).records == [(2, ['he said " yes', "1"]),
                                                                                 (3, ["b", "0"])]
 
 

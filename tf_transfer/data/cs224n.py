@@ -38,7 +38,7 @@ import numpy as np
 from absl import logging
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import tables, tasks
+from tf_transfer.data import table_reader, tasks
 from tf_transfer.data.examples import Examples, train_validation_split
 
 TASK_NAMES = ("sst", "para", "sts")
@@ -140,29 +140,29 @@ def read_cs224n_file(path: str, layout: FileLayout, skip_bad_rows: bool = False)
 
     def columns(header):
         wanted = [*layout.text_columns, layout.label_column]
-        found = tables.positions(path, header, wanted,
+        found = table_reader.positions(path, header, wanted,
                                  "header lacks column(s) {missing} (found: {found}); is this the right file?")
 
         def convert(row):
             if len(row.fields) != len(header):
-                raise tables.BadRow(f"expected {len(header)} tab-separated columns as in the header, "
+                raise table_reader.BadRow(f"expected {len(header)} tab-separated columns as in the header, "
                                     f"found {len(row.fields)}")
             label = row.fields[found[-1]].strip()
             if not label and layout.empty_label_skipped:
-                raise tables.SkipRow()
+                raise table_reader.SkipRow()
             texts = tuple(row.fields[p].strip() for p in found[:-1])
             if not all(texts):
-                raise tables.BadRow("empty text")
+                raise table_reader.BadRow("empty text")
             try:
                 return texts, layout.parse_label(label)
             except ValueError:
-                raise tables.BadRow(f"{layout.label_column} {row.fields[found[-1]]!r} is not "
+                raise table_reader.BadRow(f"{layout.label_column} {row.fields[found[-1]]!r} is not "
                                     f"{layout.expected_label}") from None
 
         return convert
 
     # Tab-separated despite .csv, quoting off as for GLUE: Quora's lone quote characters stay text.
-    rows = tables.read_rows(path, columns, tables.TSV, skip_bad_rows=skip_bad_rows)
+    rows = table_reader.read_rows(path, columns, table_reader.TSV, skip_bad_rows=skip_bad_rows)
     if rows.skipped_lines:
         lines = rows.skipped_lines
         shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import tables
+from tf_transfer.data import table_reader
 from tf_transfer.data.examples import Examples
 
 BINARY_LABELS = ("0", "1")
@@ -104,14 +104,14 @@ def read_labelled_texts(path: str, text_column: str = "text", label_column: str 
     """
     if not os.path.isfile(path):
         raise TransferError(f"data file {path} does not exist: pass --data=<CSV or TSV with a header row>")
-    dialect = tables.Dialect(delimiter_for(path, delimiter), quoted=True)
+    dialect = table_reader.Dialect(delimiter_for(path, delimiter), quoted=True)
     label_names = parse_labels(labels)
     label_index = {name: i for i, name in enumerate(label_names)}
 
     def columns(header):
         wanted = [text_column, *extra_text_columns, label_column]
         kind = "tab" if dialect.delimiter == "\t" else repr(dialect.delimiter)
-        found = tables.positions(path, header, wanted, "no column(s) {missing} in the header; found {found} "
+        found = table_reader.positions(path, header, wanted, "no column(s) {missing} in the header; found {found} "
                                  f"({kind}-separated; set --text_column, --label_column, --text_columns or "
                                  "--delimiter)")
         needed = max(found) + 1
@@ -133,7 +133,7 @@ def read_labelled_texts(path: str, text_column: str = "text", label_column: str 
 
         return convert
 
-    rows = tables.read_rows(path, columns, dialect)
+    rows = table_reader.read_rows(path, columns, dialect)
     return LabelledTexts.from_records(rows.records, np.int64, source=path, label_names=label_names,
                                       sha256=_file_sha256(path), text_columns=(text_column, *extra_text_columns),
                                       label_column=label_column)

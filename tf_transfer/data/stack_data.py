@@ -11,7 +11,7 @@ into token ids with the preset's tokenizer (TensorFlow is imported only there).
     named .csv).
 
 Rows with an empty label are skipped and counted (the CS224N Quora file has two); any other malformed row is an
-error. Texts and pairs are read by `tables` with the dialect of the header line: a tab makes it a TSV with quoting
+error. Texts and pairs are read by `table_reader` with the dialect of the header line: a tab makes it a TSV with quoting
 off (lone quote characters in GLUE and Quora texts would otherwise swallow the tabs and lines after them), else a
 comma-separated CSV with standard quoting.
 
@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import tables
+from tf_transfer.data import table_reader
 # stack_inputs splits texts, pairs and CoNLL sentences alike as stack_data.split.
 from tf_transfer.data.examples import Examples
 
@@ -160,18 +160,18 @@ def _read_labelled(path: str, choose: Callable[[list], tuple], label_names: Opti
 
         def convert(row):
             if len(row.fields) < needed:
-                raise tables.BadRow(f"expected at least {needed} columns, found {len(row.fields)}")
+                raise table_reader.BadRow(f"expected at least {needed} columns, found {len(row.fields)}")
             label = row.fields[label_position].strip()
             if not label:
-                raise tables.SkipRow()  # the CS224N Quora file has two such rows
+                raise table_reader.SkipRow()  # the CS224N Quora file has two such rows
             texts = tuple(row.fields[p] for p in text_positions)
             if any(not text.strip() for text in texts):
-                raise tables.BadRow("empty text")
+                raise table_reader.BadRow("empty text")
             return row.line, texts, _label_key(label)
 
         return convert
 
-    rows = tables.read_rows(path, columns)  # the dialect from the header line: tabs mean a GLUE-style TSV
+    rows = table_reader.read_rows(path, columns)  # the dialect from the header line: tabs mean a GLUE-style TSV
     names = tuple(label_names) if label_names is not None else _sorted_labels(label for *_, label in rows.records)
     index = {name: i for i, name in enumerate(names)}
     for line, _, label in rows.records:  # after reading, as the file's own classes are only known then

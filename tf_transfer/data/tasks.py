@@ -3,7 +3,7 @@
 Every task is one row of `TASKS`: where its files are, which columns hold the texts and the label, the label
 values in TensorFlow Datasets' index order, and its metrics (the first is the primary metric the paper reports).
 Readers return plain Python/NumPy `Examples` or raise `TransferError`; they never touch TensorFlow. The files are
-read by `tables` as TSV with quoting off, as GLUE requires; CoLA's have no header row, MRPC's a byte-order mark.
+read by `table_reader` as TSV with quoting off, as GLUE requires; CoLA's have no header row, MRPC's a byte-order mark.
 
 Example:
 
@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import tables
+from tf_transfer.data import table_reader
 from tf_transfer.data.examples import Examples
 
 
@@ -134,25 +134,25 @@ def read_tsv(task: Task, path: str, skip_bad_rows: bool = False) -> Examples:
 
     def columns(header):
         wanted = [*task.text_columns, task.label_column]
-        found = tables.positions(path, header, wanted,
+        found = table_reader.positions(path, header, wanted,
                                  f"header lacks column(s) {{missing}} needed by task {task.name} (found: {{found}})")
         needed = max(found) + 1
 
         def convert(row):
             if len(row.fields) < needed:
-                raise tables.BadRow(f"expected at least {needed} tab-separated columns, found {len(row.fields)}")
+                raise table_reader.BadRow(f"expected at least {needed} tab-separated columns, found {len(row.fields)}")
             texts = tuple(row.fields[p] for p in found[:-1])
             if any(not t.strip() for t in texts):
-                raise tables.BadRow("empty text")
+                raise table_reader.BadRow("empty text")
             try:
                 return texts, _parse_label(task, row.fields[found[-1]])
             except ValueError:
                 expected = "a number" if task.is_regression else "one of " + ", ".join(task.labels)
-                raise tables.BadRow(f"label {row.fields[found[-1]]!r} is not {expected}") from None
+                raise table_reader.BadRow(f"label {row.fields[found[-1]]!r} is not {expected}") from None
 
         return convert
 
-    rows = tables.read_rows(path, columns, tables.TSV, task.column_names, skip_bad_rows)
+    rows = table_reader.read_rows(path, columns, table_reader.TSV, task.column_names, skip_bad_rows)
     return Examples.from_records(rows.records, np.float32 if task.is_regression else np.int64, source=path,
                                  skipped_rows=rows.skipped, label_names=task.labels)
 

@@ -8,17 +8,17 @@ a record (`convert`). A converter raises `BadRow` for a malformed row and `SkipR
 Example:
 
 >>> import os, tempfile
->>> from tf_transfer.data import tables
+>>> from tf_transfer.data import table_reader
 >>> path = os.path.join(tempfile.mkdtemp(), "train.tsv")
 >>> _ = open(path, "w").write('sentence\\tlabel\\nhe said " yes\\t1\\nno label\\t\\n')
 >>> def columns(header):
-...     text, label = tables.positions("train.tsv", header, ["sentence", "label"], "lacks {missing}")
+...     text, label = table_reader.positions("train.tsv", header, ["sentence", "label"], "lacks {missing}")
 ...     def convert(row):
 ...         if not row.fields[label]:
-...             raise tables.SkipRow()
+...             raise table_reader.SkipRow()
 ...         return row.fields[text], row.fields[label]
 ...     return convert
->>> rows = tables.read_rows(path, columns, tables.TSV)
+>>> rows = table_reader.read_rows(path, columns, table_reader.TSV)
 >>> rows.records, rows.skipped_lines
 ([('he said " yes', '1')], [3])
 """

@@ -12,11 +12,11 @@ from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import REPO
 
-EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss", "val",
-              "test"}
+EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "peak_memory_mb",
+              "loss", "val", "test"}
 SUMMARY_KEYS = {"task", "preset", "num_layers", "trainable_layers", "lr", "batch_size", "seed", "metric",
                 "trainable_params", "total_params", "compile_time_s", "epochs", "best_epoch", "stopped_early",
-                "completed", "machine"}
+                "completed", "machine", "peak_memory_mb", "peak_memory_source"}
 
 
 def _config(glue_dir, tiny_preset, **overrides):
@@ -48,6 +48,9 @@ def test_summary_schema(rte_run):
     assert all(set(e) == EPOCH_KEYS for e in epochs)
     assert epochs[0]["train_time_s"] == pytest.approx(epochs[0]["epoch_time_s"])
     assert all(e["cpu_utilization"] > 0 for e in epochs)
+    # The process's peak resident set while training: at least the model's weights, at most the machine's memory.
+    assert all(50 < e["peak_memory_mb"] < 64_000 for e in epochs) and on_disk["peak_memory_source"] == "resident set"
+    assert on_disk["peak_memory_mb"] == max(e["peak_memory_mb"] for e in epochs)
     # CPU seconds add up like wall seconds, and agree with the utilization they were derived from.
     assert epochs[1]["train_cpu_s"] == pytest.approx(epochs[0]["epoch_cpu_s"] + epochs[1]["epoch_cpu_s"])
     assert epochs[0]["epoch_cpu_s"] == pytest.approx(epochs[0]["cpu_utilization"] * epochs[0]["epoch_time_s"])
@@ -68,7 +71,7 @@ def test_tensorboard_scalars_read_back(rte_run):
     accumulator = event_accumulator.EventAccumulator(event_file, size_guidance={"tensors": 0})
     accumulator.Reload()
     tags = set(accumulator.Tags()["tensors"])
-    assert {"epoch_time_s", "train_time_s", "loss", "val/accuracy", "test/accuracy"} <= tags
+    assert {"epoch_time_s", "train_time_s", "peak_memory_mb", "loss", "val/accuracy", "test/accuracy"} <= tags
     import tensorflow as tf
 
     values = [float(tf.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors("train_time_s")]

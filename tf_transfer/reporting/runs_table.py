@@ -5,8 +5,9 @@ comparison (time saved, score difference) for any sweep of `tf_transfer.glue` ru
 
 Every `summary.json` below the folder (recursively) is one row: the settings, epochs trained, the best epoch, the
 test score at the best epoch (the summary's `metric`; MNLI's matched dev set, the mismatched one beside it in
-brackets and in its own CSV column), and the time to the best epoch with the frozen-prefix cache's build charged
-(`tables.elapsed`, wall clock). Summaries of other entry points that name a task and a metric (stack, multitask)
+brackets and in its own CSV column), the time to the best epoch with the frozen-prefix cache's build charged
+(`tables.elapsed`, wall clock), and the run's peak memory while training (`peak_memory_mb`; "-" for runs made before
+it was recorded). Summaries of other entry points that name a task and a metric (stack, multitask)
 are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped, as are files
 that are not JSON. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
 
@@ -41,9 +42,10 @@ from tf_transfer.reporting import tables
 
 SUMMARY = "summary.json"
 COLUMNS = ("run", "task", "preset", "trainable_layers", "lr", "batch_size", "seed", "epochs", "best_epoch",
-           "metric", "score", "score_mismatched", "time_to_best_s", "time_saved_pct", "score_diff", "status")
+           "metric", "score", "score_mismatched", "time_to_best_s", "time_saved_pct", "score_diff", "peak_memory_mb",
+           "status")
 SHOWN = ("run", "task", "preset", "layers", "lr", "batch", "seed", "epochs", "best", "metric", "test score",
-         "time to best (s)", "time saved", "score diff", "status")
+         "time to best (s)", "time saved", "score diff", "peak memory (MB)", "status")
 # Where a run's files and data lived, not what it ran: the machines of one sweep may keep them apart.
 NOT_SETTINGS = ("seed", "data_dir", "cache_dir", "output_dir")
 
@@ -117,7 +119,7 @@ def _row(run: str, summary: dict) -> dict:
             "batch_size": summary.get("batch_size"), "seed": summary.get("seed"), "epochs": len(summary["epochs"]),
             "best_epoch": _stopping_epoch(summary, record), "metric": metric, "score": score,
             "score_mismatched": mismatched, "time_to_best_s": tables.elapsed(summary, record) if timed else None,
-            "time_saved_pct": None, "score_diff": None,
+            "time_saved_pct": None, "score_diff": None, "peak_memory_mb": _number(summary.get("peak_memory_mb")),
             "status": "completed" if summary.get("completed") else "unfinished"}
 
 
@@ -194,7 +196,7 @@ def _cells(row: dict) -> list:
     return [row["run"], row["task"], shown(row["preset"], ""), shown(row["trainable_layers"], ""),
             shown(row["lr"], "g"), shown(row["batch_size"], ""), shown(row["seed"], ""), str(row["epochs"]),
             shown(row["best_epoch"], ""), row["metric"], score, shown(row["time_to_best_s"], ".1f"), saved,
-            diff, row["status"]]
+            diff, shown(row["peak_memory_mb"], ".0f"), row["status"]]
 
 
 def render(table: Table, root: str) -> str:

@@ -3,10 +3,11 @@
 A study hands the engine what differs, as plain objects: a way to train one epoch (`keras_epoch` for `fit`, or
 any function of `(epoch, progress)` returning `{"loss": ..., extras}`), a way to score (`evaluate() -> (val,
 test)`), and optionally a hook after each epoch (a stack's gap rule). The engine owns what is the same everywhere:
-wall and CPU timing, the non-finite-loss stop, early stopping, the best epoch, checkpoint and summary after every
-epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys `epoch,
-epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, loss, val, test` plus the study's own
-(`phase`, `task_loss`, ...). Timing: docs/outputs.md.
+wall and CPU timing, peak memory, the non-finite-loss stop, early stopping, the best epoch, checkpoint and summary
+after every epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys
+`epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, peak_memory_mb, loss, val, test`
+plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest of its
+epochs') and `peak_memory_source`. Timing and memory: docs/outputs.md.
 
 A study with stages (stack-and-finetune's two phases) calls `fit` once per stage on the same engine, with
 `until_epoch`, its own stopper and `tags` such as `{"phase": 2}`.
@@ -29,7 +30,7 @@ from typing import Callable, Optional
 import numpy as np
 from absl import logging
 
-from tf_transfer.core import machine
+from tf_transfer.core import machine, memory
 from tf_transfer.core import metrics as metrics_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.training import distributed, record
@@ -132,6 +133,7 @@ class Engine:
         self.recorder, self.strategy = recorder, strategy
         self.summary = folder.summary
         self.summary.setdefault("epochs", [])
+        self.memory = memory.PeakMemory()
         held = self.summary.get("early_stopping")
         self.stopper = EarlyStopping(**held) if held else EarlyStopping(patience, min_delta)
 
@@ -194,10 +196,13 @@ class Engine:
     def _train_and_score(self, epoch: int, train_epoch: Callable, evaluate: Callable, progress,
                          tags: Optional[dict]) -> dict:
         """Trains one epoch (timed on the wall and the CPU clock), scores it; returns its record."""
+        self.memory.start()
         start, cpu_start = time.perf_counter(), machine.cpu_seconds()
         result = dict(train_epoch(epoch, progress))
         epoch_time_s = time.perf_counter() - start
         epoch_cpu_s = machine.cpu_seconds() - cpu_start
+        peak_memory_mb = self.memory.peak_mb()
+        self._note_peak(peak_memory_mb)
         loss = result.pop("loss")
         check_finite(loss, epoch)
         previous = self.epochs[-1] if self.epochs else {}
@@ -210,12 +215,19 @@ class Engine:
             "epoch_cpu_s": epoch_cpu_s,
             # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
             "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
+            "peak_memory_mb": peak_memory_mb,
             "loss": loss,
             **result,
             "val": val,
             "test": test,
             **(tags or {}),
         }
+
+    def _note_peak(self, peak_memory_mb) -> None:
+        """The run's peak memory over its epochs so far (a resumed run's earlier epochs count too)."""
+        if peak_memory_mb is not None:
+            self.summary["peak_memory_mb"] = max(peak_memory_mb, self.summary.get("peak_memory_mb") or 0.0)
+            self.summary["peak_memory_source"] = self.memory.source
 
     def _judge(self, epoch_record: dict, stopper: Optional[EarlyStopping], on_best: Optional[Callable]):
         """Best epoch and early stopping after an epoch that counts; returns whether the stopper stops the run."""
@@ -237,7 +249,7 @@ class Engine:
     def _report(self, epoch_record: dict) -> None:
         scalars = {key: epoch_record[key] for key in ("epoch_time_s", "train_time_s", "cpu_utilization", "loss")}
         for key, value in epoch_record.items():
-            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s"):
+            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s") or value is None:
                 continue
             if isinstance(value, dict):
                 scalars.update(record.flatten_scores(key if key != "task_loss" else "loss", value))

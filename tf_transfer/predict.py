@@ -1,9 +1,10 @@
-"""Score a TSV or CSV file with a classifier exported by `--export_dir`.
+"""Score a TSV, CSV or JSON Lines file with a classifier exported by `--export_dir`.
 
     python -m tf_transfer.predict --model=exported/rte --input=$GLUE_DIR/RTE/test.tsv --output=rte_predictions.tsv
 
 Text columns default to the exported task's (e.g. sentence1/sentence2 for RTE); `--text_a_column` and
-`--text_b_column` name others. `.tsv` files are read with quoting disabled (GLUE), `.csv` with standard quoting.
+`--text_b_column` name others (a model trained on your own file expects that file's columns). `.tsv` files are read
+with quoting disabled (GLUE), `.csv` with standard quoting, `.jsonl` as one JSON object per line.
 The output is a TSV of the input's row number, the prediction (label or score) and the raw outputs.
 """
 
@@ -21,7 +22,8 @@ from tf_transfer.core import flags as flags_lib
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("model", None, "Folder written by --export_dir.")
-flags.DEFINE_string("input", None, "TSV (quoting disabled, as GLUE) or CSV (standard quoting) with a header row.")
+flags.DEFINE_string("input", None, "TSV (quoting disabled, as GLUE) or CSV (standard quoting) with a header row, "
+                    "or JSON Lines.")
 flags.DEFINE_string("output", None, "Where to write predictions (TSV); default standard output.")
 flags.DEFINE_string("text_a_column", None, "Header name of the first text (default: the exported task's).")
 flags.DEFINE_string("text_b_column", None, "Header name of the second text of pair tasks (default: the task's).")
@@ -33,6 +35,8 @@ def read_rows(path: str):
 
     if not os.path.isfile(path):
         raise TransferError(f"--input {path} does not exist")
+    if path.lower().endswith(".jsonl"):
+        return _read_jsonl(path)
     csv.field_size_limit(2**31 - 1)
     options = ({"delimiter": ","} if path.lower().endswith(".csv")
                else {"delimiter": "\t", "quoting": csv.QUOTE_NONE})
@@ -44,6 +48,26 @@ def read_rows(path: str):
     if len(rows) < 2:
         raise TransferError(f"{path}: needs a header row and at least one data row")
     return rows[0], rows[1:]
+
+
+def _read_jsonl(path: str):
+    """JSON Lines as a header (the first object's keys) and rows of those keys' values."""
+    import json
+
+    from tf_transfer.core.errors import TransferError
+
+    objects = []
+    with open(path, encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    objects.append(json.loads(line))
+                except ValueError as e:
+                    raise TransferError(f"{path}:{number}: not JSON ({e})") from None
+    if not objects or not isinstance(objects[0], dict):
+        raise TransferError(f"{path}: needs at least one JSON object per line")
+    header = list(objects[0])
+    return header, [[str(o.get(k, "")) if isinstance(o, dict) else "" for k in header] for o in objects]
 
 
 def main(argv):
@@ -58,9 +82,11 @@ def main(argv):
 
     classifier, meta = export.load(FLAGS.model)
     task = tasks.TASKS.get(meta.get("task", ""))
-    columns = [FLAGS.text_a_column or (task.text_columns[0] if task else None)]
+    # The training file's own columns (a user's data set), else the GLUE task's.
+    trained_on = meta.get("text_columns") or (task.text_columns if task else [None, None])
+    columns = [FLAGS.text_a_column or trained_on[0]]
     if meta.get("pair"):
-        columns.append(FLAGS.text_b_column or (task.text_columns[1] if task else None))
+        columns.append(FLAGS.text_b_column or trained_on[1])
     missing = [c for c in columns if c not in header]
     if missing:
         raise TransferError(f"{FLAGS.input}: no column(s) {', '.join(map(str, missing))} (found: {', '.join(header)});"

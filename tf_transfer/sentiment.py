@@ -27,6 +27,8 @@ COMMAND_FLAGS = {
                           "plots; the approaches accumulate in it."),
         text_column=("text", "Column holding the text to classify (Kaggle: text)."),
         label_column=("target", "Column holding the label (Kaggle: target)."),
+        text_columns=([], "Extra columns appended to the text, separated by a space, e.g. keyword (may be empty per "
+                          "row)."),
         overwrite=(False, "Start this approach afresh: replace sparse_baselines.* or bert_<model>_<pooling>.json and "
                           "its in-progress seed. Without it, a rerun continues where a killed run stopped (finished "
                           "folds, seeds and epochs are kept), adds missing seeds, and refuses other settings."),
@@ -39,8 +41,6 @@ flags.DEFINE_string("approach", "sparse",
                     "report: only rewrite report.md and the box plots from the results in --output_dir.")
 flags.DEFINE_string("delimiter", None,
                     "Field separator; 'tab' for tabs. Default: tab for .tsv/.tab files, comma otherwise.")
-flags.DEFINE_list("text_columns", [],
-                  "Extra columns appended to the text, separated by a space, e.g. keyword (may be empty per row).")
 flags.DEFINE_string("labels", None,
                     "Allowed label values in class order, comma-separated (default 0,1). Two values: binary, F1 "
                     "of the second; more: multi-class, macro F1.")

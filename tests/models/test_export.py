@@ -28,7 +28,7 @@ def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir)
     assert summary["exported"]["epoch"] == summary["best_epoch"]
     classifier, meta = export.load(str(root / "model"))
     assert meta == {"task": "rte", "labels": ["entailment", "not_entailment"], "regression": False, "pair": True,
-                    "max_seq_length": 32}
+                    "text_columns": ["sentence1", "sentence2"], "max_seq_length": 32}
     dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
     outputs, predictions = export.predict(classifier, meta, dev.text_a, dev.text_b)
     accuracy = np.mean([meta["labels"].index(p) == y for p, y in zip(predictions, dev.labels)])

@@ -36,6 +36,7 @@ SHARED = {
     "runs_dir": (flags.DEFINE_string, "Root of the default --output_dir."),
     "text_column": (flags.DEFINE_string, "Column holding the text."),
     "label_column": (flags.DEFINE_string, "Column holding the label."),
+    "text_columns": (flags.DEFINE_list, "Columns holding the texts, comma-separated."),
     "report": (flags.DEFINE_list, "Instead of training: print a Markdown table of these run folders."),
 }
 

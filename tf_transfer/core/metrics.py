@@ -1,4 +1,5 @@
-"""GLUE metrics, thin over scikit-learn and SciPy.
+"""GLUE's metrics and those of a user's own data set (macro F1, mean squared error), thin over scikit-learn and SciPy.
+Every metric is higher-is-better but `mse` (`LOWER_IS_BETTER`), which `is_better` takes into account.
 
 Example:
 
@@ -48,7 +49,18 @@ def spearman(labels, predictions) -> float:
     return _correlation(stats.spearmanr, labels, predictions)
 
 
-METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman}
+def macro_f1(labels, predictions) -> float:
+    """The unweighted mean of the per-class F1 scores (multi-class data sets)."""
+    return float(skm.f1_score(labels, predictions, average="macro", zero_division=0.0))
+
+
+def mse(labels, predictions) -> float:
+    return float(skm.mean_squared_error(labels, predictions))
+
+
+METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman,
+           "macro_f1": macro_f1, "mse": mse}
+LOWER_IS_BETTER = ("mse",)
 
 
 def compute(names, labels, predictions) -> dict:
@@ -56,11 +68,14 @@ def compute(names, labels, predictions) -> dict:
     return {name: METRICS[name](labels, predictions) for name in names}
 
 
-def is_better(value, best, min_delta: float = 0.0) -> bool:
-    """True when `value` improves on `best` by more than `min_delta` (all GLUE metrics: higher is better).
+def is_better(value, best, min_delta: float = 0.0, lower: bool = False) -> bool:
+    """True when `value` improves on `best` by more than `min_delta`: is higher (`lower`: lower, for
+    `LOWER_IS_BETTER` metrics).
 
     An undefined value (NaN) never improves; anything finite improves on no value yet.
     """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return False
-    return best is None or value > best + min_delta
+    if best is None:
+        return True
+    return value < best - min_delta if lower else value > best + min_delta

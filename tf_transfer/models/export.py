@@ -55,7 +55,8 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     os.makedirs(folder, exist_ok=True)
     classifier.save_to_preset(folder)
     meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
-            "regression": task.is_regression, "pair": task.is_pair, "max_seq_length": max_seq_length}
+            "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
+            "max_seq_length": max_seq_length}
     with open(os.path.join(folder, META), "w") as f:
         json.dump(meta, f, indent=2)
     return classifier

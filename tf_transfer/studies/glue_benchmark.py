@@ -174,13 +174,13 @@ def measure_naive(config: GlueSettings, steps: int, warmup_steps: int) -> dict:
     from tf_transfer.models import backbones
     from tf_transfer.models import freezing
 
-    train_examples, _, _, _ = load_data(config)
+    task, train_examples, _, _, _ = load_data(config)
     keras.mixed_precision.set_global_policy(config.precision)
     loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
                                     purpose="the keras-hub BertTextClassifier comparison")
     encoded = inputs.encode(train_examples, loaded.tokenizer, config.max_seq_length)
     classifier = keras_hub.models.BertTextClassifier(backbone=loaded.backbone,
-                                                     num_classes=config.task_spec.num_labels, preprocessor=None)
+                                                     num_classes=task.num_labels, preprocessor=None)
     freezing.set_trainable_layers(loaded.backbone, config.trainable_layers)
     classifier.compile(optimizer=keras.optimizers.AdamW(config.lr), jit_compile=True,
                        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

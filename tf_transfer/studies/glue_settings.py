@@ -22,7 +22,7 @@ from tf_transfer.core.choices import JIT_COMPILE, LR_SCHEDULES
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
 from tf_transfer.data import inputs
-from tf_transfer.data import tasks
+from tf_transfer.data import tasks, user_data
 from tf_transfer.models import freezing
 
 TRAINABLE_LAYERS_HELP = ("Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
@@ -42,7 +42,26 @@ class GlueSettings(RunSettings):
     LayerNorm and bias variables, epsilon 1e-6, gradients clipped to global norm 1.0.
     """
 
-    task: Optional[str] = setting(None, "GLUE task: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli.")
+    task: Optional[str] = setting(None, "GLUE task: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli; or "
+                                        "tfds:<name> for a TensorFlow Datasets data set (with --text_columns and "
+                                        "--label_column). Your own files: --train_file instead.")
+    train_file: Optional[str] = setting(None, "Your own data instead of --task: a .csv (standard quoting), .tsv "
+                                              "(quoting off, as GLUE) or .jsonl training file with a header (JSON "
+                                              "Lines: keys) naming --text_columns and --label_column.")
+    validation_file: Optional[str] = setting(None, "Validation file for early stopping, in --train_file's format; "
+                                                   "without it a seeded --validation_fraction of train is held out.")
+    test_file: Optional[str] = setting(None, "Test file, in --train_file's format, scored after every epoch.")
+    text_columns: tuple = setting((), "With --train_file or --task=tfds:...: the text column, or two (a sentence "
+                                      "pair), comma-separated.")
+    label_column: Optional[str] = setting(None, "With --train_file or --task=tfds:...: the label column (strings or "
+                                                "integers; numbers with --regression).")
+    regression: bool = setting(False, "The label is a number: mean squared error loss; Spearman, Pearson and MSE.")
+    positive_label: Optional[str] = setting(None, "Two labels: the positive class, whose F1 is reported (default: "
+                                                  "the second label in sorted order).")
+    train_split: str = setting("train", "--task=tfds:...: the split to train on.")
+    validation_split: Optional[str] = setting(None, "--task=tfds:...: the validation split (default: a seeded "
+                                                    "--validation_fraction of the training split).")
+    test_split: Optional[str] = setting(None, "--task=tfds:...: a split scored as test after every epoch.")
     preset: str = setting(
         "bert_base_en_uncased",
         "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face format) of a BERT, "
@@ -100,18 +119,57 @@ class GlueSettings(RunSettings):
         "steps_per_execution": (settings_lib.at_least(1), "must be at least 1"),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
-    NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size")
+    NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
+                                            "train_file", "validation_file", "test_file")
+    # Settings added after runs were made, with the value those runs had: a setting at that value changes no run's
+    # name, and an older run matches it.
+    ADDED_SETTINGS: ClassVar[dict] = {"train_file": None, "validation_file": None, "test_file": None,
+                                      "text_columns": [], "label_column": None, "regression": False,
+                                      "positive_label": None, "train_split": "train", "validation_split": None,
+                                      "test_split": None}
 
     def __post_init__(self):
-        if not self.task:
-            raise TransferError("--task is required: one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli")
+        self._set("text_columns", tuple(self.text_columns))
+        self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
+        if self.task and self.train_file:
+            raise TransferError("give --task (a GLUE task, or tfds:<name>) or --train_file (your own data), not both")
+        if not self.task and not self.train_file:
+            raise TransferError("--task is required: one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or "
+                                "tfds:<name>; or give --train_file for your own data")
+        if self.data_spec is None:
+            self._check_glue_task()
+        else:
+            self._check_own_data()
+        super().__post_init__()
+
+    def _check_glue_task(self) -> None:
         task = tasks.get_task(self.task)
         self._set("task", task.name)
-        self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
+        own = [name for name, default in self.ADDED_SETTINGS.items() if self.to_dict()[name] != default]
+        if own:
+            raise TransferError(f"--{own[0]} is for your own data (--train_file or --task=tfds:<name>), not for "
+                                f"the GLUE task {task.name}")
         if self.metric is not None and self.metric not in task.metrics:
             raise TransferError(f"--metric={self.metric} is not computed for {task.name}: use one of "
                                 f"{', '.join(task.metrics)}")
-        super().__post_init__()
+
+    def _check_own_data(self) -> None:
+        source = "--train_file" if self.train_file else f"--task={self.task}"
+        if len(self.text_columns) not in (1, 2) or not self.label_column:
+            raise TransferError(f"{source} needs --text_columns (one column, or two for sentence pairs) and "
+                                "--label_column")
+        if self.train_file:
+            for flag in ("train_file", "validation_file", "test_file"):
+                if getattr(self, flag):
+                    user_data.check_file(getattr(self, flag), flag)
+        if self.regression and self.positive_label is not None:
+            raise TransferError("--positive_label is for two classes, not for --regression")
+        allowed = (user_data.REGRESSION_METRICS if self.regression
+                   else tuple(dict.fromkeys(user_data.BINARY_METRICS + user_data.MULTICLASS_METRICS)))
+        if self.metric is not None and self.metric not in allowed:
+            raise TransferError(f"--metric={self.metric} is not computed for "
+                                f"{'regression' if self.regression else 'classification'}: use one of "
+                                f"{', '.join(allowed)}")
 
     def check_together(self) -> list:
         return [
@@ -123,13 +181,34 @@ class GlueSettings(RunSettings):
         ]
 
     @property
+    def data_spec(self) -> Optional[user_data.DataSpec]:
+        """Where a user's own data set is (files or TFDS); None for a GLUE task."""
+        if self.train_file or (self.task or "").startswith(user_data.TFDS_PREFIX):
+            tfds = self.task[len(user_data.TFDS_PREFIX):] if self.task else None
+            return user_data.DataSpec(self.train_file, self.validation_file, self.test_file, tfds, self.train_split,
+                                      self.validation_split, self.test_split, self.text_columns, self.label_column,
+                                      self.regression, self.positive_label)
+        return None
+
+    @property
+    def dataset(self) -> str:
+        """The data set's name in folders, HParams and tables: the GLUE task, the file's stem or `tfds_<name>`."""
+        spec = self.data_spec
+        return self.task if spec is None else spec.name
+
+    @property
     def task_spec(self) -> tasks.Task:
+        """The GLUE task (a user's own data set is described once it has been read: `user_data.load`)."""
         return tasks.get_task(self.task)
 
     @property
     def metric_name(self) -> str:
         """The metric that drives early stopping and best-epoch selection."""
-        return self.metric or self.task_spec.primary_metric
+        if self.metric:
+            return self.metric
+        if self.data_spec is not None:
+            return user_data.REGRESSION_METRICS[0] if self.regression else "accuracy"
+        return self.task_spec.primary_metric
 
     @property
     def jit(self):
@@ -139,11 +218,12 @@ class GlueSettings(RunSettings):
     def fingerprint(self) -> str:
         """A short hash of every setting that can change results: not the seed (a folder of its own), where the data
         and caches live, or knobs that only change speed."""
-        settings = {k: v for k, v in self.to_dict().items() if k not in ("seed",) + self.NOT_RESULT_SETTINGS}
+        settings = {k: v for k, v in self.to_dict().items() if k not in ("seed",) + self.NOT_RESULT_SETTINGS
+                    and not (k in self.ADDED_SETTINGS and v == self.ADDED_SETTINGS[k])}
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self) -> str:
         return f"k{self.trainable_layers}_lr{self.lr:g}_bs{self.batch_size}_{self.fingerprint()}"
 
     def default_output_dir(self, root: str = "runs") -> str:
-        return os.path.join(root, self.task, self.run_name(), f"seed{self.seed}")
+        return os.path.join(root, self.dataset, self.run_name(), f"seed{self.seed}")

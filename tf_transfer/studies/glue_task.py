@@ -21,7 +21,8 @@ from typing import Optional
 from absl import logging
 
 from tf_transfer.core import machine
-from tf_transfer.data import tasks
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data import tasks, user_data
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import distributed, record, runner
@@ -29,16 +30,28 @@ from tf_transfer.training.task import Task
 
 
 def load_data(settings: GlueSettings):
-    """Returns `(train, validation, {test name: Examples}, skipped_rows)` for the settings' task."""
-    train_full, tests = tasks.load_task_data(settings.task_spec, settings.data_dir, settings.skip_bad_rows)
-    if settings.validation_fraction:
+    """Returns `(task, train, validation, {test name: Examples}, skipped_rows)` for the settings' GLUE task or own
+    data set (`user_data`; its own validation file or split, where it has one, instead of a held-out share)."""
+    spec, validation = settings.data_spec, None
+    if spec is None:
+        task = settings.task_spec
+        train_full, tests = tasks.load_task_data(task, settings.data_dir, settings.skip_bad_rows)
+    else:
+        task, train_full, validation, tests = user_data.load(spec, settings.skip_bad_rows)
+        if settings.metric and settings.metric not in task.metrics:
+            raise TransferError(f"--metric={settings.metric} is not computed for {task.name}'s "
+                                f"{len(task.labels) if task.labels else 'numeric'} labels: use one of "
+                                f"{', '.join(task.metrics)}")
+    if validation is not None:
+        train = train_full
+    elif settings.validation_fraction:
         train, validation = train_validation_split(train_full, settings.validation_fraction, settings.seed)
     else:  # --validation_fraction=0: train on all of it; the empty validation split is never scored
         train, validation = train_full, train_full.take([])
     if settings.max_train_examples is not None and settings.max_train_examples < len(train):
         train = train.take(range(settings.max_train_examples))
     skipped = {"train": train_full.skipped_rows, **{name: t.skipped_rows for name, t in tests.items()}}
-    return train, validation, tests, skipped
+    return task, train, validation, tests, skipped
 
 
 def scores(feed, model, task, split: str) -> dict:
@@ -53,20 +66,23 @@ def scores(feed, model, task, split: str) -> dict:
 
 
 class GlueTask(Task):
-    """A GLUE run of `settings`; `export_dir` saves the best epoch's classifier there after training."""
+    """A GLUE run of `settings` (a GLUE task, or a user's own data set read the same way); `export_dir` saves the
+    best epoch's classifier there after training."""
+
+    added_settings = GlueSettings.ADDED_SETTINGS
 
     def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None):
         super().__init__(settings)
         self.export_dir = export_dir
         self.metric = settings.metric_name
-        self.task = settings.task_spec
+        self.task = None  # a `tasks.Task`, known once the data has been read
         self.cache_time_s, self.cache_cost = 0.0, None
 
     def build(self, strategy=None) -> None:
         """Reads the data, loads the backbone, encodes every split and builds the compiled model and its feed.
         TensorFlow is imported only once the data has been read, so that bad data fails fast."""
         settings = self.settings
-        train, validation, tests, self.skipped = load_data(settings)
+        self.task, train, validation, tests, self.skipped = load_data(settings)
         self.test_names = list(tests)
         import keras
 
@@ -152,7 +168,7 @@ class GlueTask(Task):
         cls_only = depth == backbone.num_layers
         cached, self.cache_cost = {}, {"build_s": 0.0, "build_cpu_s": 0.0}
         for name, split in self.encoded.items():
-            key = cache.cache_key(settings.init_checkpoint or settings.preset, settings.task, name, split, depth,
+            key = cache.cache_key(settings.init_checkpoint or settings.preset, settings.dataset, name, split, depth,
                                   cls_only, settings.precision)
             cached[name], spent, reused = cache.build(prefix, split, key, cls_only, settings.cache_dir,
                                                       settings.eval_batch_size, settings.bucket_step)
@@ -184,12 +200,13 @@ class GlueTask(Task):
                            jit_compile=settings.jit, steps_per_execution=settings.steps_per_execution)
 
     def describe(self) -> str:
-        return f"{self.settings.task}, trainable_layers={self.settings.trainable_layers}"
+        return f"{self.settings.dataset}, trainable_layers={self.settings.trainable_layers}"
 
     def fresh_summary(self, table: list) -> dict:
         settings, cost = self.settings, self.cache_cost or {}
         return {
-            "task": settings.task,
+            "task": settings.dataset,
+            **self._dataset_facts(),
             "preset": settings.init_checkpoint or settings.preset,
             "preset_source": self.loaded.source,
             "num_layers": int(self.backbone.num_layers),
@@ -217,14 +234,29 @@ class GlueTask(Task):
             **record.nothing_trained_yet(settings.to_dict(), settings.run_name()),
         }
 
+    def _dataset_facts(self) -> dict:
+        """For a user's own data set: where it came from, its labels in class order (positive last of two), its
+        kind and the SHA-256 of each file, so that runs can tell which data they trained on."""
+        spec = self.settings.data_spec
+        if spec is None:
+            return {}
+        files = {flag: path for flag, path in (("train_file", spec.train_file), ("validation_file",
+                 spec.validation_file), ("test_file", spec.test_file)) if path}
+        kind = "regression" if self.task.is_regression else "binary" if self.task.num_labels == 2 else "multiclass"
+        return {"dataset": {"name": spec.name, "tfds": spec.tfds, "text_columns": list(spec.text_columns),
+                            "label_column": spec.label_column, "kind": kind,
+                            "files": {flag: {"path": os.path.abspath(path), "sha256": _sha256(path)}
+                                      for flag, path in files.items()}},
+                "labels": list(self.task.labels) if self.task.labels else None}
+
     def hparams(self) -> dict:
         s = self.settings
-        return {"task": s.task, "preset": s.preset, "trainable_layers": str(s.trainable_layers), "lr": s.lr,
+        return {"task": s.dataset, "preset": s.preset, "trainable_layers": str(s.trainable_layers), "lr": s.lr,
                 "batch_size": s.batch_size, "seed": s.seed, "padding": s.padding, "max_seq_length": s.max_seq_length,
                 "lr_schedule": s.lr_schedule, "cache_frozen": s.cache_frozen, "precision": s.precision}
 
     def trial_name(self) -> str:
-        return f"{self.settings.task}/{self.settings.run_name()}/seed{self.settings.seed}"
+        return f"{self.settings.dataset}/{self.settings.run_name()}/seed{self.settings.seed}"
 
     def resume_facts(self) -> dict:
         return {"cache_time_s": self.cache_time_s}  # a cache rebuilt in this process is not training time either
@@ -260,6 +292,16 @@ class GlueTask(Task):
                                  self.settings.max_seq_length, self.export_dir, self.settings.dropout)
         summary["exported"] = {"folder": os.path.abspath(self.export_dir), "epoch": best}
         logging.info("exported the epoch-%s model to %s", best, self.export_dir)
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,

@@ -48,9 +48,9 @@ class EarlyStopping:
     best_epoch: Optional[int] = None
     wait: int = 0
 
-    def update(self, value, epoch: int) -> bool:
-        """Records `value` for `epoch`; returns True when training should stop."""
-        if metrics_lib.is_better(value, self.best, self.min_delta):
+    def update(self, value, epoch: int, lower: bool = False) -> bool:
+        """Records `value` for `epoch` (`lower`: lower is better); returns True when training should stop."""
+        if metrics_lib.is_better(value, self.best, self.min_delta, lower):
             self.best, self.best_epoch, self.wait = value, epoch, 0
         else:
             self.wait += 1
@@ -233,11 +233,12 @@ class Engine:
         """Best epoch and early stopping after an epoch that counts; returns whether the stopper stops the run."""
         epoch, val = epoch_record["epoch"], epoch_record["val"]
         value = val.get(self.metric) if val else None
-        if metrics_lib.is_better(value, self._best_value(), stopper.min_delta if stopper else 0.0):
+        lower = self.metric in metrics_lib.LOWER_IS_BETTER
+        if metrics_lib.is_better(value, self._best_value(), stopper.min_delta if stopper else 0.0, lower):
             self.summary["best_epoch"] = epoch
             if on_best is not None:
                 on_best(epoch)
-        stops = stopper is not None and stopper.update(value, epoch) and epoch < self.max_epochs
+        stops = stopper is not None and stopper.update(value, epoch, lower) and epoch < self.max_epochs
         if stopper is not None:
             self.summary["early_stopping"] = stopper.state()
         return stops

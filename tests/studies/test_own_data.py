@@ -1,0 +1,121 @@
+"""Your own data through the GLUE trainer: a CSV of texts and labels, a regression target, a sentence-pair file, with
+and without the frozen-prefix cache; the same file read as GLUE's task and as a user's file gives the same numbers;
+TFDS by name (mock data, offline); the exported classifier predicts the file's own labels; bad input is one line."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from conftest import SENTENCES, run_module
+
+
+def _write_csv(path, rows, header):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    root = tmp_path_factory.mktemp("own")
+    rows = [(f"{SENTENCES[i % len(SENTENCES)]}, {SENTENCES[(i * 3) % len(SENTENCES)]}", ("bad", "good", "ok")[i % 3],
+             (i * 0.37) % 5, SENTENCES[(i * 7 + 1) % len(SENTENCES)]) for i in range(48)]
+    return {
+        "labels": _write_csv(root / "reviews.csv", [(t, label) for t, label, _, _ in rows], ["review", "stars"]),
+        "scores": _write_csv(root / "scores.csv", [(t, score) for t, _, score, _ in rows], ["review", "score"]),
+        "pairs": _write_csv(root / "pairs.csv", [(t, b, label) for t, label, _, b in rows],
+                            ["title_a", "title_b", "same"]),
+        "root": root,
+    }
+
+
+def _train(tiny_preset, out, *flags):
+    done = run_module("tf_transfer.glue", f"--preset={tiny_preset}", "--trainable_layers=2", "--max_epochs=2",
+                      "--batch_size=8", "--lr=1e-3", "--max_seq_length=32", f"--output_dir={out}", *flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_csv_of_texts_and_string_labels_trains(reviews, tiny_preset, tmp_path, cache):
+    summary = _train(tiny_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
+                     "--label_column=stars", *(["--cache_frozen"] if cache else []))
+    assert summary["completed"] and summary["task"] == "reviews" and summary["labels"] == ["bad", "good", "ok"]
+    assert summary["dataset"]["kind"] == "multiclass" and summary["metric"] == "accuracy"
+    assert set(summary["epochs"][0]["val"]) == {"accuracy", "macro_f1"} and summary["epochs"][0]["test"] == {}
+    assert summary["examples"] == {"train": 43, "validation": 5}  # a seeded, stratified tenth held out
+    assert summary["cache_frozen"] is cache and summary["peak_memory_mb"] > 0
+
+
+def test_a_numeric_target_trains_as_regression_scored_by_spearman(reviews, tiny_preset, tmp_path):
+    summary = _train(tiny_preset, tmp_path / "run", f"--train_file={reviews['scores']}", "--text_columns=review",
+                     "--label_column=score", "--regression", "--cache_frozen", f"--test_file={reviews['scores']}")
+    assert summary["metric"] == "spearman" and summary["labels"] is None
+    assert set(summary["epochs"][-1]["test"]) == {"spearman", "pearson", "mse"}
+
+
+def test_a_sentence_pair_file_with_its_own_validation_file_and_positive_label(reviews, tiny_preset, tmp_path):
+    binary = _write_csv(tmp_path / "binary.csv", [r for r in csv.reader(open(reviews["pairs"]))][1:][:40],
+                        ["title_a", "title_b", "same"])
+    rows = [r for r in csv.reader(open(binary))][1:]
+    two = _write_csv(tmp_path / "two.csv", [(a, b, "good" if s == "good" else "no") for a, b, s in rows],
+                     ["title_a", "title_b", "same"])
+    summary = _train(tiny_preset, tmp_path / "run", f"--train_file={two}", "--text_columns=title_a,title_b",
+                     "--label_column=same", f"--validation_file={two}", "--positive_label=good", "--metric=f1")
+    assert summary["labels"] == ["no", "good"] and summary["metric"] == "f1"
+    assert summary["examples"]["validation"] == 40 and summary["dataset"]["text_columns"] == ["title_a", "title_b"]
+
+
+def test_a_glue_file_read_as_a_users_file_gives_the_glue_tasks_numbers(glue_dir, tiny_preset, tmp_path):
+    glue = _train(tiny_preset, tmp_path / "glue", "--task=sst2", f"--data_dir={glue_dir}")
+    own = _train(tiny_preset, tmp_path / "own", f"--train_file={glue_dir}/SST-2/train.tsv",
+                 f"--test_file={glue_dir}/SST-2/dev.tsv", "--text_columns=sentence", "--label_column=label")
+    assert [e["loss"] for e in own["epochs"]] == [e["loss"] for e in glue["epochs"]]
+    assert [e["val"]["accuracy"] for e in own["epochs"]] == [e["val"]["accuracy"] for e in glue["epochs"]]
+    assert [e["test"]["accuracy"] for e in own["epochs"]] == [e["test"]["accuracy"] for e in glue["epochs"]]
+
+
+def test_tfds_by_name_with_mock_data(tiny_preset, tmp_path):
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=24):
+        summary = _train(tiny_preset, tmp_path / "run", "--task=tfds:glue/rte", "--text_columns=sentence1,sentence2",
+                         "--label_column=label", "--test_split=validation")
+    assert summary["task"] == "tfds_glue_rte" and summary["labels"] == ["entailment", "not_entailment"]
+    assert summary["examples"] == {"train": 22, "validation": 2, "test/test": 24}
+
+
+def test_the_exported_classifier_predicts_the_files_labels(reviews, tiny_preset, tmp_path):
+    _train(tiny_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
+           "--label_column=stars", f"--export_dir={tmp_path / 'model'}", "--trainable_layers=all")
+    out = tmp_path / "predictions.tsv"
+    done = run_module("tf_transfer.predict", f"--model={tmp_path / 'model'}", f"--input={reviews['labels']}",
+                      f"--output={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.reader(open(out), delimiter="\t"))
+    assert len(rows) == 49 and {r[1] for r in rows[1:]} <= {"bad", "good", "ok"}
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--task=rte", "--train_file={labels}"], "give --task (a GLUE task, or tfds:<name>) or --train_file"),
+    (["--train_file={labels}", "--text_columns=text", "--label_column=stars"], "no column(s) 'text' in the header"),
+    (["--train_file={labels}", "--text_columns=review", "--label_column=stars", "--regression"],
+     "label 'bad' is not a number"),
+    (["--train_file={labels}", "--text_columns=review"], "needs --text_columns (one column, or two"),
+    (["--train_file={labels}", "--text_columns=review", "--label_column=stars", "--metric=f1"],
+     "--metric=f1 is not computed for reviews's 3 labels"),
+    (["--task=sst2", "--label_column=x"], "--label_column is for your own data"),
+])
+def test_bad_input_is_one_error_line_and_exit_2(reviews, tmp_path, flags, fragment):
+    out = tmp_path / "run"
+    done = run_module("tf_transfer.glue", "--preset=unused", f"--output_dir={out}",
+                      *[f.format(labels=reviews["labels"]) for f in flags])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
+    assert not os.path.exists(out / "summary.json")

@@ -24,6 +24,7 @@ from absl import flags, logging
 
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.studies.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -36,6 +37,13 @@ flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-t
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
 flags.DEFINE_string("out", None, "report: output folder (default reports/<study>); table: PATH (no extension) "
                     "to write PATH.csv and PATH.md (default: print only).")
+# Settings of a grid of GLUE-trainer runs that the command line may give the whole grid (a user's data set, the
+# budget): a flag given overrides the grid's setting in every run, a flag not given changes nothing.
+OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_columns", "label_column", "regression",
+               "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
+               "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen")
+flags.DEFINE_list("seeds", None, "Seeds of every setting, instead of the grid's (e.g. 0,1,2).")
+flags.DEFINE_list("lrs", None, "Learning rates of every setting, instead of the grid's (e.g. 2e-5,1e-4).")
 COMMAND_FLAGS = flags_lib.common(
     runs_dir=("runs", "Root folder of the runs."),
     data_dir=(None, "Data folder for every run: GLUE's (default $GLUE_DIR), or the CS224N files (multitask; "
@@ -44,6 +52,7 @@ COMMAND_FLAGS = flags_lib.common(
                 "the labelled texts)."),
     cache_dir=(None, "Frozen-prefix cache folder shared by the runs (variants that cache)."),
 )
+COMMAND_FLAGS.update(flags_lib.settings_flags(GlueSettings, only=OVERRIDABLE))
 
 USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags], or table RUNS_DIR [--out=PATH]"
 
@@ -63,7 +72,8 @@ def main(argv):
     from experiments import load_study
 
     study = load_study(name)
-    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets)
+    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=_axes_given())
+    _override(study, name, runs)
     if FLAGS.tasks and not runs:
         raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
     if study.data_settings is None:  # GLUE runs: reports read GLUE dev from the same folder
@@ -80,6 +90,38 @@ def main(argv):
         print(f"{len(selected)} runs ({len(runs)} in the whole grid)")
         return
     _run(study, name, runs, selected)
+
+
+def _axes_given() -> dict:
+    from tf_transfer.core.errors import TransferError
+
+    axes = {}
+    try:
+        if FLAGS.seeds:
+            axes["seed"] = [int(seed) for seed in FLAGS.seeds]
+        if FLAGS.lrs:
+            axes["lr"] = [float(lr) for lr in FLAGS.lrs]
+    except ValueError as e:
+        raise TransferError(f"--seeds takes integers and --lrs numbers, comma-separated ({e})") from None
+    return axes
+
+
+def _override(study, name: str, runs: list) -> None:
+    """Puts the GLUE settings given on the command line on every run of the grid."""
+    from tf_transfer.core.errors import TransferError
+
+    given = {flag: FLAGS[flag].value for flag in OVERRIDABLE if FLAGS[flag].present}
+    if not given:
+        return
+    if study.settings_class is not GlueSettings:
+        raise TransferError(f"--{next(iter(given))} sets GLUE-trainer runs; study {name} takes its own settings "
+                            "(see its module in experiments/)")
+    if "text_columns" in given:
+        given["text_columns"] = tuple(given["text_columns"])
+    for settings in runs:
+        settings.update(given)
+        if "cache_frozen" in given:  # full fine-tuning has nothing frozen to cache
+            settings["cache_frozen"] = given["cache_frozen"] and settings["trainable_layers"] != "all"
 
 
 def _data_settings(study) -> dict:

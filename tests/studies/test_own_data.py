@@ -119,3 +119,29 @@ def test_bad_input_is_one_error_line_and_exit_2(reviews, tmp_path, flags, fragme
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
     assert not os.path.exists(out / "summary.json")
+
+
+def test_freezing_grid_over_a_users_file_runs_resumes_and_reports(reviews, tiny_preset, tmp_path):
+    """Every depth of the preset (k = 0..3) and full fine-tuning on the file, one seed; a run killed mid-grid is
+    trained again by the rerun and the finished ones are not; the report has the table, the figure and the CSV."""
+    common = ["freezing", f"--train_file={reviews['labels']}", "--text_columns=review", "--label_column=stars",
+              f"--presets={tiny_preset}", "--seeds=0", "--lrs=1e-3", "--max_epochs=1", "--max_seq_length=32",
+              f"--runs_dir={tmp_path / 'runs'}"]
+    listed = run_module("tf_transfer.experiments", "run", *common, "--dry_run")
+    assert listed.stdout.strip().splitlines()[-1] == "5 runs (5 in the whole grid)"
+    assert "trainable_layers=0 " in listed.stdout and "trainable_layers=all " in listed.stdout
+    first = run_module("tf_transfer.experiments", "run", *common)
+    assert first.returncode == 0 and "5 ran" in first.stdout, first.stderr[-3000:]
+    # As a kill leaves it: one run's summary unfinished, its checkpoint gone.
+    summaries = sorted((tmp_path / "runs").rglob("summary.json"))
+    killed = json.loads(summaries[0].read_text())
+    killed.update(completed=False, epochs=[])
+    summaries[0].write_text(json.dumps(killed))
+    again = run_module("tf_transfer.experiments", "run", *common)
+    assert again.returncode == 0 and "1 ran, 4 already completed" in again.stdout, again.stdout[-2000:]
+    report = run_module("tf_transfer.experiments", "report", *common, f"--out={tmp_path / 'report'}")
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (tmp_path / "report" / "README.md").read_text()
+    assert "# How much of" in text and "| all (full fine-tuning) |" in text and "| last 3 |" in text
+    assert "peak memory (MB)" in text and (tmp_path / "report" / "score_vs_time.png").stat().st_size > 1000
+    assert len((tmp_path / "report" / "runs.csv").read_text().splitlines()) == 6

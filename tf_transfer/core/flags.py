@@ -68,13 +68,13 @@ def common(**wanted) -> dict:
     return chosen
 
 
-def settings_flags(settings_class, exclude: tuple = (), module: str = None) -> dict:
-    """Defines a flag for every field of `settings_class` but `exclude` (if not yet defined in this process, with
-    the same kind) and returns `{name: (default, help)}` for `cli.run`."""
+def settings_flags(settings_class, exclude: tuple = (), module: str = None, only: tuple = None) -> dict:
+    """Defines a flag for every field of `settings_class` (`only` these, if given) but `exclude` (if not yet
+    defined in this process, with the same kind) and returns `{name: (default, help)}` for `cli.run`."""
     chosen, module = {}, module or _calling_module()
     for field in dataclasses.fields(settings_class):
         name = settings_lib.flag_name(field)
-        if name in exclude:
+        if name in exclude or (only is not None and name not in only):
             continue
         kind = settings_lib.flag_kind(settings_class, field)
         if name in FLAGS and FLAGS[name].flag_type() != _ABSL_KINDS[kind] and "list" not in FLAGS[name].flag_type():

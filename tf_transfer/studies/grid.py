@@ -130,9 +130,10 @@ class Grid:
     def base(self, variant: str) -> dict:
         return {**self.read_flagfile(self.flagfile), **self.variant(variant).settings}
 
-    def runs(self, variant: str = "paper", tasks=None, presets=None) -> list:
+    def runs(self, variant: str = "paper", tasks=None, presets=None, axes: Optional[dict] = None) -> list:
         """Every run of the grid as a dict of settings (plus `part`), in a fixed order. `presets` (a list) replaces
-        the variant's preset or preset axis: the grid sweeps those backbones instead."""
+        the variant's preset or preset axis: the grid sweeps those backbones instead; `axes` replace axes of the
+        same name (e.g. the seeds)."""
         chosen = self.variant(variant)
         base = self.base(variant)
         parts = chosen.parts or self.parts or {"main": {}}
@@ -140,11 +141,12 @@ class Grid:
                     for task, path in (self.task_flagfiles or {}).items()}
         listed = []
         for part, extra in parts.items():
-            axes = {**(chosen.axes or self.axes), **extra}
+            part_axes = {**(chosen.axes or self.axes), **extra}
+            part_axes.update({k: v for k, v in (axes or {}).items() if k in part_axes})
             if presets:
-                axes = {"preset": list(presets), **{k: v for k, v in axes.items() if k != "preset"}}
+                part_axes = {"preset": list(presets), **{k: v for k, v in part_axes.items() if k != "preset"}}
             preset = base.get("preset", getattr(self.settings_class, "preset", None))
-            for chosen_values in _combinations(axes, preset):
+            for chosen_values in _combinations(part_axes, preset):
                 task = chosen_values.get("task", base.get("task"))
                 settings = {**base, **per_task.get(task, {}), **chosen_values, "part": part}
                 if settings.get("cache_frozen") == "auto":
@@ -167,14 +169,14 @@ def _combinations(axes: dict, preset: str) -> list:
 
 def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
     """Where a run of the grid lives: the grid's `layout`, or for GLUE runs
-    `<runs_dir>/<study>/<task>/<run name>/seed<seed>`."""
+    `<runs_dir>/<study>/<task or data set>/<run name>/seed<seed>`."""
     if study.layout is not None:
         return study.layout(runs_dir, study, settings)
     config = GlueSettings(**{k: v for k, v in settings.items() if k != "part" and not _is_pending(v)})
     name = config.run_name()
     if any(_is_pending(v) for v in settings.values()):
         name = "k{}_lr-search_bs{}".format(settings["trainable_layers"], settings["batch_size"])
-    return os.path.join(runs_dir, study.name, config.task, name, f"seed{config.seed}")
+    return os.path.join(runs_dir, study.name, config.dataset, name, f"seed{config.seed}")
 
 
 def _is_pending(value) -> bool:

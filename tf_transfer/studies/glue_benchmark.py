@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.data import inputs
-from tf_transfer.core import machine
+from tf_transfer.core import machine, memory
 from tf_transfer.training import record
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.studies.glue_task import GlueTask, load_data
@@ -103,7 +103,10 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
     if warm:
         train_fit(warm)
     warmup_s = time.perf_counter() - start
+    meter = memory.PeakMemory()
+    meter.start()  # the training steps' peak, as a run's summary records it (not the process's since its start)
     runs = _timed_repeats(train_fit, timed, repeats)
+    peak_memory_mb = meter.peak_mb()
     elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
     profile = _profile(train_fit, timed, profile_dir) if profile_dir else None
     examples, real_tokens, padded_tokens, flops = _work_done(feed, timed, backbone, config)
@@ -121,6 +124,8 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         "warmup_s": warmup_s,
         "cache_time_s": prepared.cache_time_s,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_memory_mb": peak_memory_mb,
+        "peak_memory_source": meter.source,
         "machine": machine.describe(),
         "code": record.code_version(),
         "num_layers": int(backbone.num_layers),

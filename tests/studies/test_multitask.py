@@ -473,13 +473,16 @@ def test_every_paper_flagfile_gives_valid_settings():
     assert len({r["output_dir"] for r in rows.values()}) == len(rows)
 
 
-def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tmp_path, monkeypatch):
+def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, one_block_preset, tmp_path, monkeypatch):
+    """Three runs of the same settings (straight, interrupted, resumed) on the one-block preset: every variable
+    trains (embeddings, the block, pooler, heads) and dropout is on, so the resume has weights, optimizer slots,
+    dropout RNG and data order to continue, at a third of the 3-block preset's traces."""
     from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
     from tf_transfer.training import checkpoints
 
     settings = MultitaskSettings(
-        data_dir=cs224n_dir, preset=tiny_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,
+        data_dir=cs224n_dir, preset=one_block_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,
         max_seq_length=32, max_train_examples=16)
     straight = multitask.run_multitask(settings, str(tmp_path / "straight"))
 
@@ -520,14 +523,15 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, tiny_preset, tm
         multitask.run_multitask(other, resumed_dir)
 
 
-def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, tiny_preset, tmp_path):
+def test_mixed_float16_run_trains_to_a_finite_loss(cs224n_dir, one_block_preset, tmp_path):
+    """On the one-block preset: float16 compute and the loss scale do not depend on depth."""
     import keras
 
     from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
 
     settings = MultitaskSettings(
-        data_dir=cs224n_dir, preset=tiny_preset, max_epochs=1, batch_size=8, lr=1e-3, max_seq_length=32,
+        data_dir=cs224n_dir, preset=one_block_preset, max_epochs=1, batch_size=8, lr=1e-3, max_seq_length=32,
         max_train_examples=8, precision="mixed_float16")
     try:
         summary = multitask.run_multitask(settings, str(tmp_path / "fp16"))

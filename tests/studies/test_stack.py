@@ -357,13 +357,16 @@ def test_every_heads_layers_compute_in_float32_under_mixed_precision(tiny_preset
 
 
 # --- entry point ---------------------------------------------------------------------------------------------------
+# The runs from here on use conftest's one-block preset: phase 1 trains the head on the frozen backbone and phase 2
+# every block, so depth changes nothing they check (as in the distributed tests' setting, tests/study_runs.py), and
+# one block halves each phase's trace and graph optimisation.
 
 
-def test_quora_stack_and_finetune_end_to_end(tmp_path, tiny_preset):
+def test_quora_stack_and_finetune_end_to_end(tmp_path, one_block_preset):
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     output_dir = tmp_path / "run"
     done = run_module("tf_transfer.stack", "--task=quora", f"--data={data}", "--head=bimpm",
-                      "--strategy=stack_and_finetune", f"--preset={tiny_preset}", "--phase1_epochs=1",
+                      "--strategy=stack_and_finetune", f"--preset={one_block_preset}", "--phase1_epochs=1",
                       "--max_epochs=2", "--batch_size=8", "--head_units=8", "--perspectives=4",
                       f"--output_dir={output_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -413,10 +416,10 @@ def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_pa
                                         str(run_dir))
 
 
-def _stack_config(data, tiny_preset, **changes):
+def _stack_config(data, preset, **changes):
     from tf_transfer.studies.stack_settings import StackSettings
 
-    settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=tiny_preset,
+    settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=preset,
                     phase1_epochs=2, max_epochs=3, max_gap=1.0, batch_size=8, head_units=8, seed=0)
     return StackSettings.from_dict({**settings, **changes})
 
@@ -431,7 +434,7 @@ def _same_numbers(a: dict, b: dict) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
-def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path, tiny_preset, monkeypatch):
+def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path, one_block_preset, monkeypatch):
     """Interrupted after epoch 1 (inside phase 1), then after epoch 2 (phase 1's last: the next start is phase 2's
     fresh optimizer), each time as if the process died right after the epoch was saved. The GLUE trainer's
     resume is tested with a real SIGKILL (test_resume.py); this one shares that checkpoint code."""
@@ -440,7 +443,7 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     from tf_transfer.studies import stack_ensemble as stack_training
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    straight = stack_training.run_stack(_stack_config(data, tiny_preset), str(tmp_path / "straight"))
+    straight = stack_training.run_stack(_stack_config(data, one_block_preset), str(tmp_path / "straight"))
     assert [e["phase"] for e in straight["epochs"]] == [1, 1, 2]
 
     output_dir = str(tmp_path / "resumed")
@@ -452,12 +455,12 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
                 raise KeyboardInterrupt  # the checkpoint and the summary of this epoch are written
         monkeypatch.setattr(checkpoints, "prune", die_after)
         with pytest.raises(KeyboardInterrupt):
-            stack_training.run_stack(_stack_config(data, tiny_preset), output_dir)
+            stack_training.run_stack(_stack_config(data, one_block_preset), output_dir)
         partial = record.read_summary(output_dir)
         assert partial["completed"] is False and len(partial["epochs"]) == stop_after
         assert os.path.exists(checkpoints.path(output_dir, stop_after))
     monkeypatch.setattr(checkpoints, "prune", original_prune)
-    resumed = stack_training.run_stack(_stack_config(data, tiny_preset), output_dir)
+    resumed = stack_training.run_stack(_stack_config(data, one_block_preset), output_dir)
 
     assert resumed["completed"] is True and [r["after_epoch"] for r in resumed["resumes"]] == [1, 2]
     assert [p["first_epoch"] for p in resumed["phases"]] == [1, 3]
@@ -518,7 +521,7 @@ def _fake_gap(monkeypatch, from_epoch: int):
     monkeypatch.setattr(stack_inputs, "score", fake_score)
 
 
-def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, tiny_preset, monkeypatch):
+def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, one_block_preset, monkeypatch):
     """Killed after the epoch that stopped it early (saved, not yet finished): the resume only finishes it."""
     from tf_transfer.training import checkpoints
     from tf_transfer.studies import stack_ensemble as stack_training
@@ -534,7 +537,7 @@ def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, 
             raise KeyboardInterrupt
     monkeypatch.setattr(checkpoints, "prune", die_after_epoch_2)
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    config = _stack_config(data, tiny_preset, strategy="stack_only", max_epochs=3, patience=1)
+    config = _stack_config(data, one_block_preset, strategy="stack_only", max_epochs=3, patience=1)
     with pytest.raises(KeyboardInterrupt):
         stack_training.run_stack(config, str(tmp_path / "run"))
     monkeypatch.setattr(checkpoints, "prune", original_prune)
@@ -544,12 +547,12 @@ def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, 
 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
-def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, tiny_preset, monkeypatch):
+def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, one_block_preset, monkeypatch):
     from tf_transfer.studies import stack_ensemble as stack_training
     from tf_transfer.studies import stack_task as stack_train
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    config = _stack_config(data, tiny_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
+    config = _stack_config(data, one_block_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
                            max_epochs=1)
     output_dir = tmp_path / "ensemble"
     straight = stack_training.run_stack(config, str(output_dir))
@@ -571,12 +574,12 @@ def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, ti
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 @pytest.mark.parametrize("from_epoch", [1, 2])
-def test_gap_rule_never_undoes_phase_ones_first_epoch(tmp_path, tiny_preset, monkeypatch, from_epoch):
+def test_gap_rule_never_undoes_phase_ones_first_epoch(tmp_path, one_block_preset, monkeypatch, from_epoch):
     from tf_transfer.studies import stack_ensemble as stack_training
 
     _fake_gap(monkeypatch, from_epoch)
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    config = _stack_config(data, tiny_preset, max_gap=0.02, phase1_epochs=2, max_epochs=3)
+    config = _stack_config(data, one_block_preset, max_gap=0.02, phase1_epochs=2, max_epochs=3)
     summary = stack_training.run_stack(config, str(tmp_path / "run"))
     phase1, phase2 = summary["phases"]
     assert phase1["ended_by"] == "max_gap" and summary["phase1_ended_by_gap"] is True

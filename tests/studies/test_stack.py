@@ -173,12 +173,12 @@ def batch(pair: bool, tagging: bool = False, size: int = 4, length: int = 9, see
     return features, labels
 
 
-def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(tiny_preset):
+def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(one_block_preset):
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
     from tf_transfer.studies import stack_task as stack_train
 
-    backbone = backbones.load_preset(tiny_preset).backbone
+    backbone = backbones.load_preset(one_block_preset).backbone
     model = stack_heads.build_model(backbone, stack_heads.make_head("mlp", 3, units=8))
     head = model.get_layer("head")
     everything = {id(v) for v in model.trainable_variables}
@@ -245,7 +245,7 @@ HEAD_CASES = [(name, False) for name in ("linear", "mlp", "bilstm", "cnn", "high
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")  # heads that do not read the pooler
 @pytest.mark.parametrize("name, tagging", HEAD_CASES, ids=[f"{n}{'-tagging' if t else ''}" for n, t in HEAD_CASES])
-def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_path, name, tagging):
+def test_every_head_trains_a_step_and_survives_save_and_load(one_block_preset, tmp_path, name, tagging):
     import keras
 
     from tf_transfer.models import backbones
@@ -255,7 +255,7 @@ def test_every_head_trains_a_step_and_survives_save_and_load(tiny_preset, tmp_pa
     keras.utils.set_random_seed(0)
     head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
     pair = stack_heads.is_pair_head(head)
-    model = stack_heads.build_model(backbones.load_preset(tiny_preset).backbone, head, pair=pair)
+    model = stack_heads.build_model(backbones.load_preset(one_block_preset).backbone, head, pair=pair)
     features, labels = batch(pair, tagging)
     # Eager steps: tracing every head's graph would cost more than the step itself at this size.
     model.compile(optimizer="adam", loss=stack_train.make_loss(tagging), run_eagerly=True)
@@ -328,7 +328,7 @@ def test_quora_mlp_flagfile_is_the_papers_finetune_only_baseline():
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_every_heads_layers_compute_in_float32_under_mixed_precision(tiny_preset, policy):
+def test_every_heads_layers_compute_in_float32_under_mixed_precision(one_block_preset, policy):
     """The backbone computes in 16 bits; each head's own sublayers (dense, LSTM cells, convolutions, transformer
     blocks, matching) and its logits stay float32. Sublayers take the global policy unless given one."""
     import keras
@@ -339,7 +339,7 @@ def test_every_heads_layers_compute_in_float32_under_mixed_precision(tiny_preset
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
     try:
-        backbone = backbones.load_preset(tiny_preset).backbone
+        backbone = backbones.load_preset(one_block_preset).backbone
         assert backbone.compute_dtype == policy.split("_")[1]
         for name, tagging in HEAD_CASES:
             head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)

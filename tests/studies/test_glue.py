@@ -87,9 +87,11 @@ def test_completed_run_is_not_trained_again(rte_run, glue_dir, tiny_preset):
     assert again == json.loads(json.dumps(summary))
 
 
-def test_batch_size_one_and_regression(glue_dir, tiny_preset, tmp_path):
+# The runs below check what does not depend on depth (batch size one and regression, MNLI's two dev sets, early
+# stopping): they train on conftest's one-block preset, whose traces take about half the 3-block preset's time.
+def test_batch_size_one_and_regression(glue_dir, one_block_preset, tmp_path):
     summary = runner.run_glue(
-        _config(glue_dir, tiny_preset, task="stsb", batch_size=1, max_epochs=1, max_train_examples=12,
+        _config(glue_dir, one_block_preset, task="stsb", batch_size=1, max_epochs=1, max_train_examples=12,
                 trainable_layers="all"),
         str(tmp_path))
     assert summary["completed"] and summary["batch_size"] == 1
@@ -100,17 +102,17 @@ def test_batch_size_one_and_regression(glue_dir, tiny_preset, tmp_path):
     assert summary["trainable_params"] == summary["total_params"]
 
 
-def test_mnli_scores_both_dev_sets(glue_dir, tiny_preset, tmp_path):
-    summary = runner.run_glue(_config(glue_dir, tiny_preset, task="mnli", max_epochs=1, trainable_layers=0),
+def test_mnli_scores_both_dev_sets(glue_dir, one_block_preset, tmp_path):
+    summary = runner.run_glue(_config(glue_dir, one_block_preset, task="mnli", max_epochs=1, trainable_layers=0),
                               str(tmp_path))
     assert set(summary["epochs"][0]["test"]) == {"dev_matched", "dev_mismatched"}
     assert set(summary["epochs"][0]["test"]["dev_mismatched"]) == {"accuracy"}
 
 
-def test_early_stopping_in_a_real_run(glue_dir, tiny_preset, tmp_path):
+def test_early_stopping_in_a_real_run(glue_dir, one_block_preset, tmp_path):
     # With lr tiny the validation accuracy cannot move by more than min_delta=1: patience 1 stops after epoch 2.
     summary = runner.run_glue(
-        _config(glue_dir, tiny_preset, lr=1e-9, max_epochs=5, patience=1, min_delta=1.0, task="sst2",
+        _config(glue_dir, one_block_preset, trainable_layers=1, lr=1e-9, max_epochs=5, patience=1, min_delta=1.0, task="sst2",
                 max_train_examples=8), str(tmp_path))
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2]
     assert summary["stopped_early"] is True and summary["best_epoch"] == 1

@@ -431,11 +431,14 @@ def test_validation_fraction_zero_needs_early_stopping_off():
         assert (settings["validation_fraction"], settings["patience"]) == expected
 
 
-def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, tiny_preset):
+def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, one_block_preset):
+    """On the one-block preset (the cached arm caches the frozen embeddings): what is checked, the examples, epochs
+    and scores of a run on all of train, does not depend on depth."""
     from tf_transfer.studies import glue_task as runner
+    from tf_transfer.studies.glue_settings import GlueSettings
 
     for trainable, cache in (("all", False), (1, True)):
-        config = GlueSettings(task="rte", preset=tiny_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
+        config = GlueSettings(task="rte", preset=one_block_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
                            max_epochs=3, patience=0, validation_fraction=0.0, data_dir=glue_dir,
                            max_seq_length=32, cache_frozen=cache, cache_dir=str(tmp_path / "cache") if cache else None)
         summary = runner.run_glue(config, str(tmp_path / f"run_{trainable}"))

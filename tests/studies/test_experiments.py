@@ -435,7 +435,6 @@ def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path,
     """On the one-block preset (the cached arm caches the frozen embeddings): what is checked, the examples, epochs
     and scores of a run on all of train, does not depend on depth."""
     from tf_transfer.studies import glue_task as runner
-    from tf_transfer.studies.glue_settings import GlueSettings
 
     for trainable, cache in (("all", False), (1, True)):
         config = GlueSettings(task="rte", preset=one_block_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,

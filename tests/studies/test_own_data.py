@@ -33,8 +33,8 @@ def reviews(tmp_path_factory):
     }
 
 
-def _train(tiny_preset, out, *flags):
-    done = run_module("tf_transfer.glue", f"--preset={tiny_preset}", "--trainable_layers=2", "--max_epochs=2",
+def _train(one_block_preset, out, *flags):
+    done = run_module("tf_transfer.glue", f"--preset={one_block_preset}", "--trainable_layers=1", "--max_epochs=2",
                       "--batch_size=8", "--lr=1e-3", "--max_seq_length=32", f"--output_dir={out}", *flags)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(os.path.join(out, "summary.json")) as f:
@@ -42,8 +42,8 @@ def _train(tiny_preset, out, *flags):
 
 
 @pytest.mark.parametrize("cache", [False, True])
-def test_a_csv_of_texts_and_string_labels_trains(reviews, tiny_preset, tmp_path, cache):
-    summary = _train(tiny_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
+def test_a_csv_of_texts_and_string_labels_trains(reviews, one_block_preset, tmp_path, cache):
+    summary = _train(one_block_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
                      "--label_column=stars", *(["--cache_frozen"] if cache else []))
     assert summary["completed"] and summary["task"] == "reviews" and summary["labels"] == ["bad", "good", "ok"]
     assert summary["dataset"]["kind"] == "multiclass" and summary["metric"] == "accuracy"
@@ -52,46 +52,46 @@ def test_a_csv_of_texts_and_string_labels_trains(reviews, tiny_preset, tmp_path,
     assert summary["cache_frozen"] is cache and summary["peak_memory_mb"] > 0
 
 
-def test_a_numeric_target_trains_as_regression_scored_by_spearman(reviews, tiny_preset, tmp_path):
-    summary = _train(tiny_preset, tmp_path / "run", f"--train_file={reviews['scores']}", "--text_columns=review",
+def test_a_numeric_target_trains_as_regression_scored_by_spearman(reviews, one_block_preset, tmp_path):
+    summary = _train(one_block_preset, tmp_path / "run", f"--train_file={reviews['scores']}", "--text_columns=review",
                      "--label_column=score", "--regression", "--cache_frozen", f"--test_file={reviews['scores']}")
     assert summary["metric"] == "spearman" and summary["labels"] is None
     assert set(summary["epochs"][-1]["test"]) == {"spearman", "pearson", "mse"}
 
 
-def test_a_sentence_pair_file_with_its_own_validation_file_and_positive_label(reviews, tiny_preset, tmp_path):
+def test_a_sentence_pair_file_with_its_own_validation_file_and_positive_label(reviews, one_block_preset, tmp_path):
     binary = _write_csv(tmp_path / "binary.csv", [r for r in csv.reader(open(reviews["pairs"]))][1:][:40],
                         ["title_a", "title_b", "same"])
     rows = [r for r in csv.reader(open(binary))][1:]
     two = _write_csv(tmp_path / "two.csv", [(a, b, "good" if s == "good" else "no") for a, b, s in rows],
                      ["title_a", "title_b", "same"])
-    summary = _train(tiny_preset, tmp_path / "run", f"--train_file={two}", "--text_columns=title_a,title_b",
+    summary = _train(one_block_preset, tmp_path / "run", f"--train_file={two}", "--text_columns=title_a,title_b",
                      "--label_column=same", f"--validation_file={two}", "--positive_label=good", "--metric=f1")
     assert summary["labels"] == ["no", "good"] and summary["metric"] == "f1"
     assert summary["examples"]["validation"] == 40 and summary["dataset"]["text_columns"] == ["title_a", "title_b"]
 
 
-def test_a_glue_file_read_as_a_users_file_gives_the_glue_tasks_numbers(glue_dir, tiny_preset, tmp_path):
-    glue = _train(tiny_preset, tmp_path / "glue", "--task=sst2", f"--data_dir={glue_dir}")
-    own = _train(tiny_preset, tmp_path / "own", f"--train_file={glue_dir}/SST-2/train.tsv",
+def test_a_glue_file_read_as_a_users_file_gives_the_glue_tasks_numbers(glue_dir, one_block_preset, tmp_path):
+    glue = _train(one_block_preset, tmp_path / "glue", "--task=sst2", f"--data_dir={glue_dir}")
+    own = _train(one_block_preset, tmp_path / "own", f"--train_file={glue_dir}/SST-2/train.tsv",
                  f"--test_file={glue_dir}/SST-2/dev.tsv", "--text_columns=sentence", "--label_column=label")
     assert [e["loss"] for e in own["epochs"]] == [e["loss"] for e in glue["epochs"]]
     assert [e["val"]["accuracy"] for e in own["epochs"]] == [e["val"]["accuracy"] for e in glue["epochs"]]
     assert [e["test"]["accuracy"] for e in own["epochs"]] == [e["test"]["accuracy"] for e in glue["epochs"]]
 
 
-def test_tfds_by_name_with_mock_data(tiny_preset, tmp_path):
+def test_tfds_by_name_with_mock_data(one_block_preset, tmp_path):
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=24):
-        summary = _train(tiny_preset, tmp_path / "run", "--task=tfds:glue/rte", "--text_columns=sentence1,sentence2",
+        summary = _train(one_block_preset, tmp_path / "run", "--task=tfds:glue/rte", "--text_columns=sentence1,sentence2",
                          "--label_column=label", "--test_split=validation")
     assert summary["task"] == "tfds_glue_rte" and summary["labels"] == ["entailment", "not_entailment"]
     assert summary["examples"] == {"train": 22, "validation": 2, "test/test": 24}
 
 
-def test_the_exported_classifier_predicts_the_files_labels(reviews, tiny_preset, tmp_path):
-    _train(tiny_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
+def test_the_exported_classifier_predicts_the_files_labels(reviews, one_block_preset, tmp_path):
+    _train(one_block_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
            "--label_column=stars", f"--export_dir={tmp_path / 'model'}", "--trainable_layers=all")
     out = tmp_path / "predictions.tsv"
     done = run_module("tf_transfer.predict", f"--model={tmp_path / 'model'}", f"--input={reviews['labels']}",
@@ -121,27 +121,27 @@ def test_bad_input_is_one_error_line_and_exit_2(reviews, tmp_path, flags, fragme
     assert not os.path.exists(out / "summary.json")
 
 
-def test_freezing_grid_over_a_users_file_runs_resumes_and_reports(reviews, tiny_preset, tmp_path):
-    """Every depth of the preset (k = 0..3) and full fine-tuning on the file, one seed; a run killed mid-grid is
-    trained again by the rerun and the finished ones are not; the report has the table, the figure and the CSV."""
+def test_freezing_grid_over_a_users_file_runs_resumes_and_reports(reviews, one_block_preset, tmp_path):
+    """Every depth of the preset (k = 0, 1 of its one block) and full fine-tuning on the file, one seed; a run killed
+    mid-grid is trained again by the rerun and the finished ones are not; the report has the table, figure and CSV."""
     common = ["freezing", f"--train_file={reviews['labels']}", "--text_columns=review", "--label_column=stars",
-              f"--presets={tiny_preset}", "--seeds=0", "--lrs=1e-3", "--max_epochs=1", "--max_seq_length=32",
+              f"--presets={one_block_preset}", "--seeds=0", "--lrs=1e-3", "--max_epochs=1", "--max_seq_length=32",
               f"--runs_dir={tmp_path / 'runs'}"]
     listed = run_module("tf_transfer.experiments", "run", *common, "--dry_run")
-    assert listed.stdout.strip().splitlines()[-1] == "5 runs (5 in the whole grid)"
+    assert listed.stdout.strip().splitlines()[-1] == "3 runs (3 in the whole grid)"
     assert "trainable_layers=0 " in listed.stdout and "trainable_layers=all " in listed.stdout
     first = run_module("tf_transfer.experiments", "run", *common)
-    assert first.returncode == 0 and "5 ran" in first.stdout, first.stderr[-3000:]
+    assert first.returncode == 0 and "3 ran" in first.stdout, first.stderr[-3000:]
     # As a kill leaves it: one run's summary unfinished, its checkpoint gone.
     summaries = sorted((tmp_path / "runs").rglob("summary.json"))
     killed = json.loads(summaries[0].read_text())
     killed.update(completed=False, epochs=[])
     summaries[0].write_text(json.dumps(killed))
     again = run_module("tf_transfer.experiments", "run", *common)
-    assert again.returncode == 0 and "1 ran, 4 already completed" in again.stdout, again.stdout[-2000:]
+    assert again.returncode == 0 and "1 ran, 2 already completed" in again.stdout, again.stdout[-2000:]
     report = run_module("tf_transfer.experiments", "report", *common, f"--out={tmp_path / 'report'}")
     assert report.returncode == 0, report.stderr[-3000:]
     text = (tmp_path / "report" / "README.md").read_text()
-    assert "# How much of" in text and "| all (full fine-tuning) |" in text and "| last 3 |" in text
+    assert "# How much of" in text and "| all (full fine-tuning) |" in text and "| last 1 |" in text
     assert "peak memory (MB)" in text and (tmp_path / "report" / "score_vs_time.png").stat().st_size > 1000
-    assert len((tmp_path / "report" / "runs.csv").read_text().splitlines()) == 6
+    assert len((tmp_path / "report" / "runs.csv").read_text().splitlines()) == 4

@@ -60,6 +60,17 @@ class Examples:
                                    labels=self.labels[indices])
 
 
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a data file's bytes: which data a run or result was made from."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def train_validation_split(examples, fraction: float, seed: int):
     """`(train, validation)`: a seeded random `fraction` of `examples` held out, both parts in file order.
 

@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from typing import Optional, Sequence
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import table_reader
-from tf_transfer.data.examples import Examples
+from tf_transfer.data.examples import Examples, file_sha256
 
 BINARY_LABELS = ("0", "1")
 
@@ -81,14 +80,6 @@ def parse_labels(labels) -> tuple:
     return tuple(values)
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def read_labelled_texts(path: str, text_column: str = "text", label_column: str = "target",
                         extra_text_columns: Sequence[str] = (), labels=None,
                         delimiter: Optional[str] = None) -> LabelledTexts:
@@ -135,7 +126,7 @@ def read_labelled_texts(path: str, text_column: str = "text", label_column: str 
 
     rows = table_reader.read_rows(path, columns, dialect)
     return LabelledTexts.from_records(rows.records, np.int64, source=path, label_names=label_names,
-                                      sha256=_file_sha256(path), text_columns=(text_column, *extra_text_columns),
+                                      sha256=file_sha256(path), text_columns=(text_column, *extra_text_columns),
                                       label_column=label_column)
 
 

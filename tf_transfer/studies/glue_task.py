@@ -23,7 +23,7 @@ from absl import logging
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import tasks, user_data
-from tf_transfer.data.examples import train_validation_split
+from tf_transfer.data.examples import file_sha256, train_validation_split
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import distributed, record, runner
 from tf_transfer.training.task import Task
@@ -245,7 +245,7 @@ class GlueTask(Task):
         kind = "regression" if self.task.is_regression else "binary" if self.task.num_labels == 2 else "multiclass"
         return {"dataset": {"name": spec.name, "tfds": spec.tfds, "text_columns": list(spec.text_columns),
                             "label_column": spec.label_column, "kind": kind,
-                            "files": {flag: {"path": os.path.abspath(path), "sha256": _sha256(path)}
+                            "files": {flag: {"path": os.path.abspath(path), "sha256": file_sha256(path)}
                                       for flag, path in files.items()}},
                 "labels": list(self.task.labels) if self.task.labels else None}
 
@@ -292,16 +292,6 @@ class GlueTask(Task):
                                  self.settings.max_seq_length, self.export_dir, self.settings.dropout)
         summary["exported"] = {"folder": os.path.abspath(self.export_dir), "epoch": best}
         logging.info("exported the epoch-%s model to %s", best, self.export_dir)
-
-
-def _sha256(path: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,

@@ -78,7 +78,9 @@ def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
     for key in ("train_examples_per_s", "tokens_per_s", "padding_efficiency", "gflop_per_s", "peak_rss_mb",
                 "peak_memory_mb"):
         assert result[key] > 0, key
-    assert result["peak_memory_mb"] <= result["peak_rss_mb"] and result["peak_memory_source"] == "resident set"
+    # The timed steps' peak (VmHWM) within the process's (ru_maxrss): the kernel reads the two through different
+    # counters, which can lag each other by a page or two, so 1 MB of slack.
+    assert result["peak_memory_mb"] <= result["peak_rss_mb"] + 1 and result["peak_memory_source"] == "resident set"
     assert result["timed_steps"] == 3 and 0 < result["padding_efficiency"] <= 1
     assert result["settings"]["cache_frozen"] is True and result["settings"]["batch_size"] == 8
     assert len(result["train_examples_per_s_repeats"]) == 2 and len(result["cpu_utilization_repeats"]) == 2

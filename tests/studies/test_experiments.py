@@ -104,6 +104,7 @@ def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path)
     assert not runs_dir.exists()  # refused before any run was tried
     (tmp_path / "glue").mkdir()  # exists, but holds no RTE/ folder: every run that starts fails
     failing = run_module("tf_transfer.experiments", "run", "layer_freezing", "--variant=cpu", "--tasks=rte",
+                         "--noisolate_runs",  # each fails reading its data: no TensorFlow per run needed
                          f"--data_dir={tmp_path / 'glue'}", f"--runs_dir={runs_dir}")
     assert failing.returncode == 1, failing.stderr[-2000:]
     assert "5 failed" in failing.stdout  # the line search's 5 runs; the sweep waits for it

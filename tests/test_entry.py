@@ -102,3 +102,6 @@ def test_step_flops_counts_backward_only_through_trained_blocks():
     assert step_flops(2, 10, 6, "all", 16, 32, cached=False) == 18 * one
     assert step_flops(2, 10, 6, 2, 16, 32, cached=False) == (6 + 4) * one
     assert step_flops(2, 10, 6, 2, 16, 32, cached=True) == 6 * one
+    # LoRA and BitFit: the blocks' activations get gradients, their weights do not.
+    assert step_flops(2, 10, 6, "all", 16, 32, cached=False, method="lora") == 12 * one
+    assert step_flops(2, 10, 6, 2, 16, 32, cached=True, method="bitfit") == 4 * one

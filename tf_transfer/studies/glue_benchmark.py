@@ -33,13 +33,16 @@ def block_flops(batch: int, length: int, hidden: int, intermediate: int) -> floa
 
 
 def step_flops(batch: int, length: int, num_layers: int, trainable_layers, hidden: int, intermediate: int,
-               cached: bool) -> float:
-    """Executed FLOPs of one training step: forward through the blocks that run, backward (2x forward) through the
-    trained ones. Frozen blocks below every trained one need no backward pass; with the cache they do not run."""
+               cached: bool, method: str = "freeze") -> float:
+    """Executed FLOPs of one training step: forward through the blocks that run, backward through the trained ones:
+    2x forward where the blocks' weights train (gradients of activations and of weights), 1x under LoRA and BitFit
+    (gradients of activations only: LoRA's rank-r products and the bias sums are not counted). Frozen blocks below
+    every trained one need no backward pass; with the cache they do not run."""
     trained = num_layers if trainable_layers == "all" else int(trainable_layers)
     frozen = num_layers - trained
     one = block_flops(batch, length, hidden, intermediate)
-    return one * (3 * trained + (0 if cached else frozen))
+    backward = 2 if method == "freeze" else 1
+    return one * ((1 + backward) * trained + (0 if cached else frozen))
 
 
 def matmul_peak(rows: int, hidden: int, intermediate: int, dtype: str = "float32", seconds: float = 3.0) -> float:
@@ -167,7 +170,7 @@ def _work_done(feed, timed: list, backbone, config: GlueSettings) -> tuple:
     padded = [(max(len(b), feed.fill_to or 0), feed.padded_length(b)) for b in timed]
     padded_tokens = sum(n * length for n, length in padded)
     flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, int(backbone.hidden_dim),
-                           int(backbone.intermediate_dim), config.cache_frozen) for n, length in padded)
+                           int(backbone.intermediate_dim), config.cache_frozen, config.method) for n, length in padded)
     return examples, real_tokens, padded_tokens, flops
 
 

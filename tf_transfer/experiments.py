@@ -48,6 +48,16 @@ flags.DEFINE_string("out", None, "report: output folder (default reports/<study>
 OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_columns", "label_column", "regression",
                "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
                "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen")
+flags.DEFINE_list("methods", ["freeze", "lora", "bitfit"], "sweep: the training methods whose candidates compete "
+                  "(docs/methods.md).")
+flags.DEFINE_string("budget", None, "sweep: training wall time to spend, summed over its runs: e.g. 30m, 2h, 1h30m, "
+                    "90s. A rerun with a larger budget goes on.")
+flags.DEFINE_list("lora_ranks", ["4", "8", "16"], "sweep: the LoRA ranks among the candidates.")
+flags.DEFINE_integer("sweep_top", 3, "sweep: how many of the best candidates run again at more seeds.")
+flags.DEFINE_integer("sweep_seeds", 3, "sweep: seeds of those candidates (1: no seed round; the noise is not "
+                     "measured then).")
+flags.DEFINE_string("storage", None, "sweep: the Optuna storage (an SQLAlchemy URL, e.g. a MySQL or PostgreSQL "
+                    "server that several machines share); default SQLite in the sweep's folder.")
 flags.DEFINE_list("seeds", None, "Seeds of every setting, instead of the grid's (e.g. 0,1,2).")
 flags.DEFINE_list("lrs", None, "Learning rates of every setting, instead of the grid's (e.g. 2e-5,1e-4).")
 COMMAND_FLAGS = flags_lib.common(
@@ -60,7 +70,8 @@ COMMAND_FLAGS = flags_lib.common(
 )
 COMMAND_FLAGS.update(flags_lib.settings_flags(GlueSettings, only=OVERRIDABLE))
 
-USAGE = "usage: python -m tf_transfer.experiments run|report STUDY [flags], or table RUNS_DIR [--out=PATH]"
+USAGE = ("usage: python -m tf_transfer.experiments run|report STUDY [flags], sweep --budget=30m [data flags], or "
+         "table RUNS_DIR [--out=PATH]")
 
 
 def main(argv):
@@ -71,6 +82,9 @@ def main(argv):
         from tf_transfer.reporting import runs_table
 
         runs_table.command(argv[2], FLAGS.out)
+        return
+    if len(argv) == 2 and argv[1] == "sweep":
+        _sweep()
         return
     if len(argv) != 3 or argv[1] not in ("run", "report"):
         raise TransferError(USAGE)
@@ -185,6 +199,69 @@ def _run(study, name: str, runs: list, selected: list) -> None:
         # Scripts chaining a grid and its report must see that the grid is not whole.
         cli.fail(f"{counts['failed']} runs failed; each one's error is in the error.json beside it under "
                  f"{FLAGS.runs_dir} (rerun the same command to retry them)", status=1)
+
+
+def _sweep() -> None:
+    """A budgeted sweep over training methods on the data the flags name (`tf_transfer.studies.sweep`)."""
+    from tf_transfer.core import metrics
+    from tf_transfer.core import settings as settings_lib
+    from tf_transfer.core.errors import TransferError
+    from tf_transfer.reporting import sweep_report
+    from tf_transfer.studies import sweep
+
+    if not FLAGS.budget:
+        raise TransferError("experiments sweep needs --budget: the training time to spend, e.g. --budget=30m")
+    budget_s = sweep.parse_budget(FLAGS.budget)
+    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
+    base.update({flag: FLAGS[flag].value for flag in OVERRIDABLE if FLAGS[flag].present})
+    base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
+    settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
+    if settings.data_spec is None:
+        base["data_dir"] = _data_settings_for_glue()
+    base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
+    lrs, ranks = _axes_given().get("lr"), [int(rank) for rank in FLAGS.lora_ranks]
+
+    def make_candidates():
+        from tf_transfer.models import backbones
+
+        depth = backbones.load_preset(settings.preset).backbone.num_layers
+        return sweep.candidates(FLAGS.methods, depth, lrs, ranks)
+
+    sweep_dir = os.path.join(FLAGS.runs_dir, "sweep", settings.dataset)
+    study, url = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
+                                  settings.metric_name in metrics.LOWER_IS_BETTER)
+    import sys
+
+    study.set_user_attr("command", " ".join(["python -m tf_transfer.experiments", *sys.argv[1:]]))
+    logging.set_verbosity(logging.INFO)
+
+    def train(*args):
+        return isolated.call(_train_trial, *args) if FLAGS.isolate_runs else _train_trial(*args)
+
+    ended = sweep.run_sweep(study, url, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds,
+                            log=lambda line: print(line, flush=True))
+    out = FLAGS.out or sweep_dir
+    _, line = sweep_report.write_report(study, sweep_dir, out)
+    print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
+          f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
+    print(line)
+
+
+def _data_settings_for_glue():
+    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
+    if data_dir:
+        from tf_transfer.data import tasks
+
+        tasks.check_data_dir(data_dir)
+    return data_dir
+
+
+def _train_trial(*args) -> dict:
+    from tf_transfer.studies import sweep
+
+    logging.use_absl_handler()
+    logging.set_verbosity(logging.INFO)
+    return sweep.train_trial(*args)
 
 
 def _train_run(study, settings: dict, folder: str) -> None:

@@ -50,6 +50,8 @@ class Task:
     or the default's Keras `fit` over `self.feed` (a `tf_transfer.data.feeds` feed), or `stages` for several."""
 
     metric: str = "accuracy"  # the validation score that picks the best epoch and stops early (higher is better)
+    # Called with each epoch's record after it is scored; True ends the run there (a sweep's pruner, its budget).
+    after_epoch: Optional[Callable] = None
     # Settings introduced after runs were made, with the value those runs had (`RunFolder`).
     added_settings: Optional[dict] = None
 
@@ -116,7 +118,7 @@ class Task:
                                **self.resume_facts()) is None:
             engine.summary["compile_time_s"] = compile_time_s
         yield Stage(self.train_epoch, self.evaluate, optimizer=self.optimizer, on_best=self.on_best,
-                    steps=self.feed.steps_per_epoch, examples=self.feed.num_examples)
+                    after_epoch=self.after_epoch, steps=self.feed.steps_per_epoch, examples=self.feed.num_examples)
 
     def warm_up(self) -> Optional[float]:
         """Traces the training step on every shape it will see, changing nothing; returns the seconds it took."""

@@ -1,0 +1,134 @@
+"""The budgeted sweep: candidates, successive halving, the seed round, a killed sweep's rerun, the recommendation."""
+
+import json
+import os
+import socket
+
+import pytest
+
+from conftest import run_module
+from tf_transfer.core.errors import TransferError
+from tf_transfer.studies import sweep
+
+
+def test_candidates_cover_each_method_at_its_own_rates():
+    found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6)
+    assert {"freeze_kall_lr2e-05", "freeze_k3_lr0.001", "lora_r8_kall_lr0.0005", "lora_r16_k2_lr0.002",
+            "bitfit_kall_lr0.005"} <= set(found)
+    assert found["freeze_k2_lr0.0001"] == {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-4}
+    assert found["lora_r4_k2_lr0.0005"]["cache_frozen"] is True
+    assert len(found) == 2 * (1 + 3) + 2 * (3 + 3) + 2  # full + k in {1, 2, 3}; 3 ranks x {all, last 2}; BitFit
+    assert set(sweep.candidates(["bitfit"], 6, lrs=[1e-3])) == {"bitfit_kall_lr0.001"}
+    with pytest.raises(TransferError, match="'adapters' is not a method"):
+        sweep.candidates(["adapters"], 6)
+
+
+def test_the_recommendation_is_the_cheapest_within_the_seed_noise_of_the_best():
+    scores = {"full": [0.84, 0.86, 0.85], "lora": [0.83, 0.85, 0.84], "k1": [0.70, 0.71, 0.69]}
+    times = {"full": 60.0, "lora": 30.0, "k1": 5.0}
+    chosen = sweep.recommend(scores, times)
+    assert chosen["candidate"] == "lora" and chosen["best"] == "full"
+    assert chosen["noise"] == pytest.approx(0.01) and chosen["within"] == ["full", "lora"]
+    assert sweep.recommend({"a": [1.0], "b": [0.9]}, {"a": 9.0, "b": 1.0})["candidate"] == "a"  # noise unknown
+    assert sweep.recommend({"mse_a": [0.5], "mse_b": [0.4]}, {}, lower_is_better=True)["candidate"] == "mse_b"
+
+
+@pytest.mark.parametrize("text, fragment", [("soon", "is not a duration"), ("0m", "more than nothing")])
+def test_a_budget_that_is_no_duration_is_refused(text, fragment):
+    with pytest.raises(TransferError, match=fragment):
+        sweep.parse_budget(text)
+
+
+# Validation scores per epoch of four candidates, for a sweep whose runs are only these reports (no training).
+SCORES = {"a": [0.80, 0.85, 0.86], "b": [0.50, 0.55, 0.60], "c": [0.82, 0.84, 0.85], "d": [0.40, 0.41, 0.42]}
+
+
+def _fake_trial(url, trial_id, settings, folder, remaining_s):
+    import optuna
+
+    trial = optuna.trial.Trial(sweep.load(url), trial_id)
+    name = os.path.basename(os.path.dirname(folder))
+    for epoch, value in enumerate(SCORES[name], start=1):
+        if sweep.report_epoch(trial, value + 0.01 * settings["seed"], epoch):
+            return {"value": None, "pruned": True, "epoch_time_s": 1.0}
+    return {"value": max(SCORES[name]) + 0.01 * settings["seed"], "pruned": False, "epoch_time_s": 1.0}
+
+
+def test_successive_halving_prunes_the_weaker_then_the_best_run_at_more_seeds(tmp_path):
+    import optuna
+
+    study, url = sweep.open_study(str(tmp_path), {"lr": 1.0}, lambda: {name: {} for name in SCORES}, 600.0)
+    assert sweep.run_sweep(study, url, str(tmp_path), _fake_trial, top=2, seeds=3, log=lambda line: None) == "done"
+    states = {(t.params["candidate"], t.params["seed"]): t.state.name for t in study.trials}
+    # Queued a, b, c, d: at epoch 1 only a trial in the best third of those that got there goes on (Optuna's
+    # successive halving keeps the best one while fewer than three have).
+    assert states[("a", 0)] == "COMPLETE" and states[("b", 0)] == "PRUNED" and states[("d", 0)] == "PRUNED"
+    assert study.user_attrs["seed_round"] == [name for name in ("a", "c") if states[(name, 0)] == "COMPLETE"]
+    assert states[("a", 1)] == states[("a", 2)] == "COMPLETE"
+    # A budget already spent starts nothing.
+    spent, url2 = sweep.open_study(str(tmp_path / "spent"), {}, lambda: {"a": {}}, 1.0)
+    first = spent.ask()
+    first.set_user_attr("train_s", 5.0)
+    spent.tell(first, state=optuna.trial.TrialState.FAIL)
+    assert sweep.run_sweep(spent, url2, str(tmp_path / "spent"), _fake_trial, log=lambda line: None) == "budget"
+
+
+def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):
+    from conftest import SENTENCES
+
+    data = tmp_path / "reviews.csv"
+    lines = ["review,stars"] + [f"{SENTENCES[i % len(SENTENCES)]} {SENTENCES[(3 * i) % len(SENTENCES)]},"
+                                f"{('bad', 'good')[i % 2]}" for i in range(48)]
+    data.write_text("\n".join(lines) + "\n")
+    common = ["sweep", f"--train_file={data}", "--text_columns=review", "--label_column=stars",
+              f"--presets={one_block_preset}", "--methods=freeze,lora,bitfit", "--lora_ranks=2", "--lrs=1e-2",
+              "--max_epochs=3", "--max_seq_length=32", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs",
+              f"--runs_dir={tmp_path / 'runs'}"]
+    sweep_dir = tmp_path / "runs" / "sweep" / "reviews"
+    # A sweep killed while a trial ran: the study holds that trial RUNNING, owned by a process that is gone.
+    import optuna
+
+    study, url = sweep.open_study(str(sweep_dir), _base(run_module, common), lambda: sweep.candidates(
+        ["freeze", "lora", "bitfit"], 1, [1e-2], [2]), 600.0)
+    killed = study.ask()
+    killed.suggest_categorical("candidate", sorted(study.user_attrs["candidates"]))
+    killed.suggest_int("seed", 0, 1000)
+    killed.set_user_attr("host", socket.gethostname())
+    killed.set_user_attr("pid", 2 ** 22 + 1)  # above Linux's pid_max: no such process
+
+    done = run_module("tf_transfer.experiments", *common, "--budget=10m")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Recommended: " in done.stdout.strip().splitlines()[-1]
+    study = optuna.load_study(study_name="sweep", storage=url)
+    by_state = {}
+    for trial in study.trials:
+        by_state.setdefault(trial.state.name, []).append(trial)
+    assert study.trials[0].state.name == "FAIL"  # the killed one, run again as a new trial
+    names = set(study.user_attrs["candidates"])
+    assert names == {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01", "bitfit_kall_lr0.01"}  # one block: no k < L
+    ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", []) if t.params["seed"] == 0]
+    assert sorted(t.params["candidate"] for t in ran) == sorted(names)  # every candidate once, the killed one too
+    seed_round = study.user_attrs["seed_round"]
+    assert len(seed_round) == 1 and any(t.params == {"candidate": seed_round[0], "seed": 1}
+                                        for t in by_state["COMPLETE"])
+    report = (sweep_dir / "README.md").read_text()
+    assert "| lora_r2_kall_lr0.01 |" in report and "Recommended: " in report
+    assert (sweep_dir / "pareto.png").stat().st_size > 1000
+    summary = json.loads((sweep_dir / "lora_r2_kall_lr0.01" / "seed0" / "summary.json").read_text())
+    assert summary["method"] == "lora" and summary["lora"]["rank"] == 2
+    # Rerun: nothing is left to run; the report and recommendation are the same.
+    again = run_module("tf_transfer.experiments", *common, "--budget=10m")
+    assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == done.stdout.strip().splitlines()[-1]
+    assert len(optuna.load_study(study_name="sweep", storage=url).trials) == len(study.trials)
+
+
+def _base(run_module, common):
+    """The sweep's settings as the command builds them from flags/sweep.flags and its flags."""
+    from tf_transfer.core import settings as settings_lib
+    from tf_transfer.studies.glue_settings import GlueSettings
+
+    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
+    flags = dict(flag.lstrip("-").split("=", 1) for flag in common[1:] if "=" in flag)
+    base.update(train_file=flags["train_file"], text_columns=["review"], label_column="stars",
+                max_epochs=3, max_seq_length=32, preset=flags["presets"])
+    return base

@@ -49,7 +49,7 @@ def _fake_trial(url, trial_id, settings, folder, remaining_s):
     trial = optuna.trial.Trial(sweep.load(url), trial_id)
     name = os.path.basename(os.path.dirname(folder))
     for epoch, value in enumerate(SCORES[name], start=1):
-        if sweep.report_epoch(trial, value + 0.01 * settings["seed"], epoch):
+        if sweep.report_epoch(trial, value + 0.01 * settings["seed"], epoch, len(SCORES[name])):
             return {"value": None, "pruned": True, "epoch_time_s": 1.0}
     return {"value": max(SCORES[name]) + 0.01 * settings["seed"], "pruned": False, "epoch_time_s": 1.0}
 

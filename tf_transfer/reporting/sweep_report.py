@@ -28,13 +28,18 @@ COLUMNS = ("candidate", "method", "trainable_layers", "lora_rank", "lr", "status
 
 def _runs(study, sweep_dir: str) -> dict:
     """`{candidate: [(trial state, epochs trained, summary)]}` of every trial that ran (the latest per seed)."""
-    latest = {}
+    latest, queued = {}, set()
     for trial in study.get_trials(deepcopy=False):
-        if "candidate" not in trial.params or trial.state.name in ("WAITING", "RUNNING"):
+        if trial.state.name in ("WAITING", "RUNNING"):
+            if "retry_of" in trial.user_attrs:  # its process died: queued again, so not a failure
+                queued.add(trial.user_attrs["retry_of"])
             continue
-        latest[(trial.params["candidate"], trial.params["seed"])] = trial
+        if "candidate" in trial.params:
+            latest[(trial.params["candidate"], trial.params["seed"])] = trial
     runs = defaultdict(list)
     for (name, seed), trial in sorted(latest.items()):
+        if trial.number in queued:
+            continue
         folder = os.path.join(sweep_dir, name, f"seed{seed}")
         summary = record.read_summary(folder) if os.path.exists(os.path.join(folder, "summary.json")) else None
         runs[name].append((trial.state.name, seed, summary))
@@ -51,13 +56,14 @@ def _row(name: str, settings: dict, runs: list, metric: str) -> dict:
     elif first and any(e.get("sweep") == "budget" for e in first["epochs"]):
         status = f"cut by the budget after epoch {len(first['epochs'])}"
     vals = [tables.best_epoch(s)["val"][metric] for s in done]
+    early = tables.best_epoch(first)["val"][metric] if first and not done and first["epochs"] else None
     tests = [tables.test_score(tables.best_epoch(s), metric) for s in done if tables.best_epoch(s).get("test")]
     times = [e["epoch_time_s"] for _, _, s in runs if s for e in s["epochs"]]
     peaks = [s.get("peak_memory_mb") for _, _, s in runs if s and s.get("peak_memory_mb")]
     return {"candidate": name, "method": settings.get("method", "freeze"),
             "trainable_layers": settings["trainable_layers"], "lora_rank": settings.get("lora_rank"),
             "lr": settings["lr"], "status": status, "seeds": len(done),
-            "val": statistics.fmean(vals) if vals else None,
+            "val": statistics.fmean(vals) if vals else None, "val_before_stop": early,
             "val_sd": statistics.stdev(vals) if len(vals) > 1 else None,
             "test": statistics.fmean(tests) if tests else None,
             "epochs": len(first["epochs"]) if first else 0,
@@ -104,7 +110,9 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     spent = sweep.spent_s(study)
     header = ["candidate", "status", "seeds", f"val {metric}", "test", "epochs (seed 0)", "s per epoch",
               "peak memory (MB)", "trainable params"]
-    cells = [[r["candidate"], r["status"], str(r["seeds"]), tables.cell(r["_vals"], max(r["seeds"], 1)),
+    cells = [[r["candidate"], r["status"], str(r["seeds"]),
+              tables.cell(r["_vals"], max(r["seeds"], 1)) if r["seeds"] else
+              "-" if r["val_before_stop"] is None else f"({r['val_before_stop']:.3f} when pruned)",
               "-" if r["test"] is None else f"{r['test']:.3f}", str(r["epochs"]),
               "-" if r["epoch_time_s"] is None else f"{r['epoch_time_s']:.1f}",
               "-" if r["peak_memory_mb"] is None else f"{r['peak_memory_mb']:.0f}",

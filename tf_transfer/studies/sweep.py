@@ -2,8 +2,9 @@
 runs epoch by epoch, and its successive-halving pruner stops the weaker candidates early.
 
 Every candidate (a method, its depth or rank, a learning rate: `candidates`) starts as a trial at seed 0; after each
-epoch the run reports its validation score (`trial.report`) and asks whether to go on (`trial.should_prune`): at
-epochs 1, 3, 9, ... only the best third of the trials that reached that epoch continue. When every candidate has run
+epoch the run reports its best validation score so far (`trial.report`) and asks whether to go on
+(`trial.should_prune`): at epochs 1, 3, 9, ... only the best third of the trials that reached that epoch continue
+(a run at its last epoch has ended anyway). When every candidate has run
 or been pruned, the best `top` candidates run again at further seeds, so that the seed noise is measured. The sweep
 stops starting trials when its budget (training wall time, summed over its trials) is spent, and a run that would
 overrun it stops after its last epoch that fits. The recommendation is the candidate with the least time per epoch
@@ -256,13 +257,14 @@ def _queue_seed_round(study, top: int, seeds: int) -> bool:
     return bool(chosen)
 
 
-def report_epoch(trial, value: float, epoch: int) -> bool:
-    """Reports a candidate's validation score after `epoch`; True when successive halving prunes it. Runs of the
-    seed round neither report nor get pruned: they measure the noise of candidates already chosen."""
+def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
+    """Reports a candidate's validation score after `epoch`; True when successive halving prunes it. A run at its
+    `last_epoch` has ended anyway: its score is final, never pruned. Runs of the seed round neither report nor get
+    pruned: they measure the noise of candidates already chosen."""
     if trial.user_attrs.get("seed_round"):
         return False
     trial.report(value, epoch)
-    return trial.should_prune()
+    return epoch < last_epoch and trial.should_prune()
 
 
 def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_s: float) -> dict:
@@ -270,22 +272,31 @@ def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_
     pruner says so or when the next epoch would overrun `remaining_s`. Runs in the sweep's process or a child."""
     import optuna
 
+    from tf_transfer.core import metrics
     from tf_transfer.studies.glue_settings import GlueSettings
     from tf_transfer.studies.glue_task import GlueTask
     from tf_transfer.training import record, runner
 
     trial = optuna.trial.Trial(load(url), trial_id)
     task = GlueTask(GlueSettings.from_dict(settings))
-    metric, start, state = task.metric, time.time(), {"pruned": False}
+    metric, start, state = task.metric, time.time(), {"pruned": False, "best": None}
+    pick = min if metric in metrics.LOWER_IS_BETTER else max
+
+    def best_so_far(value: float) -> float:
+        # What the run has reached by this epoch (early stopping keeps its best epoch), not the epoch's own score.
+        state["best"] = value if state["best"] is None else pick(state["best"], value)
+        return state["best"]
+
     earlier = record.read_summary(folder) if os.path.exists(os.path.join(folder, "summary.json")) else None
-    if not trial.user_attrs.get("seed_round"):  # a resumed run: its finished epochs count at their rungs
-        for epoch_record in (earlier or {}).get("epochs", []):
-            trial.report(epoch_record["val"][metric], epoch_record["epoch"])
+    for epoch_record in (earlier or {}).get("epochs", []):  # a resumed run: its finished epochs count at their rungs
+        value = best_so_far(epoch_record["val"][metric])
+        if not trial.user_attrs.get("seed_round"):
+            trial.report(value, epoch_record["epoch"])
 
     def after_epoch(epoch_record: dict) -> bool:
         elapsed = time.time() - start
         trial.set_user_attr("train_s", elapsed)
-        if report_epoch(trial, epoch_record["val"][metric], epoch_record["epoch"]):
+        if report_epoch(trial, best_so_far(epoch_record["val"][metric]), epoch_record["epoch"], task.max_epochs):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
             return True

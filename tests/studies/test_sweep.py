@@ -19,6 +19,11 @@ def test_candidates_cover_each_method_at_its_own_rates():
     assert found["lora_r4_k2_lr0.0005"]["cache_frozen"] is True
     assert len(found) == 2 * (1 + 3) + 2 * (3 + 3) + 2  # full + k in {1, 2, 3}; 3 ranks x {all, last 2}; BitFit
     assert set(sweep.candidates(["bitfit"], 6, lrs=[1e-3])) == {"bitfit_kall_lr0.001"}
+    # Queued cheapest first: the last block over the cache (1 forward + 2 backward block passes), ..., LoRA on all
+    # blocks (6 + 6), full fine-tuning (6 + 12) last.
+    order = list(found)
+    assert order[0].startswith("freeze_k1") and order[-1].startswith("freeze_kall")
+    assert order.index("lora_r8_k2_lr0.0005") < order.index("lora_r8_kall_lr0.0005") < order.index("freeze_kall_lr2e-05")
     with pytest.raises(TransferError, match="'adapters' is not a method"):
         sweep.candidates(["adapters"], 6)
 

@@ -84,7 +84,18 @@ def candidates(methods: Sequence[str], num_layers: int, lrs: Optional[Sequence[f
             for lr in (lrs or LEARNING_RATES[kind]):
                 settings = {**overrides, "lr": float(lr)}
                 found[_name(settings)] = settings
-    return found
+    # Cheapest first: successive halving lets the first run of a rung through unopposed, so the costly candidates
+    # should meet a standard set by cheap ones and be pruned after one epoch.
+    return dict(sorted(found.items(), key=lambda item: relative_cost(item[1], num_layers)))
+
+
+def relative_cost(settings: dict, num_layers: int) -> int:
+    """A candidate's work per step in block passes: forward through the blocks that run (the trained ones alone
+    over the cache), backward through the trained ones (weights' gradients too under freezing)."""
+    k = settings["trainable_layers"]
+    trained = num_layers if k == freezing.ALL else k
+    forward = trained if settings.get("cache_frozen") else num_layers
+    return forward + trained * (2 if settings.get("method", "freeze") == "freeze" else 1)
 
 
 def _name(settings: dict) -> str:

@@ -15,7 +15,7 @@ from tf_transfer.training.run_folder import RunFolder
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.core.errors import TransferError
 
-from conftest import REPO
+from conftest import REPO, run_module
 
 
 def _config(glue_dir, preset, **overrides):
@@ -132,7 +132,8 @@ def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, tiny_preset, tmp_path):
     done_before_kill = len(killed["epochs"])
     assert killed["completed"] is False and done_before_kill >= 1
 
-    rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    # The rerun reads only what the killed process left on disk: in this process, as any later command would.
+    rerun = run_module(*command[2:])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     final = record.read_summary(str(output_dir))
     assert final["completed"] is True and [e["epoch"] for e in final["epochs"]] == [1, 2, 3, 4]
@@ -141,6 +142,6 @@ def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, tiny_preset, tmp_path):
     times = [e["epoch_time_s"] for e in final["epochs"]]
     assert final["epochs"][-1]["train_time_s"] == pytest.approx(sum(times))
 
-    again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    again = run_module(*command[2:])  # once completed, the command says so and trains nothing
     assert again.returncode == 0 and "already holds a completed run" in again.stdout
     assert record.read_summary(str(output_dir)) == final

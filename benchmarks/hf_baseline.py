@@ -99,6 +99,7 @@ def main() -> None:
 
         def on_step_begin(self, args_, state, control, **kwargs):
             if state.global_step == args.warmup_steps and self.start is None:
+                self.resident_before_mb = memory.resident_mb()
                 memory.reset_resident_peak()
                 self.start = time.perf_counter()
 
@@ -120,6 +121,7 @@ def main() -> None:
         "system": "Hugging Face Trainer (PyTorch)", "train_examples_per_s": timed_examples / timer.elapsed,
         "method": args.method, "lora_rank": args.lora_rank if args.method == "lora" else None,
         "trainable_params": trainable, "peak_memory_mb": memory.resident_peak_mb(),
+        "resident_before_steps_mb": timer.resident_before_mb,
         "timed_steps": timer.steps, "trainable_layers": args.trainable_layers, "torch": torch.__version__,
         "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(), "bf16": args.bf16,
     }, sort_keys=True))

@@ -76,7 +76,7 @@ def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     for key in ("train_examples_per_s", "tokens_per_s", "padding_efficiency", "gflop_per_s", "peak_rss_mb",
-                "peak_memory_mb"):
+                "peak_memory_mb", "resident_before_steps_mb"):
         assert result[key] > 0, key
     # The timed steps' peak (VmHWM) within the process's (ru_maxrss): the kernel reads the two through different
     # counters, which can lag each other by a page or two, so 1 MB of slack.

@@ -86,7 +86,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
                                 f"{('bad', 'good')[i % 2]}" for i in range(48)]
     data.write_text("\n".join(lines) + "\n")
     common = ["sweep", f"--train_file={data}", "--text_columns=review", "--label_column=stars",
-              f"--presets={one_block_preset}", "--methods=freeze,lora,bitfit", "--lora_ranks=2", "--lrs=1e-2",
+              f"--presets={one_block_preset}", "--methods=freeze,lora", "--lora_ranks=2", "--lrs=1e-2",
               "--max_epochs=3", "--max_seq_length=32", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs",
               f"--runs_dir={tmp_path / 'runs'}"]
     sweep_dir = tmp_path / "runs" / "sweep" / "reviews"
@@ -94,7 +94,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     import optuna
 
     study, url = sweep.open_study(str(sweep_dir), _base(run_module, common), lambda: sweep.candidates(
-        ["freeze", "lora", "bitfit"], 1, [1e-2], [2]), 600.0)
+        ["freeze", "lora"], 1, [1e-2], [2]), 600.0)
     killed = study.ask()
     killed.suggest_categorical("candidate", sorted(study.user_attrs["candidates"]))
     killed.suggest_int("seed", 0, 1000)
@@ -110,7 +110,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
         by_state.setdefault(trial.state.name, []).append(trial)
     assert study.trials[0].state.name == "FAIL"  # the killed one, run again as a new trial
     names = set(study.user_attrs["candidates"])
-    assert names == {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01", "bitfit_kall_lr0.01"}  # one block: no k < L
+    assert names == {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01"}  # one block: no k < L
     ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", []) if t.params["seed"] == 0]
     assert sorted(t.params["candidate"] for t in ran) == sorted(names)  # every candidate once, the killed one too
     seed_round = study.user_attrs["seed_round"]

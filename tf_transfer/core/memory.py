@@ -37,6 +37,18 @@ def resident_peak_mb() -> Optional[float]:
     return usage / 1024 if usage else None
 
 
+def resident_mb() -> Optional[float]:
+    """The process's resident set now, in MB (None where the system does not say)."""
+    try:
+        with open(_STATUS) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
 def reset_resident_peak() -> bool:
     """Resets the peak resident set to the current one; False where that is not allowed."""
     try:

@@ -86,7 +86,9 @@ def recommendation(rows: list, metric: str, lower_is_better: bool = False):
     noise = ("seed noise not measured (no candidate ran at several seeds): the best score" if chosen["noise"] is None
              else f"within the seed noise ({chosen['noise']:.3f}, pooled sd) of the best, {chosen['best']} at "
                   f"{chosen['best_mean']:.3f}")
-    line = (f"Recommended: {chosen['candidate']}: validation {metric} {chosen['mean']:.3f}, {noise}; "
+    status = next(r["status"] for r in rows if r["candidate"] == chosen["candidate"])
+    cut = f" ({status}: its score so far)" if status.startswith("cut") else ""
+    line = (f"Recommended: {chosen['candidate']}: validation {metric} {chosen['mean']:.3f}{cut}, {noise}; "
             f"{chosen['epoch_time_s']:.1f} s per epoch here.")
     return chosen, line
 

@@ -107,6 +107,9 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         train_fit(warm)
     warmup_s = time.perf_counter() - start
     meter = memory.PeakMemory()
+    # What the process holds before the timed steps (TensorFlow, data, weights, a cache): the part of the peak that
+    # training itself does not add.
+    resident_before_mb = memory.resident_mb()
     meter.start()  # the training steps' peak, as a run's summary records it (not the process's since its start)
     runs = _timed_repeats(train_fit, timed, repeats)
     peak_memory_mb = meter.peak_mb()
@@ -129,6 +132,7 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_memory_mb": peak_memory_mb,
         "peak_memory_source": meter.source,
+        "resident_before_steps_mb": resident_before_mb,
         "machine": machine.describe(),
         "code": record.code_version(),
         "num_layers": int(backbone.num_layers),

@@ -141,11 +141,9 @@ def _figure(path: str, rows: list, metric: str, chosen) -> None:
     figure, axis = plt.subplots(figsize=(6.4, 4.4))
     colors = {"freeze": "tab:blue", "lora": "tab:orange", "bitfit": "tab:green"}
     for row in rows:
-        if row["val"] is None and row["epoch_time_s"] is None:
-            continue
         pruned = row["seeds"] == 0
-        y = row["val"] if row["val"] is not None else None
-        if y is None:
+        y = row["val_before_stop"] if pruned else row["val"]  # a pruned run: its best score before it stopped
+        if y is None or row["epoch_time_s"] is None:
             continue
         axis.scatter(row["epoch_time_s"], y, facecolors="none" if pruned else colors[row["method"]],
                      edgecolors=colors[row["method"]], s=36)
@@ -162,7 +160,7 @@ def _figure(path: str, rows: list, metric: str, chosen) -> None:
         axis.scatter([], [], color=color, label=method)
     axis.set_xlabel("seconds per epoch (this machine)")
     axis.set_ylabel(f"validation {metric}")
-    axis.set_title("score against time per epoch (filled: ran to the end)")
+    axis.set_title("score against time per epoch (hollow: pruned, at its best before it stopped)")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
     figure.tight_layout()

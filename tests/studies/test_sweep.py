@@ -137,3 +137,19 @@ def _base(run_module, common):
     base.update(train_file=flags["train_file"], text_columns=["review"], label_column="stars",
                 max_epochs=3, max_seq_length=32, preset=flags["presets"])
     return base
+
+
+def _slow_one_epoch_trial(url, trial_id, settings, folder, remaining_s):
+    import time
+
+    time.sleep(0.3)
+    return {"value": 0.5, "pruned": False, "epoch_time_s": 0.25, "epochs": 1}
+
+
+def test_no_run_starts_whose_first_epoch_would_not_fit_the_budget_left(tmp_path):
+    """The first run of a shape has no estimate and runs; the next of the same shape would need about as long as
+    that one's first epoch, which no longer fits."""
+    same_shape = {"a": {"trainable_layers": "all", "lr": 1e-3}, "b": {"trainable_layers": "all", "lr": 1e-2}}
+    study, url = sweep.open_study(str(tmp_path), {}, lambda: same_shape, 0.5)
+    assert sweep.run_sweep(study, url, str(tmp_path), _slow_one_epoch_trial, log=lambda line: None) == "budget"
+    assert [(t.state.name, t.params.get("candidate")) for t in study.trials] == [("COMPLETE", "a"), ("WAITING", None)]

@@ -201,6 +201,9 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
         if remaining <= 0:
             return "budget"
         states = [t.state for t in study.get_trials(deepcopy=False)]
+        if optuna.trial.TrialState.WAITING in states and not _next_fits(study, found, remaining):
+            log(f"[sweep] {remaining / 60:.1f} min of the budget left: too little for the next candidate's first epoch")
+            return "budget"
         if optuna.trial.TrialState.WAITING not in states:
             if optuna.trial.TrialState.RUNNING in states:
                 time.sleep(2)  # another process's trial may still queue the seed round
@@ -229,12 +232,34 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
             continue
         trial.set_user_attr("train_s", time.time() - start)  # the whole trial's wall time, start-up included
         trial.set_user_attr("epoch_time_s", result["epoch_time_s"])
+        trial.set_user_attr("epochs", result.get("epochs"))
         if result["pruned"]:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         elif result["value"] is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             study.tell(trial, result["value"])
+
+
+def _shape(settings: dict) -> tuple:
+    """What sets a candidate's cost per epoch (its rate and rank hardly do)."""
+    return settings.get("method", "freeze"), settings["trainable_layers"], bool(settings.get("cache_frozen"))
+
+
+def _next_fits(study, found: dict, remaining: float) -> bool:
+    """Whether the next queued trial's first epoch (start-up included) fits in `remaining` seconds, judged by trials
+    of the same shape that ran; True when none has (no estimate: it runs, and stops after the epoch that fits)."""
+    import optuna
+
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    queued = min(waiting, key=lambda t: t.number).system_attrs.get("fixed_params", {}).get("candidate")
+    if queued is None:
+        return True
+    first_epochs = [t.user_attrs["train_s"] - (t.user_attrs["epochs"] - 1) * t.user_attrs["epoch_time_s"]
+                    for t in study.get_trials(deepcopy=False)
+                    if t.user_attrs.get("epochs") and t.params.get("candidate") in found
+                    and _shape(found[t.params["candidate"]]) == _shape(found[queued])]
+    return not first_epochs or min(first_epochs) <= remaining
 
 
 def _retry_dead(study) -> None:
@@ -322,4 +347,4 @@ def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_
     best = next((e for e in summary["epochs"] if e["epoch"] == summary.get("best_epoch")), None)
     pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in summary["epochs"])
     return {"value": best["val"][metric] if best else None, "pruned": pruned,
-            "epoch_time_s": statistics.fmean(times) if times else None}
+            "epoch_time_s": statistics.fmean(times) if times else None, "epochs": len(times)}

@@ -24,29 +24,30 @@ _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
 
-def resident_peak_mb() -> Optional[float]:
-    """The process's peak resident set in MB (since the last reset), or None where the system does not say."""
+def _status_mb(key: str) -> Optional[float]:
+    """A `/proc/self/status` figure (`VmHWM`, `VmRSS`) in MB, or None where the system has none."""
     try:
         with open(_STATUS) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass
+    return None
+
+
+def resident_peak_mb() -> Optional[float]:
+    """The process's peak resident set in MB (since the last reset), or None where the system does not say."""
+    peak = _status_mb("VmHWM")
+    if peak is not None:
+        return peak
     usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux; never reset
     return usage / 1024 if usage else None
 
 
 def resident_mb() -> Optional[float]:
     """The process's resident set now, in MB (None where the system does not say)."""
-    try:
-        with open(_STATUS) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return None
+    return _status_mb("VmRSS")
 
 
 def reset_resident_peak() -> bool:

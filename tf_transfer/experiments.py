@@ -20,6 +20,7 @@ study or none, with the time saved and score difference against the task's fine-
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from absl import flags, logging
@@ -146,14 +147,19 @@ def _override(study, name: str, runs: list) -> None:
 
 def _data_settings(study) -> dict:
     """What --data_dir and --data are for the study's runs (GLUE: the data folder, default $GLUE_DIR)."""
-    from tf_transfer.data import tasks
-
     if study.data_settings is not None:
         return study.data_settings(FLAGS.data_dir, FLAGS.data)
+    return {"data_dir": _glue_data_dir()}
+
+
+def _glue_data_dir():
+    """--data_dir, else $GLUE_DIR, checked once (not one error per run); None: the runs read TFDS."""
+    from tf_transfer.data import tasks
+
     data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
-    if data_dir:  # not one error per run for a folder that is not there (without one, runs read TFDS)
+    if data_dir:
         tasks.check_data_dir(data_dir)
-    return {"data_dir": data_dir}
+    return data_dir
 
 
 def _report(study, name: str, runs: list) -> None:
@@ -217,9 +223,14 @@ def _sweep() -> None:
     base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
     settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
     if settings.data_spec is None:
-        base["data_dir"] = _data_settings_for_glue()
+        base["data_dir"] = _glue_data_dir()
     base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
-    lrs, ranks = _axes_given().get("lr"), [int(rank) for rank in FLAGS.lora_ranks]
+    lrs = _axes_given().get("lr")
+    try:
+        ranks = [int(rank) for rank in FLAGS.lora_ranks]
+    except ValueError:
+        raise TransferError(f"--lora_ranks takes whole numbers, comma-separated, got {','.join(FLAGS.lora_ranks)}")
+    sweep.check_methods(FLAGS.methods)
 
     def make_candidates():
         from tf_transfer.models import backbones
@@ -230,8 +241,6 @@ def _sweep() -> None:
     sweep_dir = os.path.join(FLAGS.runs_dir, "sweep", settings.dataset)
     study, url = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
                                   settings.metric_name in metrics.LOWER_IS_BETTER)
-    import sys
-
     study.set_user_attr("command", " ".join(["python -m tf_transfer.experiments", *sys.argv[1:]]))
     logging.set_verbosity(logging.INFO)
 
@@ -245,15 +254,6 @@ def _sweep() -> None:
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
     print(line)
-
-
-def _data_settings_for_glue():
-    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
-    if data_dir:
-        from tf_transfer.data import tasks
-
-        tasks.check_data_dir(data_dir)
-    return data_dir
 
 
 def _train_trial(*args) -> dict:

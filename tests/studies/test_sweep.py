@@ -153,3 +153,16 @@ def test_no_run_starts_whose_first_epoch_would_not_fit_the_budget_left(tmp_path)
     study, url = sweep.open_study(str(tmp_path), {}, lambda: same_shape, 0.5)
     assert sweep.run_sweep(study, url, str(tmp_path), _slow_one_epoch_trial, log=lambda line: None) == "budget"
     assert [(t.state.name, t.params.get("candidate")) for t in study.trials] == [("COMPLETE", "a"), ("WAITING", None)]
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    ([], "experiments sweep needs --budget"),
+    (["--budget=1h", "--methods=adapters"], "--methods: 'adapters' is not a method"),
+    (["--budget=1h", "--lora_ranks=eight"], "--lora_ranks takes whole numbers"),
+    (["--budget=soon"], "is not a duration"),
+])
+def test_bad_sweep_flags_are_one_error_line_before_anything_is_written(tmp_path, flags, fragment):
+    done = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--runs_dir={tmp_path}", *flags)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
+    assert not os.listdir(tmp_path)

@@ -63,12 +63,7 @@ def candidates(methods: Sequence[str], num_layers: int, lrs: Optional[Sequence[f
     """`{name: settings overrides}`: for `freeze`, full fine-tuning and the last 1, 2 and L/2 blocks over the cache;
     for `lora`, each rank on every block and on the last 2 over the cache; for `bitfit`, every block; each at the
     rates of `LEARNING_RATES` (or `lrs`)."""
-    from tf_transfer.models import methods as methods_lib
-
-    unknown = [m for m in methods if m not in methods_lib.METHODS]
-    if unknown or not methods:
-        raise TransferError(f"--methods: {unknown[0] if unknown else 'none'!r} is not a method: use some of "
-                            f"{', '.join(methods_lib.METHODS)}")
+    check_methods(methods)
     depths = sorted({k for k in (1, 2, num_layers // 2) if 1 <= k < num_layers})
     shapes = {
         "freeze": [("full", {"trainable_layers": freezing.ALL})] + [
@@ -96,6 +91,16 @@ def relative_cost(settings: dict, num_layers: int) -> int:
     trained = num_layers if k == freezing.ALL else k
     forward = trained if settings.get("cache_frozen") else num_layers
     return forward + trained * (2 if settings.get("method", "freeze") == "freeze" else 1)
+
+
+def check_methods(methods: Sequence[str]) -> None:
+    """`TransferError` unless `methods` names some of the training methods."""
+    from tf_transfer.models import methods as methods_lib
+
+    unknown = [m for m in methods if m not in methods_lib.METHODS]
+    if unknown or not methods:
+        raise TransferError(f"--methods: {unknown[0] if unknown else 'none'!r} is not a method: use some of "
+                            f"{', '.join(methods_lib.METHODS)}")
 
 
 def _name(settings: dict) -> str:

@@ -115,6 +115,17 @@ def _write(path, lines, header=None, bom=False, final_newline=True):
         f.write(text)
 
 
+def write_csv(path, header, rows) -> str:
+    """A CSV file as a user's own data set would be: a header, then the rows, in standard quoting."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
 def write_glue(root: str, n_train: int = 40, n_dev: int = 12) -> str:
     """Writes every GLUE task's train and dev files in the original TSV layouts under `root`."""
     for split, n in (("train", n_train), ("dev", n_dev)):

@@ -5,18 +5,9 @@ import json
 
 import pytest
 
+from conftest import write_csv as _csv
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import user_data
-
-
-def _csv(path, header, rows):
-    import csv
-
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
 
 
 def spec(path, **changes):

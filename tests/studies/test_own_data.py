@@ -8,15 +8,7 @@ import os
 
 import pytest
 
-from conftest import SENTENCES, run_module
-
-
-def _write_csv(path, rows, header):
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
+from conftest import SENTENCES, run_module, write_csv
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +17,10 @@ def reviews(tmp_path_factory):
     rows = [(f"{SENTENCES[i % len(SENTENCES)]}, {SENTENCES[(i * 3) % len(SENTENCES)]}", ("bad", "good", "ok")[i % 3],
              (i * 0.37) % 5, SENTENCES[(i * 7 + 1) % len(SENTENCES)]) for i in range(48)]
     return {
-        "labels": _write_csv(root / "reviews.csv", [(t, label) for t, label, _, _ in rows], ["review", "stars"]),
-        "scores": _write_csv(root / "scores.csv", [(t, score) for t, _, score, _ in rows], ["review", "score"]),
-        "pairs": _write_csv(root / "pairs.csv", [(t, b, label) for t, label, _, b in rows],
-                            ["title_a", "title_b", "same"]),
+        "labels": write_csv(root / "reviews.csv", ["review", "stars"], [(t, label) for t, label, _, _ in rows]),
+        "scores": write_csv(root / "scores.csv", ["review", "score"], [(t, score) for t, _, score, _ in rows]),
+        "pairs": write_csv(root / "pairs.csv", ["title_a", "title_b", "same"],
+                           [(t, b, label) for t, label, _, b in rows]),
         "root": root,
     }
 
@@ -60,11 +52,11 @@ def test_a_numeric_target_trains_as_regression_scored_by_spearman(reviews, one_b
 
 
 def test_a_sentence_pair_file_with_its_own_validation_file_and_positive_label(reviews, one_block_preset, tmp_path):
-    binary = _write_csv(tmp_path / "binary.csv", [r for r in csv.reader(open(reviews["pairs"]))][1:][:40],
-                        ["title_a", "title_b", "same"])
+    binary = write_csv(tmp_path / "binary.csv", ["title_a", "title_b", "same"],
+                       [r for r in csv.reader(open(reviews["pairs"]))][1:][:40])
     rows = [r for r in csv.reader(open(binary))][1:]
-    two = _write_csv(tmp_path / "two.csv", [(a, b, "good" if s == "good" else "no") for a, b, s in rows],
-                     ["title_a", "title_b", "same"])
+    two = write_csv(tmp_path / "two.csv", ["title_a", "title_b", "same"],
+                    [(a, b, "good" if s == "good" else "no") for a, b, s in rows])
     summary = _train(one_block_preset, tmp_path / "run", f"--train_file={two}", "--text_columns=title_a,title_b",
                      "--label_column=same", f"--validation_file={two}", "--positive_label=good", "--metric=f1")
     assert summary["labels"] == ["no", "good"] and summary["metric"] == "f1"

@@ -79,12 +79,11 @@ def test_successive_halving_prunes_the_weaker_then_the_best_run_at_more_seeds(tm
 
 
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):
-    from conftest import SENTENCES
+    from conftest import SENTENCES, write_csv
 
-    data = tmp_path / "reviews.csv"
-    lines = ["review,stars"] + [f"{SENTENCES[i % len(SENTENCES)]} {SENTENCES[(3 * i) % len(SENTENCES)]},"
-                                f"{('bad', 'good')[i % 2]}" for i in range(48)]
-    data.write_text("\n".join(lines) + "\n")
+    data = write_csv(tmp_path / "reviews.csv", ["review", "stars"],
+                     [(f"{SENTENCES[i % len(SENTENCES)]} {SENTENCES[(3 * i) % len(SENTENCES)]}", ("bad", "good")[i % 2])
+                      for i in range(48)])
     common = ["sweep", f"--train_file={data}", "--text_columns=review", "--label_column=stars",
               f"--presets={one_block_preset}", "--methods=freeze,lora", "--lora_ranks=2", "--lrs=1e-2",
               "--max_epochs=3", "--max_seq_length=32", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs",
@@ -93,7 +92,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     # A sweep killed while a trial ran: the study holds that trial RUNNING, owned by a process that is gone.
     import optuna
 
-    study, url = sweep.open_study(str(sweep_dir), _base(run_module, common), lambda: sweep.candidates(
+    study, url = sweep.open_study(str(sweep_dir), _base(common), lambda: sweep.candidates(
         ["freeze", "lora"], 1, [1e-2], [2]), 600.0)
     killed = study.ask()
     killed.suggest_categorical("candidate", sorted(study.user_attrs["candidates"]))
@@ -127,7 +126,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     assert len(optuna.load_study(study_name="sweep", storage=url).trials) == len(study.trials)
 
 
-def _base(run_module, common):
+def _base(common):
     """The sweep's settings as the command builds them from flags/sweep.flags and its flags."""
     from tf_transfer.core import settings as settings_lib
     from tf_transfer.studies.glue_settings import GlueSettings

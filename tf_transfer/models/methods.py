@@ -117,13 +117,11 @@ def _freeze_weights_of(block) -> None:
 
 def _bitfit(backbone, blocks: list, everything: bool, layer_norm: bool) -> None:
     wanted = ("bias", "beta") + (("gamma",) if layer_norm else ())
-    in_scope = list(blocks)
-    for layer in backbone.layers:
-        part = freezing.block_of(backbone, layer)
-        if part == "pooler" or (part == "embeddings" and everything):
-            in_scope.append(layer)
-        elif part == "embeddings":
-            layer.trainable = False
+    # Outside the blocks: the pooler's bias always, the embeddings' LayerNorm only when every block trains (the
+    # freezing rule has already frozen the embeddings otherwise).
+    in_scope = list(blocks) + [layer for layer in backbone.layers
+                               if freezing.block_of(backbone, layer) in (("pooler", "embeddings") if everything
+                                                                         else ("pooler",))]
     count = 0
     for layer in in_scope:
         layer.trainable = True
@@ -243,8 +241,4 @@ class _LoRAMixin:
 
 def lora_layers(backbone) -> list:
     """The layers of `backbone` that carry LoRA."""
-    found = []
-    for layer in backbone._flatten_layers(include_self=False, recursive=True):
-        if isinstance(layer, _LoRAMixin):
-            found.append(layer)
-    return found
+    return [layer for layer in backbone._flatten_layers(include_self=False) if isinstance(layer, _LoRAMixin)]

@@ -27,7 +27,7 @@ COLUMNS = ("candidate", "method", "trainable_layers", "lora_rank", "lr", "status
 
 
 def _runs(study, sweep_dir: str) -> dict:
-    """`{candidate: [(trial state, epochs trained, summary)]}` of every trial that ran (the latest per seed)."""
+    """`{candidate: [(trial state, seed, summary)]}` of every trial that ran (the latest per seed)."""
     latest, queued = {}, set()
     for trial in study.get_trials(deepcopy=False):
         if trial.state.name in ("WAITING", "RUNNING"):
@@ -40,8 +40,7 @@ def _runs(study, sweep_dir: str) -> dict:
     for (name, seed), trial in sorted(latest.items()):
         if trial.number in queued:
             continue
-        folder = os.path.join(sweep_dir, name, f"seed{seed}")
-        summary = record.read_summary(folder) if os.path.exists(os.path.join(folder, "summary.json")) else None
+        summary = record.read_summary(sweep.run_folder(sweep_dir, name, seed))
         runs[name].append((trial.state.name, seed, summary))
     return runs
 
@@ -63,7 +62,7 @@ def _row(name: str, settings: dict, runs: list, metric: str) -> dict:
     return {"candidate": name, "method": settings.get("method", "freeze"),
             "trainable_layers": settings["trainable_layers"], "lora_rank": settings.get("lora_rank"),
             "lr": settings["lr"], "status": status, "seeds": len(done),
-            "val": statistics.fmean(vals) if vals else None, "val_before_stop": early,
+            "val": statistics.fmean(vals) if vals else None, "_vals": vals, "val_before_stop": early,
             "val_sd": statistics.stdev(vals) if len(vals) > 1 else None,
             "test": statistics.fmean(tests) if tests else None,
             "epochs": len(first["epochs"]) if first else 0,
@@ -98,12 +97,7 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     base, found = study.user_attrs["base"], study.user_attrs["candidates"]
     runs = _runs(study, sweep_dir)
     metric = next((s["metric"] for rs in runs.values() for _, _, s in rs if s), "accuracy")
-    rows = []
-    for name, settings in found.items():
-        row = _row(name, settings, runs.get(name, []), metric)
-        row["_vals"] = [tables.best_epoch(s)["val"][metric] for state, _, s in runs.get(name, [])
-                        if state == "COMPLETE" and s]
-        rows.append(row)
+    rows = [_row(name, settings, runs.get(name, []), metric) for name, settings in found.items()]
     lower = study.direction.name == "MINIMIZE"
     chosen, line = recommendation(rows, metric, lower)
     os.makedirs(out, exist_ok=True)
@@ -120,12 +114,13 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
               "-" if r["peak_memory_mb"] is None else f"{r['peak_memory_mb']:.0f}",
               "-" if r["trainable_params"] is None else f"{r['trainable_params']:,}"] for r in rows]
     data = base.get("task") or os.path.basename(base.get("train_file") or "")
-    from tf_transfer.core import machine
-
-    host = machine.describe()
+    # Where the runs ran (their summaries say), not where this report is written.
+    hosts = sorted({f"{s['machine']['cpu']}, {s['machine']['cores']} core(s)" for rs in runs.values()
+                    for _, _, s in rs if s and s.get("machine")})
     lines = [f"# Sweep: what to train on {data} ({base.get('preset')})", "", line, "",
-             f"Made by `{study.user_attrs.get('command', 'python -m tf_transfer.experiments sweep')}` on "
-             f"{host['cpu']}, {host['cores']} core(s) (report written {time.strftime('%Y-%m-%d %H:%M')}).", "",
+             f"Made by `{study.user_attrs.get('command', 'python -m tf_transfer.experiments sweep')}`; runs on "
+             f"{'; '.join(hosts) or 'no machine recorded'} (report written {time.strftime('%Y-%m-%d %H:%M')}).",
+             "",
              f"Budget {study.user_attrs['budget_s'] / 60:.1f} min of training wall time, {spent / 60:.1f} min "
              f"spent; {len(found)} candidates, successive halving at epochs 1, 3, 9 (the best third goes on), then "
              f"the best candidates at more seeds (`seed_round`: {study.user_attrs.get('seed_round') or 'not reached'})."

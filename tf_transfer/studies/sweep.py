@@ -103,6 +103,10 @@ def check_methods(methods: Sequence[str]) -> None:
                             f"{', '.join(methods_lib.METHODS)}")
 
 
+def run_folder(sweep_dir: str, candidate: str, seed: int) -> str:
+    return os.path.join(sweep_dir, candidate, f"seed{seed}")
+
+
 def _name(settings: dict) -> str:
     method = settings.get("method", "freeze")
     rank = f"_r{settings['lora_rank']}" if method == "lora" else ""
@@ -225,7 +229,7 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("pid", os.getpid())
         settings = {**base, **found[name], "seed": seed}
-        folder = os.path.join(sweep_dir, name, f"seed{seed}")
+        folder = run_folder(sweep_dir, name, seed)
         log(f"[sweep] {name} seed {seed}: {remaining / 60:.1f} min of the budget left -> {folder}")
         start = time.time()
         try:
@@ -328,7 +332,7 @@ def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_
         state["best"] = value if state["best"] is None else pick(state["best"], value)
         return state["best"]
 
-    earlier = record.read_summary(folder) if os.path.exists(os.path.join(folder, "summary.json")) else None
+    earlier = record.read_summary(folder)
     for epoch_record in (earlier or {}).get("epochs", []):  # a resumed run: its finished epochs count at their rungs
         value = best_so_far(epoch_record["val"][metric])
         if not trial.user_attrs.get("seed_round"):

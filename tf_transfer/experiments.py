@@ -8,8 +8,9 @@
     python -m tf_transfer.experiments run freezing --train_file=reviews.csv --text_columns=review --label_column=stars
     python -m tf_transfer.experiments table reports/runs --out=/tmp/runs
 
-Studies: transfer_learning and layer_freezing (GLUE), stack_quora, multitask, sentiment, and freezing (every depth on
-a user's own data set: --train_file, --text_columns, --label_column, ...), each a module of `experiments/`.
+Studies: transfer_learning, layer_freezing and methods (freezing, LoRA and BitFit compared) on GLUE, stack_quora,
+multitask, sentiment, and freezing (every depth on a user's own data set: --train_file, --text_columns,
+--label_column, ...), each a module of `experiments/`.
 `run` skips completed runs and runs locked by another process (so several processes or machines can share one
 grid and `runs/`), records a failed run's error beside it and goes on; it exits with status 1 when any run
 failed. `report` writes Markdown, CSV and PNG. `table` prints one row per `summary.json` below a folder, of any

@@ -68,7 +68,8 @@ class Variant:
     """Settings layered over the study's flagfile; `axes`/`parts` replace the study's; `differences` says, one
     sentence each, how the variant departs from the paper (reports print them); `clock` is the time reports
     compare: `wall` (the paper's), or `cpu` for grids run one core per process (see `reports.elapsed`); `commands`
-    are the exact commands that produce the variant's runs (reports print them)."""
+    are the exact commands that produce the variant's runs (reports print them); `task_settings` maps a task to
+    settings only its runs take in this variant, layered over the grid's `task_flagfiles`."""
 
     settings: dict = dataclasses.field(default_factory=dict)
     axes: Optional[dict] = None
@@ -76,6 +77,7 @@ class Variant:
     differences: tuple = ()
     clock: str = "wall"
     commands: tuple = ()
+    task_settings: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -148,7 +150,8 @@ class Grid:
             preset = base.get("preset", getattr(self.settings_class, "preset", None))
             for chosen_values in _combinations(part_axes, preset):
                 task = chosen_values.get("task", base.get("task"))
-                settings = {**base, **per_task.get(task, {}), **chosen_values, "part": part}
+                settings = {**base, **per_task.get(task, {}), **chosen.task_settings.get(task, {}), **chosen_values,
+                            "part": part}
                 if settings.get("cache_frozen") == "auto":
                     settings["cache_frozen"] = settings["trainable_layers"] != "all"
                 if tasks and settings.get("task") not in tasks:

@@ -1,0 +1,124 @@
+"""The methods study (experiments/methods.py): its grid, the per-method rate search and its report's claims."""
+
+import csv
+import os
+
+import pytest
+
+from experiments import load_study
+from experiments import methods as study_module
+from experiments import methods_report
+from tf_transfer.studies import grid as studies
+from tf_transfer.training import record
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_study("methods")
+
+
+def test_cpu_grid_searches_each_family_then_runs_every_method_at_three_seeds(study):
+    runs = study.runs("cpu")
+    search = [r for r in runs if r["part"].startswith("search_")]
+    compared = [r for r in runs if not r["part"].startswith("search_")]
+    assert len(search) == 5 * 4 * 3 and len(compared) == 5 * 8 * 3
+    assert {r["part"] for r in compared} == set(study_module.METHODS)
+    assert all(r["lr"] == study_module.PENDING_LR for r in compared)
+    assert {(r["task"], r["max_train_examples"], r["validation_fraction"], r["max_epochs"]) for r in runs} == {
+        (t, 1000, 0.015 if t == "sst2" else 0.1, 4) for t in study_module.TASKS}
+    paper = study.runs("paper")  # whole training sets, but SST-2 stays a sample
+    assert {(r["task"], r.get("max_train_examples")) for r in paper} == {
+        (t, 10000 if t == "sst2" else None) for t in study_module.TASKS}
+    search_folders = {studies.run_dir("runs", study, r) for r in search}
+    for run in compared:
+        assert study_module.method_of(run) == run["part"]
+        assert {studies.run_dir("runs", study, probe) for probe in study_module.search_runs(run)} <= search_folders
+    lora_last2 = next(r for r in compared if r["part"] == "LoRA r8, last 2, cached")
+    assert lora_last2["cache_frozen"] is True and lora_last2["trainable_layers"] == 2
+
+
+def _summary(folder, task_metric, val, test=50.0, seconds=10.0, memory=2000.0, trainable=1000, epochs=3,
+             extra=None):
+    """A completed run's summary: `epochs` epochs, the best (epoch 2) scoring `val`/`test` (x100), `seconds` each."""
+    metric = task_metric
+    records = [{"epoch": e, "epoch_time_s": seconds, "train_time_s": seconds * e, "epoch_cpu_s": seconds,
+                "train_cpu_s": seconds * e, "val": {metric: (val if e == 2 else val - 5) / 100},
+                "test": {metric: (test if e == 2 else test - 5) / 100}} for e in range(1, epochs + 1)]
+    record.write_json_atomic(os.path.join(folder, "summary.json"), {
+        "completed": True, "epochs": records, "best_epoch": 2, "metric": metric, "stopped_early": True,
+        "early_stopping": {"patience": 2, "wait": 2}, "peak_memory_mb": memory, "trainable_params": trainable,
+        "total_params": 22_000_000, "lr": extra.get("lr") if extra else None, "cache_time_s": 0.0, **(extra or {})})
+
+
+def test_searched_rate_is_the_best_validation_score_and_waits_for_every_search_run(study, tmp_path):
+    runs_dir = str(tmp_path)
+    run = next(r for r in study.runs("cpu") if r["part"] == "LoRA r16" and r["task"] == "rte" and r["seed"] == 1)
+    probes = study_module.search_runs(run)
+    assert [p["lr"] for p in probes] == study_module.SEARCH["lora"][0]
+    assert all(p["lora_rank"] == 8 and p["seed"] == 0 for p in probes)  # LoRA r16 takes rank 8's search
+    for probe, val in zip(probes[:2], (60.0, 70.0)):
+        _summary(studies.run_dir(runs_dir, study, probe), "accuracy", val)
+    assert study_module.searched_lr(run, runs_dir, study) is None  # the third rate has not run
+    _summary(studies.run_dir(runs_dir, study, probes[2]), "accuracy", 70.0)
+    assert study_module.searched_lr(run, runs_dir, study) == probes[1]["lr"]  # a tie goes to the smaller rate
+    resolved = studies.resolve(study, run, runs_dir)
+    assert resolved["lr"] == probes[1]["lr"] and resolved["lora_rank"] == 16
+
+
+# Per method: (score delta vs full in points, memory, seconds per epoch) of the synthetic runs below.
+SYNTHETIC = {"full fine-tuning": (0.0, 2600, 27), "last 2, cached": (-3.0, 1550, 5),
+             "last 2, not cached": (-3.0, 2100, 14), "LoRA r4": (-1.0, 2300, 20), "LoRA r8": (-0.5, 2300, 20),
+             "LoRA r16": (-0.2, 2320, 21), "LoRA r8, last 2, cached": (-4.0, 1540, 5), "BitFit": (-2.5, 2250, 19)}
+
+
+def _collected(study, tmp_path, tasks):
+    collected = []
+    for run in study.runs("cpu", tasks=tasks):
+        if run["part"].startswith("search_"):
+            continue
+        settings = {**run, "lr": 1e-3}
+        folder = str(tmp_path / run["part"].replace(" ", "_").replace(",", "") / run["task"] / f"seed{run['seed']}")
+        delta, memory, seconds = SYNTHETIC[run["part"]]
+        _summary(folder, "accuracy", 80.0, test=80.0 + delta + run["seed"] * 0.1, seconds=seconds,
+                 memory=memory + run["seed"], extra={"lr": 1e-3})
+        collected.append({"settings": settings, "folder": folder, "summary": record.read_summary(folder),
+                          "partial": None, "error": None, "stand_in": None})
+    return collected
+
+
+def test_report_opens_with_the_claims_and_gives_their_verdicts(study, tmp_path):
+    collected = _collected(study, tmp_path / "runs", ["mrpc", "rte"])
+    out = tmp_path / "report"
+    methods_report.write_report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    assert text.index("## The claims, checked") < text.index("## Per method")
+    claims = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[3] for line in text.splitlines()
+              if line.startswith("| ") and " | reproduced" in line or " | not reproduced" in line}
+    assert claims["LoRA (rank 8 on query and value) scores as full fine-tuning does"] == "reproduced"  # -0.5
+    assert claims["BitFit (biases only) is competitive with full fine-tuning on small to medium data"] == \
+        "not reproduced"  # -2.5 points
+    assert claims["LoRA trains faster than full fine-tuning (no gradients for the frozen weights)"] == "reproduced"
+    assert claims["LoRA and BitFit save only about a quarter of full fine-tuning's training memory"] == "reproduced"
+    assert "LoRA r8 12%" in text and "BitFit 13%" in text  # 1 - 2300/2600, 1 - 2250/2600
+    assert "| LoRA r8 | " in text and "| -0.5 |" in text
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 8 * 3 and {r["method"] for r in rows} == set(study_module.METHODS)
+    assert (out / "score_vs_time.png").stat().st_size > 0 and (out / "score_vs_memory.png").stat().st_size > 0
+    assert "inconclusive" not in text.split("## Per method")[0]  # both tasks of the report are complete
+
+
+def test_report_of_an_unfinished_grid_says_what_is_missing(study, tmp_path):
+    collected = _collected(study, tmp_path / "runs", ["mrpc"])
+    collected = [c for c in collected if c["settings"]["part"] != "BitFit"]
+    for run in study.runs("cpu", tasks=["mrpc"]):
+        if run["part"] == "BitFit":
+            collected.append({"settings": run, "folder": "nowhere", "summary": None, "partial": None, "error": None,
+                              "stand_in": None})
+    out = tmp_path / "report"
+    methods_report.write_report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    claims = text.split("## Per method")[0]
+    bitfit = next(line for line in claims.splitlines() if line.startswith("| BitFit (biases only)"))
+    assert "| inconclusive |" in bitfit
+    assert "## Still to run" in text and "3 runs of part `BitFit` (mrpc): not run yet." in text

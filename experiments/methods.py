@@ -11,7 +11,7 @@ scaled by alpha/r so that, as the LoRA paper puts it, a rate tuned at one rank s
 with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (`experiments/methods_report.py`).
 
     python -m tf_transfer.experiments run methods --variant=cpu --dry_run
-    python -m tf_transfer.experiments run methods --variant=cpu --data_dir=$GLUE_DIR   # twice: search, then seeds
+    python -m tf_transfer.experiments run methods --variant=cpu --data_dir=$GLUE_DIR
     python -m tf_transfer.experiments report methods --variant=cpu --runs_dir=runs --out=reports/methods
 """
 

@@ -198,7 +198,8 @@ def _run(study, name: str, runs: list, selected: list) -> None:
             _train_run(study, settings, folder)
 
     start = time.time()
-    counts = studies.run_study(study, selected, FLAGS.runs_dir, run_one, log=lambda line: print(line, flush=True))
+    counts = studies.run_until_settled(study, selected, FLAGS.runs_dir, run_one,
+                                       log=lambda line: print(line, flush=True))
     print(f"{name}: {counts['ran']} ran, {counts['completed']} already completed, {counts['failed']} failed, "
           f"{counts['locked']} taken by other processes, {counts['waiting']} waiting; "
           f"{(time.time() - start) / 60:.1f} min")

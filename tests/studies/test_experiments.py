@@ -70,6 +70,27 @@ def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
     assert all(r["cache_frozen"] == (r["trainable_layers"] != "all") for r in resolved)
 
 
+def test_one_command_finishes_a_grid_whose_runs_wait_for_its_own_line_search(tmp_path):
+    """Runs listed before the runs they wait for (as a shard can meet them) run in a second pass of the same command,
+    and the counts say what this command ran."""
+    study = load_study("layer_freezing")
+    runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r for r in study.runs("cpu", tasks=["rte"])]
+    search = [r for r in runs if r["part"] == "line_search"]
+    trained = []
+
+    def run_one(settings, folder):
+        trained.append(settings["part"])
+        config = GlueSettings(**{k: v for k, v in settings.items() if k != "part"})
+        _fake_summary(config, folder, score=0.7 if settings["lr"] == 3e-5 else 0.6)
+
+    logged = []
+    counts = studies.run_until_settled(study, runs[len(search):] + search, str(tmp_path), run_one, logged.append)
+    assert counts == {"completed": 0, "ran": len(runs), "failed": 0, "locked": 0, "waiting": 0}
+    assert trained == ["line_search"] * len(search) + ["sweep"] * (len(runs) - len(search))
+    assert any("another pass" in line for line in logged)
+    assert studies.run_until_settled(study, runs, str(tmp_path), run_one, logged.append)["completed"] == len(runs)
+
+
 def test_shards_partition_the_grid():
     runs = load_study("transfer_learning").runs("paper")
     shards = [studies.shard(runs, f"{i}/3") for i in (1, 2, 3)]

@@ -331,6 +331,20 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
     return counts
 
 
+def run_until_settled(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, log=print) -> dict:
+    """`run_study` pass after pass while a pass trained something and runs still wait on others (e.g. a grid's
+    runs that take a line search's rate, listed after it): a grid that depends on itself finishes in one command.
+    Runs waiting on runs no pass here can train (locked by another process) are left; their count is returned."""
+    counts = run_study(study, runs, runs_dir, run_one, log)
+    ran = counts["ran"]
+    while counts["waiting"] and counts["ran"]:
+        log(f"{counts['waiting']} runs waited for runs that may have finished since: another pass")
+        counts = run_study(study, runs, runs_dir, run_one, log)
+        ran += counts["ran"]
+    # The last pass counts this command's earlier runs as completed: they are counted as ran instead.
+    return {**counts, "ran": ran, "completed": counts["completed"] - (ran - counts["ran"])}
+
+
 def _clear_error(folder: str) -> None:
     path = os.path.join(folder, "error.json")
     if os.path.exists(path):

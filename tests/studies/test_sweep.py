@@ -38,6 +38,20 @@ def test_the_recommendation_is_the_cheapest_within_the_seed_noise_of_the_best():
     assert sweep.recommend({"mse_a": [0.5], "mse_b": [0.4]}, {}, lower_is_better=True)["candidate"] == "mse_b"
 
 
+def test_the_recommendation_line_names_the_cache_build_a_cached_candidate_pays_once():
+    from tf_transfer.reporting import sweep_report
+
+    def row(name, vals, seconds, built):
+        return {"candidate": name, "seeds": len(vals), "_vals": vals, "epoch_time_s": seconds, "status": "ran",
+                "cache_build_s": built}
+
+    rows = [row("freeze_kall", [0.84, 0.86], 60.0, None), row("freeze_k2", [0.85, 0.85], 8.0, 21.4)]
+    chosen, line = sweep_report.recommendation(rows, "f1")
+    assert chosen["candidate"] == "freeze_k2"
+    assert line.endswith("8.0 s per epoch here, after 21 s building the frozen-prefix cache once.")
+    assert sweep_report.recommendation(rows[:1], "f1")[1].endswith("60.0 s per epoch here.")
+
+
 @pytest.mark.parametrize("text, fragment", [("soon", "is not a duration"), ("0m", "more than nothing")])
 def test_a_budget_that_is_no_duration_is_refused(text, fragment):
     with pytest.raises(TransferError, match=fragment):

@@ -68,7 +68,8 @@ def _row(name: str, settings: dict, runs: list, metric: str) -> dict:
             "epochs": len(first["epochs"]) if first else 0,
             "epoch_time_s": statistics.fmean(times) if times else None,
             "peak_memory_mb": max(peaks) if peaks else None,
-            "trainable_params": first.get("trainable_params") if first else None}
+            "trainable_params": first.get("trainable_params") if first else None,
+            "cache_build_s": first.get("cache_build_s") if first else None}
 
 
 def recommendation(rows: list, metric: str, lower_is_better: bool = False):
@@ -87,8 +88,11 @@ def recommendation(rows: list, metric: str, lower_is_better: bool = False):
                   f"{chosen['best_mean']:.3f}")
     status = next(r["status"] for r in rows if r["candidate"] == chosen["candidate"])
     cut = f" ({status}: its score so far)" if status.startswith("cut") else ""
+    built = next(r["cache_build_s"] for r in rows if r["candidate"] == chosen["candidate"])
+    # Time per epoch leaves out what a cached candidate pays once before its first epoch.
+    cache = f", after {built:.0f} s building the frozen-prefix cache once" if built else ""
     line = (f"Recommended: {chosen['candidate']}: validation {metric} {chosen['mean']:.3f}{cut}, {noise}; "
-            f"{chosen['epoch_time_s']:.1f} s per epoch here.")
+            f"{chosen['epoch_time_s']:.1f} s per epoch here{cache}.")
     return chosen, line
 
 

@@ -19,7 +19,6 @@ A report of several backbones is one report per backbone, in a folder each, with
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections import defaultdict
@@ -99,28 +98,6 @@ def _percent(value) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
-def baselines(tasks: list, collected: list, out: str) -> dict:
-    """Per task, the constant prediction's dev score (`reports.dev_baseline`), from the GLUE folder of the runs
-    (`--data_dir`/`$GLUE_DIR`, else the one their summaries name); when none is readable, the previous report's
-    `majority.csv` in `out` (with `source` saying so); else None."""
-    folders = [r["settings"].get("data_dir") for r in collected]
-    folders += [(r["summary"].get("config") or {}).get("data_dir") for r in collected if r["summary"]]
-    folders = list(dict.fromkeys(f for f in folders if f))
-    previous = {}
-    path = os.path.join(out, "majority.csv")
-    if os.path.exists(path):
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                previous[row["task"]] = {"metric": row["metric"], "score": float(row["score"]),
-                                         "examples": int(row["examples"]), "majority": row["majority"] or None,
-                                         "share": float(row["share"]) if row["share"] else None,
-                                         "note": row["note"], "source": f"{path} (GLUE dev not found)"}
-    found = {}
-    for task in tasks:
-        found[task] = reports.dev_baseline(task, folders) or previous.get(task)
-    return found
-
-
 def report(collected: list, out: str, study: Grid, variant: str) -> None:
     presets = list(dict.fromkeys(r["settings"].get("preset") for r in collected))
     if len(presets) > 1:  # BERT and RoBERTa (or --presets): one report per backbone, each in its own folder
@@ -142,7 +119,7 @@ def report(collected: list, out: str, study: Grid, variant: str) -> None:
         s = run["settings"]
         (search if s["part"] == "line_search" else cells)[(s["task"], s["trainable_layers"], s["lr"])].append(run)
     tasks = [t for t in TASKS if any(key[0] == t for key in {**search, **cells})]
-    majority = baselines(tasks, collected, out)
+    majority = reports.dev_baselines(tasks, collected, out)
     results = {task: _task_results(task, cells, majority.get(task)) for task in tasks}
     lines = [f"# Layer-freezing sweep ({variant} variant)", "", f"Reproduces {study.paper}.", ""]
     lines += _claims(tasks, results, collected)
@@ -238,10 +215,7 @@ def report(collected: list, out: str, study: Grid, variant: str) -> None:
     reports.write_csv(os.path.join(out, "scores.csv"),
                       ["task", "trainable_layers", "num_layers", "lr", "seed", "val", "test", "validation_fraction",
                        "majority"], csv_rows)
-    reports.write_csv(os.path.join(out, "majority.csv"),
-                      ["task", "metric", "score", "examples", "majority", "share", "note"],
-                      [[task, b["metric"], b["score"], b["examples"], b["majority"] or "", "" if b["share"] is None
-                        else b["share"], b["note"]] for task, b in majority.items() if b])
+    reports.write_baselines(out, majority)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

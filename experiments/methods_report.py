@@ -133,7 +133,8 @@ METHOD_HEADER = ["method", "trainable weights (share)", "rate per task", "score 
                  "vs full (points)", "time to stop, vs full", "s per epoch", "peak memory (MB)", "memory vs full"]
 
 
-def task_rows(table: dict, task: str) -> list:
+def task_rows(table: dict, task: str, baseline) -> list:
+    """One row per method, then the constant prediction's score on GLUE dev (`baseline`, None if unknown)."""
     full = table.get((FULL, task))
     rows = []
     for method in _study().METHODS:
@@ -148,6 +149,9 @@ def task_rows(table: dict, task: str) -> list:
                      delta, reports.cell(cell["time"], cell["expected"], digits=0),
                      reports.cell(cell["epoch"], cell["expected"], digits=1),
                      reports.cell(cell["memory"], cell["expected"], digits=0)])
+    constant = "n/a (GLUE dev not found: pass --data_dir)" if not baseline else \
+        f"{100 * baseline['score']:.1f} ({baseline['note']})"
+    rows.append(["majority class (constant prediction)", "–", constant, "–", "–", "–", "–"])
     return rows
 
 
@@ -270,7 +274,8 @@ def search_rows(collected: list, tasks: list) -> list:
             scores = found.get((task, family), {})
             known = {lr: v for lr, v in scores.items() if v is not None}
             chosen = max(known, key=lambda lr: (known[lr], -lr)) if len(scores) == len(rates) and known else None
-            rows.append([task, searcher, *[("**" if lr == chosen else "") + (
+            edge = chosen is not None and chosen in (rates[0], rates[-1])
+            rows.append([task, searcher, "yes" if edge else "", *[("**" if lr == chosen else "") + (
                 "missing" if lr not in scores else "n/a" if scores[lr] is None else f"{scores[lr]:.1f}")
                 + ("**" if lr == chosen else "") for lr in rates]])
     return rows
@@ -352,18 +357,23 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
               "(each a mean over seeds); time and memory relative to full fine-tuning are means of the per-task "
               "ratios.", "", reports.markdown_table(METHOD_HEADER, method_rows(table, tasks, summary)), "",
               "![score against time](score_vs_time.png) ![score against memory](score_vs_memory.png)", ""]
+    majority = reports.dev_baselines(tasks, collected, out)
+    reports.write_baselines(out, majority)
     for task in tasks:
         metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
                       get_task(task).primary_metric)
-        lines += [f"### {task} ({metric})", "", reports.markdown_table(TASK_HEADER, task_rows(table, task)), ""]
+        lines += [f"### {task} ({metric})", "", reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task))), ""]
     lines += ["† n/m: n of the m runs reached the epoch cap without early stopping (their time is a lower bound).",
               "", "## The learning-rate searches", "",
               "Seed 0, best validation score (x100, on the split held out of GLUE train) per rate; the chosen rate in "
               "bold (ties: the smaller).", ""]
     for family, (rates, searcher) in _study().SEARCH.items():
         lines.append(f"- {searcher}: {', '.join(f'{lr:g}' for lr in rates)}")
-    lines += ["", reports.markdown_table(["task", "searched by", "low", "middle", "high"],
-                                         search_rows(collected, tasks)), ""]
+    searches = search_rows(collected, tasks)
+    edges = sum(1 for row in searches if row[2])
+    lines += ["", f"{edges} of {len(searches)} chosen rates lie at an end of their range (`at an end`): a wider "
+              "search might have found a better one there.", "",
+              reports.markdown_table(["task", "searched by", "at an end", "low", "middle", "high"], searches), ""]
     if chosen.differences:
         lines += ["## Settings, and how they differ from the papers", ""]
         lines += [f"- {d}" for d in chosen.differences] + [""]

@@ -71,12 +71,12 @@ SYNTHETIC = {"full fine-tuning": (0.0, 2600, 27), "last 2, cached": (-3.0, 1550,
              "LoRA r16": (-0.2, 2320, 21), "LoRA r8, last 2, cached": (-4.0, 1540, 5), "BitFit": (-2.5, 2250, 19)}
 
 
-def _collected(study, tmp_path, tasks):
+def _collected(study, tmp_path, tasks, data_dir=None):
     collected = []
     for run in study.runs("cpu", tasks=tasks):
         if run["part"].startswith("search_"):
             continue
-        settings = {**run, "lr": 1e-3}
+        settings = {**run, "lr": 1e-3, "data_dir": data_dir}
         folder = str(tmp_path / run["part"].replace(" ", "_").replace(",", "") / run["task"] / f"seed{run['seed']}")
         delta, memory, seconds = SYNTHETIC[run["part"]]
         _summary(folder, "accuracy", 80.0, test=80.0 + delta + run["seed"] * 0.1, seconds=seconds,
@@ -86,8 +86,8 @@ def _collected(study, tmp_path, tasks):
     return collected
 
 
-def test_report_opens_with_the_claims_and_gives_their_verdicts(study, tmp_path):
-    collected = _collected(study, tmp_path / "runs", ["mrpc", "rte"])
+def test_report_opens_with_the_claims_and_gives_their_verdicts(study, tmp_path, glue_dir):
+    collected = _collected(study, tmp_path / "runs", ["mrpc", "rte"], glue_dir)
     out = tmp_path / "report"
     methods_report.write_report(collected, str(out), study, "cpu")
     text = (out / "README.md").read_text()
@@ -101,6 +101,10 @@ def test_report_opens_with_the_claims_and_gives_their_verdicts(study, tmp_path):
     assert claims["LoRA and BitFit save only about a quarter of full fine-tuning's training memory"] == "reproduced"
     assert "LoRA r8 12%" in text and "BitFit 13%" in text  # 1 - 2300/2600, 1 - 2250/2600
     assert "| LoRA r8 | " in text and "| -0.5 |" in text
+    # The constant prediction's GLUE dev score beside the methods', read from the runs' GLUE folder, and kept for a
+    # report regenerated where that folder is not.
+    assert text.count("| majority class (constant prediction) | – | ") == 2
+    assert (out / "majority.csv").read_text().count("\n") == 3
     with open(out / "runs.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 8 * 3 and {r["method"] for r in rows} == set(study_module.METHODS)

@@ -240,6 +240,32 @@ def dev_baseline(task_name: str, data_dirs) -> Optional[dict]:
     return None
 
 
+def dev_baselines(tasks: list, collected: list, out: str) -> dict:
+    """Per task, the constant prediction's dev score (`dev_baseline`), from the GLUE folder of a grid's runs
+    (`--data_dir`/`$GLUE_DIR`, else the one their summaries name); when none is readable, the previous report's
+    `majority.csv` in `out` (`write_baselines`; with `source` saying so); else None."""
+    folders = [r["settings"].get("data_dir") for r in collected]
+    folders += [(r["summary"].get("config") or {}).get("data_dir") for r in collected if r["summary"]]
+    folders = list(dict.fromkeys(f for f in folders if f))
+    previous = {}
+    path = os.path.join(out, "majority.csv")
+    if os.path.exists(path):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                previous[row["task"]] = {"metric": row["metric"], "score": float(row["score"]),
+                                         "examples": int(row["examples"]), "majority": row["majority"] or None,
+                                         "share": float(row["share"]) if row["share"] else None,
+                                         "note": row["note"], "source": f"{path} (GLUE dev not found)"}
+    return {task: dev_baseline(task, folders) or previous.get(task) for task in tasks}
+
+
+def write_baselines(out: str, baselines: dict) -> None:
+    """`majority.csv` in `out`: what `dev_baselines` reads back where GLUE dev is not at hand."""
+    write_csv(os.path.join(out, "majority.csv"), ["task", "metric", "score", "examples", "majority", "share", "note"],
+              [[task, b["metric"], b["score"], b["examples"], b["majority"] or "", "" if b["share"] is None
+                else b["share"], b["note"]] for task, b in baselines.items() if b])
+
+
 def above_baseline(score, baseline, full) -> Optional[float]:
     """`(score - baseline) / (full - baseline)`: the share of the full model's gain over a constant prediction
     that `score` keeps; None where undefined (a missing value, or a full model not above the baseline)."""

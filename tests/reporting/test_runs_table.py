@@ -74,6 +74,26 @@ def test_rows_compare_with_the_fine_tuning_setting_of_best_validation(runs):
     assert len(table.references) == 1 and "lr 2e-05" in table.references[0] and "2 run(s)" in table.references[0]
 
 
+def test_runs_on_other_data_are_compared_with_fine_tuning_on_their_own_data(tmp_path):
+    root = tmp_path / "runs"
+    small = {"max_train_examples": 1000}
+    _glue(root / "full/ft/seed0", "all", 2e-5, 0, [(300, 0.8, 0.8)], 1)
+    _glue(root / "full/k2/seed0", 2, 1e-3, 0, [(100, 0.7, 0.7)], 1)
+    _glue(root / "small/ft/seed0", "all", 2e-5, 0, [(40, 0.9, 0.6)], 1)
+    _glue(root / "small/k2/seed0", 2, 1e-3, 0, [(10, 0.6, 0.55)], 1)
+    for folder in ("small/ft/seed0", "small/k2/seed0"):  # the same task and preset, trained on 1,000 examples
+        path = root / folder / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["config"].update(small)
+        path.write_text(json.dumps(summary))
+    table = runs_table.collect(str(root))
+    rows = {row["run"]: row for row in table.rows}
+    assert rows[os.path.join("full", "k2", "seed0")]["time_saved_pct"] == pytest.approx(100 * 200 / 300)
+    assert rows[os.path.join("small", "k2", "seed0")]["time_saved_pct"] == pytest.approx(75.0)
+    assert rows[os.path.join("small", "k2", "seed0")]["score_diff"] == pytest.approx(0.55 - 0.6)
+    assert len(table.references) == 2 and "(p; max_train_examples 1000)" in table.references[1]
+
+
 def test_unfinished_mnli_and_other_kinds_are_rows_without_a_comparison(runs):
     rows = {row["run"]: row for row in runs_table.collect(runs).rows}
     for name in ("k1/seed0", "k1/seed1"):
@@ -121,4 +141,8 @@ def test_the_committed_runs_are_one_table():
     found = glob.glob(os.path.join(root, "**", "summary.json"), recursive=True)
     assert len(table.rows) == len(found) >= 120 and table.skipped == 0
     assert all(row["score"] is not None and row["time_saved_pct"] is not None for row in table.rows)
-    assert len(table.references) == 4  # cola, mrpc, rte, stsb
+    # One per task and data: cola, mrpc, rte and stsb on 90% of GLUE train (transfer learning, and RTE's line search
+    # of the layer-freezing study), rte and stsb on all of it (the layer-freezing sweep), the five tasks of the
+    # methods study on 1,000 examples.
+    assert len(table.references) == 11
+    assert sum("max_train_examples 1000" in line for line in table.references) == 5

@@ -12,8 +12,9 @@ are rows without a comparison; the rest (the sentiment study's work folders) are
 that are not JSON. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
 
 The `method` column says what trained (freeze, bitfit, or lora with its rank and targets: `models.methods`).
-The reference of a GLUE task and preset is its completed full fine-tuning runs (`trainable_layers` "all",
-method freeze: LoRA and BitFit over all blocks are not fine-tuning) of one
+The reference of a GLUE task, preset and data (the training-set cap `max_train_examples` and the validation split
+`validation_fraction`: a run is compared with fine-tuning on the same examples) is its completed full fine-tuning
+runs (`trainable_layers` "all", method freeze: LoRA and BitFit over all blocks are not fine-tuning) of one
 setting: among several (learning rates, batch sizes, ...) the one with the best mean validation score at the best
 epoch, chosen by validation as the layer-freezing line search chooses its rate (by test score it would flatter the
 reference; a diverged setting would flatter the runs); within it the run of the same seed, else the mean over its
@@ -150,12 +151,22 @@ def _validation(summary: dict) -> float:
     return -math.inf if value is None else value
 
 
+# What a run learns from, beside its task: runs differing in these are compared with fine-tuning on their own data.
+DATA_SETTINGS = ("max_train_examples", "validation_fraction")
+
+
+def _data(summary: dict) -> str:
+    config = summary.get("config") if isinstance(summary.get("config"), dict) else {}
+    return ", ".join(f"{key} {config[key]}" for key in DATA_SETTINGS if config.get(key) is not None)
+
+
 def _references(runs: list) -> dict:
-    """(task, preset) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
+    """(task, preset, data) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
     settings = {}
     for row, summary in runs:
         if _comparable(row) and row["trainable_layers"] == "all" and row["method"] == "freeze":
-            group = settings.setdefault((row["task"], row["preset"]), {}).setdefault(_setting(summary), [])
+            key = (row["task"], row["preset"], _data(summary))
+            group = settings.setdefault(key, {}).setdefault(_setting(summary), [])
             group.append((row, _validation(summary)))
     chosen = {}
     for key, groups in settings.items():
@@ -164,11 +175,13 @@ def _references(runs: list) -> dict:
     return chosen
 
 
-def _describe(task: str, preset: str, members: list, validation: float) -> str:
+def _describe(task: str, preset: str, data: str, members: list, validation: float) -> str:
     first = members[0]
     where = os.path.commonpath([m["run"] for m in members]) if len(members) > 1 else first["run"]
-    return (f"- {task} ({preset}): fine-tuning at lr {first['lr']}, batch {first['batch_size']}, "
-            f"{len(members)} run(s), mean validation {first['metric']} {validation:.3f}: {where}")
+    scored = (f"mean validation {first['metric']} {validation:.3f}" if math.isfinite(validation)
+              else "no validation split")
+    return (f"- {task} ({preset}{'; ' + data if data else ''}): fine-tuning at lr {first['lr']}, "
+            f"batch {first['batch_size']}, {len(members)} run(s), {scored}: {where}")
 
 
 def collect(root: str) -> Table:
@@ -180,8 +193,8 @@ def collect(root: str) -> Table:
             continue
         runs.append((_row(os.path.relpath(os.path.dirname(path), root), summary), summary))
     references = _references(runs)
-    for row, _ in runs:
-        chosen = references.get((row["task"], row["preset"]))
+    for row, summary in runs:
+        chosen = references.get((row["task"], row["preset"], _data(summary)))
         if not chosen or not _comparable(row):
             continue
         basis = [m for m in chosen[0] if m["seed"] == row["seed"]] or chosen[0]

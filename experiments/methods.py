@@ -7,7 +7,8 @@ Each method trains at its own learning rate, searched per task: three rates at s
 with the best validation score (at its best epoch, never GLUE dev) is then run at seeds 1 and 2, and its seed-0 run
 is the search's own. Methods of one family share their family's search: freezing without the cache takes the cached
 freezing's rate (the same weights train), LoRA at ranks 4 and 16 and on the last 2 blocks take rank 8's (updates are
-scaled by alpha/r so that, as the LoRA paper puts it, a rate tuned at one rank serves the others). The report opens
+scaled by alpha/r, which in the LoRA paper's words "helps to reduce the need to retune hyperparameters when we vary
+r"). The report opens
 with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (`experiments/methods_report.py`).
 
     python -m tf_transfer.experiments run methods --variant=cpu --dry_run
@@ -102,8 +103,8 @@ def searched_lr(settings: dict, runs_dir: str, study: Grid):
 CPU_DIFFERENCES = (
     "At most 1,000 training examples per task (a seeded sample of the 90% of GLUE train not held out for "
     "validation) and at most 4 epochs instead of 10, for CPU time: a small-data comparison (BitFit's claim is about "
-    "small to medium data; LoRA's RoBERTa results used the whole training sets and 30-80 epochs).",
-    "A constant rate, the project's default; the LoRA paper warms up and decays linearly, BitFit's paper decays "
+    "small to medium data; LoRA's RoBERTa results used the whole training sets and 25-80 epochs).",
+    "A constant rate, the project's default, for every method; the LoRA paper warmed up and decayed the rate "
     "linearly.",
     "Three rates per family, searched per task at seed 0 (the papers searched wider grids).",
     "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds, i.e. the "

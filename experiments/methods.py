@@ -87,17 +87,21 @@ def best_validation(summary: dict):
     return None if epoch is None else epoch["val"].get(summary["metric"])
 
 
+def pick_rate(scores: dict):
+    """The rate of `{rate: validation score or None}` with the best score; a tie goes to the smaller rate."""
+    return max(scores, key=lambda lr: (float("-inf") if scores[lr] is None else scores[lr], -lr))
+
+
 def searched_lr(settings: dict, runs_dir: str, study: Grid):
     """The rate of the family's search with the best validation score on this task; None while a search run is
     unfinished. Chosen on the validation split held out of GLUE train, never on GLUE dev (the test set)."""
-    candidates = []
+    scores = {}
     for probe in search_runs(settings):
         summary = record.read_summary(studies.run_dir(runs_dir, study, probe))
         if not summary or not summary.get("completed"):
             return None
-        score = best_validation(summary)
-        candidates.append((score if score is not None else float("-inf"), -probe["lr"], probe["lr"]))
-    return max(candidates)[2]  # a tie goes to the smaller rate
+        scores[probe["lr"]] = best_validation(summary)
+    return pick_rate(scores)
 
 
 CPU_DIFFERENCES = (

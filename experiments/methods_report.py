@@ -55,14 +55,13 @@ def cells(collected: list) -> dict:
 
 
 def measures(runs: list, clock: str) -> dict:
-    """Per-seed values of one cell: score, time to stop, time per epoch, peak memory, trainable weights."""
+    """Per-seed values of one cell: score, time to stop, time per epoch, peak memory; the rates that ran."""
     done = [r["summary"] for r in runs if r["summary"]]
     return {"expected": len(runs), "summaries": done,
             "score": [score(s) for s in done],
             "time": [reports.time_to_stop(s, clock) for s in done],
             "epoch": [epoch_seconds(s, clock) for s in done],
             "memory": [s.get("peak_memory_mb") for s in done],
-            "trainable": [s.get("trainable_params") for s in done],
             "lr": sorted({s["lr"] for s in done})}
 
 
@@ -289,8 +288,7 @@ def search_rows(collected: list, tasks: list) -> list:
     for task in tasks:
         for family, (rates, searcher) in methods.SEARCH.items():
             scores = found.get((task, family), {})
-            known = {lr: v for lr, v in scores.items() if v is not None}
-            chosen = max(known, key=lambda lr: (known[lr], -lr)) if len(scores) == len(rates) and known else None
+            chosen = methods.pick_rate(scores) if len(scores) == len(rates) else None  # the runs' own rule
             edge = chosen is not None and chosen in (rates[0], rates[-1])
             rows.append([task, searcher, "yes" if edge else "", *[("**" if lr == chosen else "") + (
                 "missing" if lr not in scores else "n/a" if scores[lr] is None else f"{scores[lr]:.1f}")

@@ -93,7 +93,7 @@ def test_report_opens_with_the_claims_and_gives_their_verdicts(study, tmp_path, 
     text = (out / "README.md").read_text()
     assert text.index("## The claims, checked") < text.index("## Per method")
     claims = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[3] for line in text.splitlines()
-              if line.startswith("| ") and " | reproduced" in line or " | not reproduced" in line}
+              if line.startswith("| ") and (" | reproduced |" in line or " | not reproduced |" in line)}
     assert claims["LoRA (rank 8 on query and value) scores as full fine-tuning does"] == "reproduced"  # -0.5
     assert claims["BitFit (biases only) is competitive with full fine-tuning on small to medium data"] == \
         "not reproduced"  # -2.5 points

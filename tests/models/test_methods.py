@@ -45,6 +45,27 @@ def test_lora_on_the_last_k_blocks_leaves_the_others_without_adapters_and_frozen
     assert len(carriers) == 2 and all("transformer_layer_2" in layer.path for layer in carriers)
 
 
+def test_lora_draws_a_as_loralib_and_peft_by_default_and_the_gaussian_only_when_asked():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    for rank in (2, 8):  # Kaiming-uniform (a = sqrt(5)): within 1 / sqrt(d_in) whatever the rank
+        layer = keras.layers.Dense(64)
+        layer.build((None, 384))
+        methods.enable_lora(layer, rank, alpha=8.0)
+        a = layer.lora_a.numpy()
+        assert np.abs(a).max() <= 1 / np.sqrt(384) and abs(a.std() - 1 / np.sqrt(3 * 384)) < 0.004
+        assert not layer.lora_b.numpy().any()
+    layer = keras.layers.Dense(64)
+    layer.build((None, 384))
+    methods.enable_lora(layer, 4, alpha=8.0, init="gaussian")  # N(0, 1/r): 8.5x larger at r = 4
+    assert abs(layer.lora_a.numpy().std() - 1 / 4) < 0.02
+    layer = keras.layers.Dense(4)
+    layer.build((None, 8))
+    with pytest.raises(TransferError, match="--lora_init='xavier' is not a LoRA initialisation"):
+        methods.enable_lora(layer, 2, alpha=8.0, init="xavier")
+
+
 def test_a_saved_lora_layer_is_a_plain_layer_holding_the_merged_kernel(tmp_path):
     backbone = make_tiny_backbone()
     methods.apply(backbone, "lora", freezing.ALL, lora_rank=2, lora_alpha=4.0,

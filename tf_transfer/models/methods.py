@@ -3,8 +3,11 @@
 `freeze` (the default) is `tf_transfer.models.freezing`: the last k blocks and the pooler train, nothing else.
 
 `lora` (Hu et al. 2021, arXiv 2106.09685) trains a rank-r update of each targeted weight matrix and nothing else of
-the blocks: h = W x + b + (alpha / r) B A x, with A (d_in, r) Gaussian (std 1 / r, as Hugging Face PEFT's "gaussian"
-initialisation) and B (r, d_out) zero, so that the first step computes what the pretrained model computes. A kernel
+the blocks: h = W x + b + (alpha / r) B A x, with B (r, d_out) zero, so that the first step computes what the
+pretrained model computes, and A (d_in, r) drawn as the LoRA authors' loralib and Hugging Face PEFT's default draw it:
+Kaiming-uniform with a = sqrt(5), i.e. uniform in +-1 / sqrt(d_in) (std 0.03 at d_in = 384, whatever the rank);
+`lora_init="gaussian"` draws A from N(0, 1 / r) instead (PEFT's "gaussian", this project's only choice before
+2026-11-25: 4.2x larger at r = 8, so a rate searched under one does not carry over to the other). A kernel
 of several axes (BERT's query: hidden x heads x head_dim) is seen as the matrix (hidden, heads * head_dim), as the
 paper and PEFT see Wq; keras-hub's `enable_lora` factorizes per head instead (A: hidden x heads x r), which trains
 six times the weights on all-MiniLM-L6 (docs/methods.md). The update is computed from the activations (x A, then
@@ -46,6 +49,8 @@ LORA_TARGETS = {
     "output": ("_feedforward_output_dense", None),
 }
 DEFAULT_TARGETS = ("query", "value")
+# How A is drawn: the paper's code and PEFT's default, and PEFT's "gaussian" option.
+LORA_INITS = ("kaiming_uniform", "gaussian")
 
 
 def lora_weight_count(hidden: int, layers: int, rank: int, targets: Sequence[str], intermediate: int = None) -> int:
@@ -67,7 +72,8 @@ def check_method(method: str, lora_targets: Sequence[str]) -> None:
 
 
 def apply(backbone, method: str, trainable_layers=freezing.ALL, lora_rank: int = 8, lora_alpha: float = 8.0,
-          lora_targets: Sequence[str] = DEFAULT_TARGETS, bitfit_layer_norm: bool = False) -> None:
+          lora_targets: Sequence[str] = DEFAULT_TARGETS, bitfit_layer_norm: bool = False,
+          lora_init: str = LORA_INITS[0]) -> None:
     """Sets what trains in `backbone` for `method` (in place; LoRA's variables are created here, so call it inside
     the strategy's scope, after the pretrained weights are loaded and before the model is compiled)."""
     check_method(method, lora_targets)
@@ -80,7 +86,7 @@ def apply(backbone, method: str, trainable_layers=freezing.ALL, lora_rank: int =
         for block in blocks:
             _freeze_weights_of(block)
         for layer in layers:
-            enable_lora(layer, lora_rank, lora_alpha)
+            enable_lora(layer, lora_rank, lora_alpha, lora_init)
         if trainable_layers == freezing.ALL:  # the embeddings train only under the freezing rule's "all"
             for layer in backbone.layers:
                 if freezing.block_of(backbone, layer) == "embeddings":
@@ -133,12 +139,23 @@ def _bitfit(backbone, blocks: list, everything: bool, layer_norm: bool) -> None:
                             "train: use --method=freeze or lora")
 
 
-def enable_lora(layer, rank: int, alpha: float) -> None:
-    """Adds the paper's LoRA to a built `Dense` or `EinsumDense` (in place): A (d_in, r), B (r, d_out), the layer's
-    own kernel and bias frozen. Its saved weights (`save_own_variables`, and so an exported preset) are the merged
-    kernel and the bias, which a plain layer reads."""
+def _lora_a_initializer(init: str, d_in: int, rank: int):
     import keras
 
+    if init == "kaiming_uniform":
+        # torch's kaiming_uniform_(a=sqrt(5)) on A's (r, d_in) weight: bound gain * sqrt(3 / fan_in) with gain
+        # sqrt(2 / (1 + a^2)) = sqrt(1 / 3), i.e. 1 / sqrt(d_in) (loralib's and PEFT's LoRA layers).
+        bound = 1.0 / math.sqrt(d_in)
+        return keras.initializers.RandomUniform(-bound, bound)
+    if init == "gaussian":
+        return keras.initializers.RandomNormal(stddev=1.0 / rank)
+    raise TransferError(f"--lora_init={init!r} is not a LoRA initialisation: use one of {', '.join(LORA_INITS)}")
+
+
+def enable_lora(layer, rank: int, alpha: float, init: str = LORA_INITS[0]) -> None:
+    """Adds the paper's LoRA to a built `Dense` or `EinsumDense` (in place): A (d_in, r) drawn by `init`, B (r, d_out)
+    zero, the layer's own kernel and bias frozen. Its saved weights (`save_own_variables`, and so an exported preset)
+    are the merged kernel and the bias, which a plain layer reads."""
     if getattr(layer, "quantization_mode", None):
         raise TransferError(f"--method=lora: layer {layer.name} is quantized ({layer.quantization_mode}); LoRA "
                             "here needs a float kernel")
@@ -148,11 +165,12 @@ def enable_lora(layer, rank: int, alpha: float) -> None:
     if not 1 <= rank <= min(d_in, d_out):
         raise TransferError(f"--lora_rank={rank} does not fit {layer.name}'s {d_in} x {d_out} kernel: use 1.."
                             f"{min(d_in, d_out)}")
+    initializer = _lora_a_initializer(init, d_in, rank)
     layer._tracker.unlock()  # a built layer refuses new variables unless asked (as Keras' own enable_lora does)
     try:
         # float32 under mixed precision too, as Keras' own LoRA weights: small updates must not round away.
         layer.lora_a = layer.add_weight(name="lora_a", shape=(d_in, rank), trainable=True, dtype="float32",
-                                        initializer=keras.initializers.RandomNormal(stddev=1.0 / rank))
+                                        initializer=initializer)
         layer.lora_b = layer.add_weight(name="lora_b", shape=(rank, d_out), trainable=True, dtype="float32",
                                         initializer="zeros")
     finally:

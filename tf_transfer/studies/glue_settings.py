@@ -78,6 +78,10 @@ class GlueSettings(RunSettings):
     lora_targets: tuple = setting(methods.DEFAULT_TARGETS, "--method=lora: the dense layers of each block that get "
                                   "an update, some of " + ", ".join(methods.LORA_TARGETS) + " (the paper: query,"
                                   "value).")
+    lora_init: str = setting(methods.LORA_INITS[0], "--method=lora: how A is drawn: kaiming_uniform (the LoRA "
+                             "authors' code and Hugging Face PEFT's default: uniform in +-1/sqrt(d_in)) or gaussian "
+                             "(N(0, 1/r), PEFT's option; this project's LoRA runs before 2026-11-25). B starts at zero "
+                             "either way.")
     bitfit_layer_norm: bool = setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); their "
                                              "betas are bias terms and train anyway.")
     lr: float = setting(2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
@@ -132,6 +136,7 @@ class GlueSettings(RunSettings):
         "method": settings_lib.one_of(methods.METHODS),
         "lora_rank": (settings_lib.at_least(1), "must be at least 1"),
         "lora_alpha": (settings_lib.in_range(0.0, float("inf"), low_open=True), "must be above 0"),
+        "lora_init": ((lambda value: value in methods.LORA_INITS), "must be one of " + ", ".join(methods.LORA_INITS)),
         "lora_targets": ((lambda value: bool(value) and set(value) <= set(methods.LORA_TARGETS)),
                          "must name some of " + ", ".join(methods.LORA_TARGETS)),
     }
@@ -144,7 +149,8 @@ class GlueSettings(RunSettings):
                                       "text_columns": [], "label_column": None, "regression": False,
                                       "positive_label": None, "train_split": "train", "validation_split": None,
                                       "test_split": None, "method": "freeze", "lora_rank": 8, "lora_alpha": 8.0,
-                                      "lora_targets": list(methods.DEFAULT_TARGETS), "bitfit_layer_norm": False}
+                                      "lora_targets": list(methods.DEFAULT_TARGETS), "bitfit_layer_norm": False,
+                                      "lora_init": "gaussian"}
 
     OWN_DATA_SETTINGS: ClassVar[tuple] = ("train_file", "validation_file", "test_file", "text_columns", "label_column",
                                           "regression", "positive_label", "train_split", "validation_split",
@@ -204,11 +210,27 @@ class GlueSettings(RunSettings):
             (self.method == "freeze" or self.trainable_layers != 0,
              f"--method={self.method} with --trainable_layers=0 trains nothing of the blocks: give k >= 1 or 'all' "
              "(--method=freeze --trainable_layers=0 trains the pooler and head alone)"),
-            *[(self.method == method or self.to_dict()[name] == self.ADDED_SETTINGS[name],
+            *[(self.method == method or getattr(self, name) == self.__dataclass_fields__[name].default,
                f"--{name} is for --method={method}, not --method={self.method}")
               for name, method in (("lora_rank", "lora"), ("lora_alpha", "lora"), ("lora_targets", "lora"),
-                                   ("bitfit_layer_norm", "bitfit"))],
+                                   ("lora_init", "lora"), ("bitfit_layer_norm", "bitfit"))],
         ]
+
+    # Settings that mean nothing under other methods, left out of their runs' records and names (`lora_init` came
+    # after runs of every method were made, with another default than those runs had: see ADDED_SETTINGS).
+    METHOD_ONLY: ClassVar[dict] = {"lora_init": "lora"}
+
+    def to_dict(self) -> dict:
+        values = super().to_dict()
+        for name, method in self.METHOD_ONLY.items():
+            if self.method != method:
+                values.pop(name)
+        return values
+
+    def added_settings(self) -> dict:
+        """`ADDED_SETTINGS` for a run of this method: what older runs of it had (settings of other methods left
+        out, as `to_dict` leaves them out)."""
+        return {k: v for k, v in self.ADDED_SETTINGS.items() if self.METHOD_ONLY.get(k, self.method) == self.method}
 
     @property
     def data_spec(self) -> Optional[user_data.DataSpec]:

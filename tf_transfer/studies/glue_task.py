@@ -69,14 +69,13 @@ class GlueTask(Task):
     """A GLUE run of `settings` (a GLUE task, or a user's own data set read the same way); `export_dir` saves the
     best epoch's classifier there after training."""
 
-    added_settings = GlueSettings.ADDED_SETTINGS
-
     def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None):
         super().__init__(settings)
+        self.added_settings = settings.added_settings()
         self.export_dir = export_dir
         self.metric = settings.metric_name
         self.task = None  # a `tasks.Task`, known once the data has been read
-        self.cache_time_s, self.cache_cost = 0.0, None
+        self.cache_time_s, self.cache_cost, self.cache_mb = 0.0, None, None
 
     def build(self, strategy=None) -> None:
         """Reads the data, loads the backbone, encodes every split and builds the compiled model and its feed.
@@ -149,7 +148,7 @@ class GlueTask(Task):
         settings, backbone = self.settings, self.backbone
         head = heads.pooled_head(self.task.num_labels, settings.dropout, backbone)
         methods.apply(backbone, settings.method, settings.trainable_layers, settings.lora_rank, settings.lora_alpha,
-                      settings.lora_targets, settings.bitfit_layer_norm)
+                      settings.lora_targets, settings.bitfit_layer_norm, settings.lora_init)
         if settings.cache_frozen:
             feed = self._cached_feed()
             return cached_prefix.suffix_classifier(backbone, settings.trainable_layers, head), feed
@@ -167,13 +166,14 @@ class GlueTask(Task):
         prefix = cached_prefix.prefix_model(backbone, settings.trainable_layers)
         depth = cache.frozen_depth(settings.trainable_layers, backbone.num_layers)
         cls_only = depth == backbone.num_layers
-        cached, self.cache_cost = {}, {"build_s": 0.0, "build_cpu_s": 0.0}
+        cached, self.cache_cost, self.cache_mb = {}, {"build_s": 0.0, "build_cpu_s": 0.0}, 0.0
         for name, split in self.encoded.items():
             key = cache.cache_key(settings.init_checkpoint or settings.preset, settings.dataset, name, split, depth,
                                   cls_only, settings.precision)
             cached[name], spent, reused = cache.build(prefix, split, key, cls_only, settings.cache_dir,
                                                       settings.eval_batch_size, settings.bucket_step)
             self.cache_time_s += spent
+            self.cache_mb += cached[name].nbytes / 2**20
             for field in self.cache_cost:
                 value = getattr(cached[name], field)
                 self.cache_cost[field] = None if value is None or self.cache_cost[field] is None else (
@@ -232,6 +232,8 @@ class GlueTask(Task):
             # What the caches this run used cost to build, whether this run built them or reused them.
             "cache_build_s": cost.get("build_s"),
             "cache_build_cpu_s": cost.get("build_cpu_s"),
+            # What the caches hold in memory: resident before the first step, so not in `peak_above_start_mb`.
+            "cache_mb": self.cache_mb,
             "machine": machine.describe(),
             "code": record.code_version(),
             "precision": settings.precision,
@@ -247,7 +249,7 @@ class GlueTask(Task):
         facts = {"method": settings.method}
         if settings.method == "lora":
             layers = methods.lora_layers(self.backbone)
-            facts["lora"] = {"rank": settings.lora_rank, "alpha": settings.lora_alpha,
+            facts["lora"] = {"rank": settings.lora_rank, "alpha": settings.lora_alpha, "init": settings.lora_init,
                              "targets": list(settings.lora_targets), "layers": len(layers),
                              "weights": sum(int(l.lora_a.shape[0] + l.lora_b.shape[1]) * settings.lora_rank
                                             for l in layers)}
@@ -275,7 +277,8 @@ class GlueTask(Task):
         return {"task": s.dataset, "preset": s.preset, "trainable_layers": str(s.trainable_layers), "lr": s.lr,
                 "batch_size": s.batch_size, "seed": s.seed, "padding": s.padding, "max_seq_length": s.max_seq_length,
                 "lr_schedule": s.lr_schedule, "cache_frozen": s.cache_frozen, "precision": s.precision,
-                "method": s.method, "lora_rank": s.lora_rank if s.method == "lora" else 0}
+                "method": s.method, "lora_rank": s.lora_rank if s.method == "lora" else 0,
+                "lora_init": s.lora_init if s.method == "lora" else "-"}
 
     def trial_name(self) -> str:
         return f"{self.settings.dataset}/{self.settings.run_name()}/seed{self.settings.seed}"

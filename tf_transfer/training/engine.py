@@ -7,7 +7,9 @@ wall and CPU timing, peak memory, the non-finite-loss stop, early stopping, the 
 after every epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys
 `epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, peak_memory_mb, loss, val, test`
 plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest of its
-epochs') and `peak_memory_source`. Timing and memory: docs/outputs.md.
+epochs') and `peak_memory_source`, the resident set right before this process's first training step
+(`resident_before_training_mb`) and the largest peak above it (`peak_above_start_mb`: what training adds, i.e.
+gradients, optimizer slots, activations and traced steps; a resumed run measures from its new process's start). Timing and memory: docs/outputs.md.
 
 A study with stages (stack-and-finetune's two phases) calls `fit` once per stage on the same engine, with
 `until_epoch`, its own stopper and `tags` such as `{"phase": 2}`.
@@ -134,6 +136,7 @@ class Engine:
         self.summary = folder.summary
         self.summary.setdefault("epochs", [])
         self.memory = memory.PeakMemory()
+        self.resident_before_mb = None  # the process's resident set before its first training step
         held = self.summary.get("early_stopping")
         self.stopper = EarlyStopping(**held) if held else EarlyStopping(patience, min_delta)
 
@@ -196,6 +199,8 @@ class Engine:
     def _train_and_score(self, epoch: int, train_epoch: Callable, evaluate: Callable, progress,
                          tags: Optional[dict]) -> dict:
         """Trains one epoch (timed on the wall and the CPU clock), scores it; returns its record."""
+        if self.resident_before_mb is None and not self.memory.devices:
+            self.resident_before_mb = memory.resident_mb()
         self.memory.start()
         start, cpu_start = time.perf_counter(), machine.cpu_seconds()
         result = dict(train_epoch(epoch, progress))
@@ -228,6 +233,10 @@ class Engine:
         if peak_memory_mb is not None:
             self.summary["peak_memory_mb"] = max(peak_memory_mb, self.summary.get("peak_memory_mb") or 0.0)
             self.summary["peak_memory_source"] = self.memory.source
+        if peak_memory_mb is not None and self.resident_before_mb is not None:
+            self.summary.setdefault("resident_before_training_mb", self.resident_before_mb)
+            self.summary["peak_above_start_mb"] = max(peak_memory_mb - self.resident_before_mb,
+                                                      self.summary.get("peak_above_start_mb") or 0.0)
 
     def _judge(self, epoch_record: dict, stopper: Optional[EarlyStopping], on_best: Optional[Callable]):
         """Best epoch and early stopping after an epoch that counts; returns whether the stopper stops the run."""

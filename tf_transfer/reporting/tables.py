@@ -288,13 +288,14 @@ def welch_p(a, b) -> float:
     return stats.welch_test(a, b).p
 
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+VERDICTS = stats.VERDICTS  # reproduced, not reproduced, inconclusive, not testable at this budget
 CLAIMS_HEADER = ["claim", "paper", "ours", "verdict", "basis"]
 
 
 def claims_table(rows: list) -> str:
     """A Markdown table of a paper's claims: rows of `claim, paper, ours, verdict, basis` (verdict one of
-    `VERDICTS`)."""
+    `VERDICTS`, `stats`' kinds; the interval behind it goes in `ours` or the basis, as `stats.verdict_cell` writes
+    it)."""
     for row in rows:
         if row[3] not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {row[3]!r}")

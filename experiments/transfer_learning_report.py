@@ -12,7 +12,7 @@ import os
 from collections import defaultdict
 
 from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS, SETTINGS, TASKS,
-                                           UNCACHED_TASKS, label)
+                                           UNCACHED_TASKS, label, paper_metric)
 from experiments.transfer_learning_claims import OTHER_MACHINE, claims, completed_runs, mean_or_none, saved_cell
 from tf_transfer.reporting import tables as reports
 from tf_transfer.studies.grid import Grid
@@ -38,7 +38,10 @@ def write_report(collected: list, out: str, study: Grid, variant: str) -> None:
     cap = study.base(variant).get("max_epochs")
     lines = [f"# Transfer learning vs fine-tuning ({variant} variant)", "",
              f"Reproduces {study.paper}.", ""]
-    lines += claims(tasks, by_cell, clock, collected)
+    baselines = reports.dev_baselines(tasks, collected, out, {t: paper_metric(t) for t in tasks})
+    if any(baselines.values()):
+        reports.write_baselines(out, baselines)
+    lines += claims(tasks, by_cell, clock, collected, baselines)
     if chosen.differences:
         lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
     lines += ["## Where the paper is silent", ""] + [f"- {d}" for d in SILENT] + [""]

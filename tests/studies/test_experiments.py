@@ -12,6 +12,7 @@ from tf_transfer.training import record
 from experiments import load_study
 from tf_transfer.studies import grid as studies
 from tf_transfer.core import settings as settings_lib
+from tf_transfer.core import stats
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -392,11 +393,12 @@ def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
     assert header and header[0] < 60
     claims = lines[header[0] + 2:lines.index("", header[0])]
     verdicts = {line.split(" | ")[3] for line in claims}
-    assert verdicts <= {"reproduced", "not reproduced", "inconclusive"}
+    assert verdicts <= set(stats.VERDICTS)
     assert any("freezing alone: not yet run" in line for line in claims)
-    assert any("p " in line.split(" | ")[4] for line in claims)  # Welch tests in the basis
+    assert all("[" in line.split(" | ")[4] for line in claims if " | not run | " not in line)  # intervals
     text = "\n".join(lines)
     assert "fine-tune (all) @ 2e-05 †2/2" in text and "≥ 60%" in text  # the reference is a lower bound
+    assert "mrpc ≥ +60% [" in text  # the same bound on the claim's interval
     assert "## Freezing alone vs freezing plus the cache" in text and "not yet run" in text
     assert "32 runs of part `uncached` (mrpc, rte): not run yet" in text
     rows = (out / "stopping_points.csv").read_text().splitlines()

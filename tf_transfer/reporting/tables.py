@@ -190,8 +190,9 @@ def censored_mark(summaries: list) -> str:
     return f" †{count}/{len(summaries)}" if count else ""
 
 
-def constant_baseline(task_name: str, labels) -> dict:
-    """The score of always predicting the majority class of `labels` (a test set's), by the task's primary metric.
+def constant_baseline(task_name: str, labels, metric: Optional[str] = None) -> dict:
+    """The score of always predicting the majority class of `labels` (a test set's), by `metric` (default: the
+    task's primary metric).
 
     A regression task has no majority class, and a constant prediction's correlation is undefined: its baseline
     is 0, said in `note`.
@@ -202,6 +203,8 @@ def constant_baseline(task_name: str, labels) -> dict:
     0.857
     >>> constant_baseline("stsb", [0.5, 3.0])["score"]
     0.0
+    >>> constant_baseline("cola", [0, 1, 1, 1], metric="accuracy")["score"]  # CoLA by accuracy, not MCC
+    0.75
     """
     import numpy as np
 
@@ -210,7 +213,7 @@ def constant_baseline(task_name: str, labels) -> dict:
 
     task = tasks.get_task(task_name)
     labels = np.asarray(labels)
-    metric = task.primary_metric
+    metric = metric or task.primary_metric
     if task.is_regression:
         return {"metric": metric, "score": 0.0, "examples": len(labels), "majority": None, "share": None,
                 "note": "a constant prediction's correlation is undefined; 0 used"}
@@ -222,9 +225,9 @@ def constant_baseline(task_name: str, labels) -> dict:
             "share": float(counts.max() / len(labels)), "note": f"always '{name}'"}
 
 
-def dev_baseline(task_name: str, data_dirs) -> Optional[dict]:
-    """`constant_baseline` of the task's first GLUE dev set, read from the first of `data_dirs` that holds it
-    (with `source`: the folder); None when none does."""
+def dev_baseline(task_name: str, data_dirs, metric: Optional[str] = None) -> Optional[dict]:
+    """`constant_baseline` of the task's first GLUE dev set (by `metric`, default the task's primary one), read from
+    the first of `data_dirs` that holds it (with `source`: the folder); None when none does."""
     from tf_transfer.core.errors import TransferError
     from tf_transfer.data import tasks
 
@@ -236,14 +239,16 @@ def dev_baseline(task_name: str, data_dirs) -> Optional[dict]:
             examples = tasks.read_glue_split(task, folder, next(iter(task.test_files)))
         except (TransferError, OSError):
             continue
-        return {**constant_baseline(task_name, examples.labels), "source": folder}
+        return {**constant_baseline(task_name, examples.labels, metric), "source": folder}
     return None
 
 
-def dev_baselines(tasks: list, collected: list, out: str) -> dict:
-    """Per task, the constant prediction's dev score (`dev_baseline`), from the GLUE folder of a grid's runs
-    (`--data_dir`/`$GLUE_DIR`, else the one their summaries name); when none is readable, the previous report's
-    `majority.csv` in `out` (`write_baselines`; with `source` saying so); else None."""
+def dev_baselines(tasks: list, collected: list, out: str, metrics: Optional[dict] = None) -> dict:
+    """Per task, the constant prediction's dev score (`dev_baseline`; by `metrics[task]` where given), from the GLUE
+    folder of a grid's runs (`--data_dir`/`$GLUE_DIR`, else the one their summaries name); when none is readable,
+    the previous report's `majority.csv` in `out` (`write_baselines`; with `source` saying so) if it has the same
+    metric; else None."""
+    metrics = metrics or {}
     folders = [r["settings"].get("data_dir") for r in collected]
     folders += [(r["summary"].get("config") or {}).get("data_dir") for r in collected if r["summary"]]
     folders = list(dict.fromkeys(f for f in folders if f))
@@ -256,7 +261,9 @@ def dev_baselines(tasks: list, collected: list, out: str) -> dict:
                                          "examples": int(row["examples"]), "majority": row["majority"] or None,
                                          "share": float(row["share"]) if row["share"] else None,
                                          "note": row["note"], "source": f"{path} (GLUE dev not found)"}
-    return {task: dev_baseline(task, folders) or previous.get(task) for task in tasks}
+    found = {task: dev_baseline(task, folders, metrics.get(task)) for task in tasks}
+    return {task: found[task] or (previous.get(task) if previous.get(task) and metrics.get(task, previous[task]["metric"])
+                                  == previous[task]["metric"] else None) for task in tasks}
 
 
 def write_baselines(out: str, baselines: dict) -> None:
@@ -286,6 +293,52 @@ def welch_p(a, b) -> float:
     a = [v for v in a if v is not None]
     b = [v for v in b if v is not None]
     return stats.welch_test(a, b).p
+
+
+def run_seed(summary: dict):
+    return summary.get("seed", (summary.get("config") or {}).get("seed"))
+
+
+def by_seed(summaries, value, key=run_seed) -> dict:
+    """`{key(summary): value(summary)}` of completed runs (None values dropped; `key` default: the seed): what pairs
+    two settings' runs."""
+    found = {}
+    for s in summaries:
+        v = value(s)
+        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+            if key(s) in found:
+                raise ValueError(f"two runs pair as {key(s)!r}: pair them by more than the seed (`key`)")
+            found[key(s)] = v
+    return found
+
+
+def seed_difference(ours, reference, value, paired: bool = True, key=run_seed) -> stats.Interval:
+    """The interval of `value` of `ours` minus `reference` (lists of summaries): paired over the seeds both have
+    where `paired` (the seed fixes the split and sample, so the two runs of a seed share them; `stats`' module note),
+    Welch over every value otherwise. `key` pairs by more than the seed where one side pools settings."""
+    a, b = by_seed(ours, value, key), by_seed(reference, value, key)
+    if paired:
+        common = sorted(set(a) & set(b), key=str)
+        return stats.paired_difference([a[s] for s in common], [b[s] for s in common])
+    return stats.welch_difference(list(a.values()), list(b.values()))
+
+
+def testable(reference, baseline: Optional[dict], value) -> Optional[bool]:
+    """Whether a score claim can be tested on a task (`stats.learned`): the reference runs' mean `value` beats the
+    constant prediction's `baseline` score by at least 10 points; None where the baseline is unknown."""
+    if not baseline:
+        return None
+    return stats.learned([value(s) for s in reference], baseline["score"])
+
+
+def testable_sentence(metric_note: str) -> str:
+    """What a claims table says about its verdicts, the same in every report."""
+    return ("Each verdict rests on the 95% interval of the difference, not its point estimate (`tf_transfer/core/"
+            "stats.py`): reproduced where the whole interval is on the claim's side of its margin, not reproduced "
+            "where all of it is on the other side, inconclusive otherwise; a claim tested on several tasks is "
+            "Holm-corrected across them, and each verdict cell states its interval. Decided before the runs: a task "
+            "counts for a score claim only where full fine-tuning beats the constant prediction by at least 10 "
+            "points; elsewhere the claim there is not testable at this budget. " + metric_note)
 
 
 VERDICTS = stats.VERDICTS  # reproduced, not reproduced, inconclusive, not testable at this budget

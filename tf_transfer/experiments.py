@@ -201,7 +201,8 @@ def _run(study, name: str, runs: list, selected: list) -> None:
     counts = studies.run_until_settled(study, selected, FLAGS.runs_dir, run_one,
                                        log=lambda line: print(line, flush=True))
     print(f"{name}: {counts['ran']} ran, {counts['completed']} already completed, {counts['failed']} failed, "
-          f"{counts['locked']} taken by other processes, {counts['waiting']} waiting; "
+          f"{counts['locked']} taken by other processes, {counts['waiting']} waiting, "
+          f"{counts['not needed']} not needed; "
           f"{(time.time() - start) / 60:.1f} min")
     if counts["failed"]:
         # Scripts chaining a grid and its report must see that the grid is not whole.

@@ -86,7 +86,7 @@ def test_one_command_finishes_a_grid_whose_runs_wait_for_its_own_line_search(tmp
 
     logged = []
     counts = studies.run_until_settled(study, runs[len(search):] + search, str(tmp_path), run_one, logged.append)
-    assert counts == {"completed": 0, "ran": len(runs), "failed": 0, "locked": 0, "waiting": 0}
+    assert counts == {"completed": 0, "ran": len(runs), "failed": 0, "locked": 0, "waiting": 0, "not needed": 0}
     assert trained == ["line_search"] * len(search) + ["sweep"] * (len(runs) - len(search))
     assert any("another pass" in line for line in logged)
     assert studies.run_until_settled(study, runs, str(tmp_path), run_one, logged.append)["completed"] == len(runs)
@@ -184,7 +184,7 @@ def test_runner_skips_completed_and_records_failures(tmp_path):
         _fake_summary(config, folder)
 
     counts = studies.run_study(study, runs, str(tmp_path / "runs"), run_one, log=lambda line: None)
-    assert counts == {"completed": 0, "ran": 3, "failed": 1, "locked": 0, "waiting": 0}
+    assert counts == {"completed": 0, "ran": 3, "failed": 1, "locked": 0, "waiting": 0, "not needed": 0}
     collected = studies.collect(study, runs, str(tmp_path / "runs"))
     failed = [c for c in collected if c["error"]]
     assert len(failed) == 1 and "boom" in failed[0]["error"]

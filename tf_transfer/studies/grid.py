@@ -182,6 +182,11 @@ def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
     return os.path.join(runs_dir, study.name, config.dataset, name, f"seed{config.seed}")
 
 
+# What a dependent setting resolves to when its run is not needed after all (e.g. a rate beyond the end of a search
+# whose best rate sits inside it): such a run is neither trained nor reported.
+NOT_NEEDED = "<not needed>"
+
+
 def _is_pending(value) -> bool:
     return isinstance(value, str) and value.startswith("<")
 
@@ -290,7 +295,7 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
     """Works through `runs`: skips completed ones and ones locked by another process, records failures and goes
     on. `run_one(settings, output_dir)` trains one run (default `train_run`). Returns counts."""
     run_one = run_one or (lambda settings, folder: train_run(study, settings, folder))
-    counts = {"completed": 0, "ran": 0, "failed": 0, "locked": 0, "waiting": 0}
+    counts = {"completed": 0, "ran": 0, "failed": 0, "locked": 0, "waiting": 0, "not needed": 0}
     start = time.time()
     total = len(runs)
     for position, settings in enumerate(runs, start=1):
@@ -299,6 +304,9 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
             counts["waiting"] += 1
             log(f"[{position}/{total}] waiting: {describe(settings, study.shown)} (needs the results of the runs it depends on, "
                 "e.g. a line search, first)")
+            continue
+        if NOT_NEEDED in resolved.values():
+            counts["not needed"] += 1
             continue
         folder = run_dir(runs_dir, study, resolved)
         if completed_result(study, resolved, folder):
@@ -359,6 +367,8 @@ def collect(study: Grid, runs: list, runs_dir: str) -> list:
     collected = []
     for settings in runs:
         resolved = resolve(study, settings, runs_dir) or settings
+        if NOT_NEEDED in resolved.values():
+            continue
         folder = run_dir(runs_dir, study, resolved)
         result, summary = completed_result(study, resolved, folder), record.read_summary(folder)
         error = None

@@ -1,17 +1,21 @@
 """Every study report opens with its claims table: within the first 60 lines of its README, a Markdown table whose
-first column is headed `claim`, each row with the paper's number, ours, a verdict and its basis."""
+first column is headed `claim`, each row with the paper's number, ours, a verdict and its basis. A verdict is one of
+the statistics module's kinds, and every tested one (reproduced, not reproduced) states the interval it rests on."""
 
 import os
+import re
 
 import pytest
 
 from conftest import REPO
+from tf_transfer.core import stats
 
-VERDICTS = {"reproduced", "not reproduced", "inconclusive"}
+STUDIES = ["transfer_learning", "layer_freezing", "sentiment", "stack_quora", "multitask"]
+# An interval as `stats.Interval.text` writes it: `-1.6 [-5.8, +2.7]`, in any unit.
+INTERVAL = re.compile(r"\[[+\-−]?[0-9.]+[^\],]*, [+\-−]?[0-9.]+[^\]]*\]")
 
 
-@pytest.mark.parametrize("study", ["transfer_learning", "layer_freezing", "sentiment", "stack_quora", "multitask"])
-def test_report_opens_with_a_claims_table(study):
+def _rows(study):
     with open(os.path.join(REPO, "reports", study, "README.md"), encoding="utf-8") as f:
         lines = f.read().split("\n")[:60]
     header = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|claim|"))
@@ -20,5 +24,18 @@ def test_report_opens_with_a_claims_table(study):
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.replace("\\|", "").strip("|").split("|")])
+    return rows
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_report_opens_with_a_claims_table(study):
+    rows = _rows(study)
     assert rows and all(len(row) == 5 for row in rows), rows
-    assert {row[3] for row in rows} <= VERDICTS
+    assert {row[3] for row in rows} <= set(stats.VERDICTS)
+
+
+@pytest.mark.parametrize("study", ["transfer_learning", "layer_freezing"])
+def test_every_tested_verdict_states_its_interval(study):
+    for claim, _, ours, verdict, basis in _rows(study):
+        if verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED):
+            assert INTERVAL.search(ours + " " + basis), f"{study}: '{claim}' is {verdict} without an interval"

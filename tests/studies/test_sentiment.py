@@ -431,8 +431,10 @@ def test_report_has_tables_box_plots_and_welch_tests(study_run):
     t = stats.ttest_ind(sparse_acc, frozen_acc, equal_var=False).statistic
     row = next(line for line in report.splitlines()
                if line.startswith(f"| sparse {best} (best by F1) | BERT frozen (cls) | accuracy |"))
-    cell = row.split("|")[6].strip()
+    cell = row.split("|")[7].strip()
     assert cell == ("n/a" if not np.isfinite(t) else f"{t:.2f}")
+    # Beside it, the difference with its Welch interval (`core.stats`).
+    assert row.split("|")[6].strip() == hart_stats.welch_difference(sparse_acc, frozen_acc).text(4)
 
 
 @STUDY_RUN_GROUP

@@ -1,8 +1,9 @@
 """Hart's study in Markdown and box plots: the sparse baselines' table and `report.md` over every result present.
 
 `report.md` holds the sparse baselines (folds) and the BERT models (seeds) as mean ± sample std (`stats`), box
-plots of accuracy and F1, and Welch's t-tests between every pair of BERT models and between the best sparse
-baseline (by mean F1) and each BERT model.
+plots of accuracy and F1, Welch's t-tests (with the 95% interval of each difference) between every pair of BERT
+models and between the best sparse baseline (by mean F1) and each BERT model, and Hart's claims checked against
+the margins `CLAIM_MARGINS` with `stats`' verdicts (`claims`).
 
 Example:
 
@@ -23,6 +24,7 @@ from typing import Optional
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts
 from tf_transfer.core import stats
+from tf_transfer.reporting import tables
 from tf_transfer.studies.sentiment_results import (BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN, SPARSE_PROGRESS,
                                                    f1_description, read_json)
 
@@ -117,7 +119,110 @@ def comparisons(sparse: Optional[dict], bert: dict) -> list:
             test = stats.welch_test(groups[a][metric], groups[b][metric])
             rows.append({"a": a, "b": b, "metric": metric, "mean_a": stats.mean(groups[a][metric]),
                          "mean_b": stats.mean(groups[b][metric]), "n_a": len(groups[a][metric]),
-                         "n_b": len(groups[b][metric]), "t": test.t, "df": test.df, "p": test.p})
+                         "n_b": len(groups[b][metric]), "t": test.t, "df": test.df, "p": test.p,
+                         "interval": stats.welch_difference(groups[a][metric], groups[b][metric])})
+    return rows
+
+
+# Hart's claims as margins on differences (points of accuracy or F1), stated before reading our numbers: "no
+# significant gain" read as a gain under 2 points (about twice the paper's own +0.9); "beats by about 3 points" as a
+# gain of at least 1 (a third of it); "almost 10 points" of F1 as at least 5 (half of it); "score alike" as within 3
+# points either way (about the folds' spread).
+CLAIM_MARGINS = {"no gain": 0.02, "about 3": 0.01, "almost 10": 0.05, "alike": 0.03}
+
+
+def _welch(a: dict, b: dict, metric: str, key_a: str = "runs", key_b: str = "runs") -> stats.Interval:
+    return stats.welch_difference(_values(a, metric, key_a), _values(b, metric, key_b))
+
+
+def _alike(intervals: dict, margin: float) -> dict:
+    """Per pair: within ±margin (both one-sided verdicts, each Holm-corrected over the pairs) -> kind."""
+    low = stats.verdicts(intervals, margin, "as good as")
+    high = stats.verdicts(intervals, margin, "at most")
+    return {pair: stats.overall([low[pair], high[pair]]) for pair in intervals}
+
+
+def _variance_ratio(a: list, b: list, confidence: float = 0.95) -> stats.Interval:
+    """var(a) / var(b) with its F interval (normal values); NaN bounds below two values a side."""
+    from scipy import stats as scipy_stats
+
+    if len(a) < 2 or len(b) < 2 or stats.sample_std(b) == 0:
+        return stats.Interval(float("nan"), float("nan"), float("nan"), min(len(a), len(b)), "F ratio", confidence)
+    ratio = stats.sample_std(a) ** 2 / stats.sample_std(b) ** 2
+    tail = (1 - confidence) / 2
+    return stats.Interval(ratio, ratio / scipy_stats.f.ppf(1 - tail, len(a) - 1, len(b) - 1),
+                          ratio / scipy_stats.f.ppf(tail, len(a) - 1, len(b) - 1), min(len(a), len(b)), "F ratio",
+                          confidence)
+
+
+def claims(sparse: Optional[dict], bert: dict) -> list:
+    """Hart's claims as rows `claim, paper, ours, verdict, basis` (`tables.claims_table`), each verdict from a 95%
+    interval against `CLAIM_MARGINS` (`stats.verdict`; Holm across the models a claim names). BERT's seeds share one
+    split, so they do not pair: Welch between BERT models and between BERT's seeds and the sparse folds; the sparse
+    representations share their folds, so they pair by fold. [] unless frozen, top2, unfrozen and the three sparse
+    representations are all present."""
+    models = {r["model"]: r for r in bert.values()}
+    if not sparse or not {"frozen", "top2", "unfrozen"} <= set(models) or not {"tfidf", "count", "hash"} <= set(sparse):
+        return []
+    frozen, top2, unfrozen, tfidf = models["frozen"], models["top2"], models["unfrozen"], sparse["tfidf"]
+    m = CLAIM_MARGINS
+    rows = []
+    for name, model, paper in (("unfrozen", unfrozen, "0.833 vs 0.824; t = −0.91, df = 13, p = 0.38"),
+                               ("top2", top2, "0.831 vs 0.824; t = −1.5, df = 16, p = 0.14")):
+        interval = _welch(model, frozen, "accuracy")
+        kind = stats.verdict(interval, m["no gain"], "at most")
+        rows.append([f"{'Fine-tuning BERT' if name == 'unfrozen' else 'Unfreezing only two blocks'} gives no "
+                     f"significant gain over frozen BERT ({name} vs frozen, accuracy)", paper,
+                     f"{model['accuracy_mean']:.4f} vs {frozen['accuracy_mean']:.4f}",
+                     kind, stats.verdict_cell(kind, interval, 1, 100) + f" points; no gain: under "
+                     f"+{100 * m['no gain']:.0f} points with all of the Welch interval ({len(model['runs'])} vs "
+                     f"{len(frozen['runs'])} seeds)"])
+    ratio = _variance_ratio(_values(top2, "accuracy", "runs"), _values(unfrozen, "accuracy", "runs"))
+    kind = stats.verdict(ratio, 1.0, "at most")
+    rows.append(["Tuning only two blocks regularises: less spread over seeds than fully unfrozen (Figure 2)",
+                 "box plots only", f"std top2 {top2['accuracy_std']:.3f}, unfrozen {unfrozen['accuracy_std']:.3f}",
+                 kind, stats.verdict_cell(kind, ratio, 2).replace("+", "") + ": variance ratio top2 / unfrozen "
+                 "with its 95% F interval; less spread: all of it below 1"])
+    raised = {"top2": _welch(top2, frozen, "accuracy"), "unfrozen": _welch(unfrozen, frozen, "accuracy")}
+    found = stats.verdicts(raised, 0.0, "at least")
+    rows.append(["Fine-tuning raises the accuracy reached (Figure 2)", "box plots only",
+                 f"max of the seeds: frozen {max(_values(frozen, 'accuracy', 'runs')):.3f}, top2 "
+                 f"{max(_values(top2, 'accuracy', 'runs')):.3f}, unfrozen "
+                 f"{max(_values(unfrozen, 'accuracy', 'runs')):.3f}", stats.overall(found),
+                 "on the means (a maximum of seeds has no interval): minus frozen, points, Welch, Holm over the two: "
+                 + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
+    interval = _welch(frozen, tfidf, "accuracy", "runs", "folds")
+    kind = stats.verdict(interval, m["about 3"], "at least")
+    rows.append(["Frozen BERT beats the sparse baselines by about 3 accuracy points", "0.824 vs 0.793–0.796",
+                 f"{frozen['accuracy_mean']:.4f} vs TF-IDF {tfidf['accuracy_mean']:.4f}", kind,
+                 stats.verdict_cell(kind, interval, 1, 100) + f" points; beats by about 3: at least "
+                 f"+{100 * m['about 3']:.0f} with all of the Welch interval (seeds vs folds)"])
+    beats = {k: _welch(models[k], tfidf, "accuracy", "runs", "folds") for k in ("top2", "unfrozen")}
+    found = stats.verdicts(beats, m["about 3"], "at least")
+    rows.append(["Fine-tuned BERT beats the sparse baselines by about 3 accuracy points",
+                 "unfrozen 0.833, top2 0.831 vs 0.793–0.796",
+                 ", ".join(f"{k} {models[k]['accuracy_mean']:.4f}" for k in beats)
+                 + f" vs TF-IDF {tfidf['accuracy_mean']:.4f}", stats.overall(found),
+                 f"minus TF-IDF, points, at least +{100 * m['about 3']:.0f} with all of the Welch interval, Holm over "
+                 "the two: " + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
+    far = {k: _welch(models[k], tfidf, "f1", "runs", "folds") for k in ("frozen", "top2", "unfrozen")}
+    found = stats.verdicts(far, m["almost 10"], "at least")
+    rows.append(["BERT's F1 is far above the sparse baselines' (\"almost 10 points\")", "0.850–0.872 vs 0.735–0.746",
+                 ", ".join(f"{k} {models[k]['f1_mean']:.4f}" for k in far) + f" vs TF-IDF {tfidf['f1_mean']:.4f}",
+                 stats.overall(found),
+                 f"minus TF-IDF's F1, points, at least +{100 * m['almost 10']:.0f} with all of the Welch interval, "
+                 "Holm over the three: " + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
+    pairs = {f"{a} − {b}": stats.paired_difference(_values(sparse[a], "accuracy", "folds"),
+                                                   _values(sparse[b], "accuracy", "folds"))
+             for a, b in (("tfidf", "count"), ("tfidf", "hash"), ("count", "hash"))}
+    kinds = _alike(pairs, m["alike"])
+    rows.append(["The three sparse representations score alike (counts marginally best)",
+                 "TF-IDF 0.795, counts 0.796, hashed 0.793",
+                 ", ".join(f"{k} {sparse[k]['accuracy_mean']:.4f}" for k in ("tfidf", "count", "hash")),
+                 stats.overall(kinds.values()),
+                 f"alike: within ±{100 * m['alike']:.0f} points with all of the interval, paired by fold (the "
+                 "representations share their folds), Holm over the three pairs: "
+                 + "; ".join(f"{pair} {stats.verdict_cell(kinds[pair], pairs[pair], 1, 100)}" for pair in pairs)])
     return rows
 
 
@@ -199,16 +304,27 @@ def write_report(output_dir: str) -> str:
         lines += ["## Welch's t-tests", "",
                   "Two-sided, unequal variances (`scipy.stats.ttest_ind(equal_var=False)`); df by Welch–"
                   "Satterthwaite. n/a: fewer than two values in a group, or no spread in either.", "",
-                  "| A | B | metric | mean A (n) | mean B (n) | t | df | p |", "|---|---|---|---|---|---|---|---|"]
+                  "| A | B | metric | mean A (n) | mean B (n) | A − B [95% interval] | t | df | p |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['a']} | {r['b']} | {r['metric']} | {r['mean_a']:.4f} ({r['n_a']}) | {r['mean_b']:.4f} "
-                  f"({r['n_b']}) | {number(r['t'], 2)} | {number(r['df'], 1)} | {number(r['p'], 4)} |"
-                  for r in rows]
+                  f"({r['n_b']}) | {r['interval'].text(4)} | {number(r['t'], 2)} | {number(r['df'], 1)} | "
+                  f"{number(r['p'], 4)} |" for r in rows]
         if sparse and bert:
             lines += ["", "Sparse vs BERT compares cross-validation folds (spread over data) with seeds on one "
                       "split (spread over initialisations), as the paper does; read those p-values with that in "
                       "mind."]
     else:
         lines.append("No Welch tests: they need two BERT models, or a BERT model and the sparse baselines.")
+    checked = claims(sparse, bert)
+    if checked:
+        lines += ["", "## Hart's claims, checked", "",
+                  "Each verdict rests on the 95% interval of the difference against the claim's margin "
+                  "(`tf_transfer/core/stats.py`): reproduced where all of the interval is on the claim's side, not "
+                  "reproduced where all of it is on the other, inconclusive otherwise; Holm across the models a claim "
+                  "names. Margins (`CLAIM_MARGINS`, in points): \"no significant gain\" a gain under 2; \"about 3 "
+                  "points\" at least 1; \"almost 10 points\" at least 5; \"alike\" within 3 either way. BERT's "
+                  "seeds share one split (no pairing: Welch); the sparse representations share their folds (paired "
+                  "by fold).", "", tables.claims_table(checked)]
     path = os.path.join(output_dir, REPORT)
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path

@@ -34,7 +34,7 @@ def test_report_opens_with_a_claims_table(study):
     assert {row[3] for row in rows} <= set(stats.VERDICTS)
 
 
-@pytest.mark.parametrize("study", ["transfer_learning", "layer_freezing", "sentiment"])
+@pytest.mark.parametrize("study", STUDIES)
 def test_every_tested_verdict_states_its_interval(study):
     for claim, _, ours, verdict, basis in _rows(study):
         if verdict in (stats.REPRODUCED, stats.NOT_REPRODUCED):

@@ -164,7 +164,7 @@ def claims(sparse: Optional[dict], bert: dict) -> list:
     models = {r["model"]: r for r in bert.values()}
     if not sparse or not {"frozen", "top2", "unfrozen"} <= set(models) or not {"tfidf", "count", "hash"} <= set(sparse):
         return []
-    frozen, top2, unfrozen, tfidf = models["frozen"], models["top2"], models["unfrozen"], sparse["tfidf"]
+    frozen, top2, unfrozen = models["frozen"], models["top2"], models["unfrozen"]
     m = CLAIM_MARGINS
     rows = []
     for name, model, paper in (("unfrozen", unfrozen, "0.833 vs 0.824; t = −0.91, df = 13, p = 0.38"),
@@ -191,6 +191,12 @@ def claims(sparse: Optional[dict], bert: dict) -> list:
                  f"{max(_values(unfrozen, 'accuracy', 'runs')):.3f}", stats.overall(found),
                  "on the means (a maximum of seeds has no interval): minus frozen, points, Welch, Holm over the two: "
                  + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
+    return rows + _sparse_claims(sparse, models)
+
+
+def _sparse_claims(sparse: dict, models: dict) -> list:
+    """`claims`' rows that set BERT against the sparse baselines, and the sparse baselines against each other."""
+    frozen, tfidf, m, rows = models["frozen"], sparse["tfidf"], CLAIM_MARGINS, []
     interval = _welch(frozen, tfidf, "accuracy", "runs", "folds")
     kind = stats.verdict(interval, m["about 3"], "at least")
     rows.append(["Frozen BERT beats the sparse baselines by about 3 accuracy points", "0.824 vs 0.793–0.796",
@@ -315,19 +321,24 @@ def write_report(output_dir: str) -> str:
                       "mind."]
     else:
         lines.append("No Welch tests: they need two BERT models, or a BERT model and the sparse baselines.")
-    checked = claims(sparse, bert)
-    if checked:
-        lines += ["", "## Hart's claims, checked", "",
-                  "Each verdict rests on the 95% interval of the difference against the claim's margin "
-                  "(`tf_transfer/core/stats.py`): reproduced where all of the interval is on the claim's side, not "
-                  "reproduced where all of it is on the other, inconclusive otherwise; Holm across the models a claim "
-                  "names. Margins (`CLAIM_MARGINS`, in points): \"no significant gain\" a gain under 2; \"about 3 "
-                  "points\" at least 1; \"almost 10 points\" at least 5; \"alike\" within 3 either way. BERT's "
-                  "seeds share one split (no pairing: Welch); the sparse representations share their folds (paired "
-                  "by fold).", "", tables.claims_table(checked)]
+    lines += _claims_section(sparse, bert)
     path = os.path.join(output_dir, REPORT)
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path
+
+
+def _claims_section(sparse: Optional[dict], bert: dict) -> list:
+    checked = claims(sparse, bert)
+    if not checked:
+        return []
+    return ["", "## Hart's claims, checked", "",
+            "Each verdict rests on the 95% interval of the difference against the claim's margin "
+            "(`tf_transfer/core/stats.py`): reproduced where all of the interval is on the claim's side, not "
+            "reproduced where all of it is on the other, inconclusive otherwise; Holm across the models a claim "
+            "names. Margins (`CLAIM_MARGINS`, in points): \"no significant gain\" a gain under 2; \"about 3 "
+            "points\" at least 1; \"almost 10 points\" at least 5; \"alike\" within 3 either way. BERT's "
+            "seeds share one split (no pairing: Welch); the sparse representations share their folds (paired "
+            "by fold).", "", tables.claims_table(checked)]
 
 
 def _head(hidden_units: int) -> str:

@@ -1,5 +1,7 @@
 """The claims table of the transfer-learning report: each headline claim of Wang's paper, its number, ours and a
-verdict with its basis (seeds, spread, Welch tests on times and scores).
+verdict with its basis: the 95% interval of each difference, paired by seed (a seed fixes the validation split), the
+paper's averages tested on the mean over tasks, per-task cells Holm-corrected, and score claims only on the tasks
+where full fine-tuning beats the constant prediction by 10 points (`tf_transfer.core.stats`).
 
 >>> from experiments.transfer_learning_claims import claims  # doctest: +SKIP
 """

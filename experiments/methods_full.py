@@ -17,6 +17,7 @@ rate was chosen on them.
 
 from __future__ import annotations
 
+from experiments import methods_report
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue_settings import GlueSettings
@@ -105,12 +106,6 @@ def _axes(name: str) -> dict:
     return {key: [value] for key, value in METHODS[name].items()}
 
 
-def write_report(collected: list, out: str, study: Grid, variant: str) -> str:
-    from experiments.methods_report import write_full_report  # it reads this module's tables
-
-    return write_full_report(collected, out, study, variant)
-
-
 DIFFERENCES = (
     "Not a paper's protocol: one small encoder (all-MiniLM-L6-v2) and one shared recipe (batch 32, AdamW with "
     "weight decay 0.01, 6% warm-up then linear decay to 0 over 10 epochs, early stopping with patience 3 on a 10% "
@@ -135,6 +130,6 @@ GRID = Grid(
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=tuple(
         f"taskset -c {core} python -m tf_transfer.experiments run methods_full --variant=cpu --shard={core + 1}/2 "
         "--runs_dir=reports/runs --cache_dir=runs/cache --data_dir=$GLUE_DIR &" for core in (0, 1)))},
-    report=write_report,
+    report=methods_report.write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -318,19 +318,19 @@ def verdict(interval: Interval, margin: float, direction: str = "as good as") ->
 
     - "as good as": reproduced where the interval's low bound is above -margin, not reproduced where its high bound
       is below -margin;
-    - "at least": reproduced where the low bound is at or above +margin, not reproduced where the high bound is
-      below it (e.g. "saves at least 30%");
-    - "at most": reproduced where the high bound is at or below +margin, not reproduced where the low bound is
-      above it;
-    inconclusive otherwise, and wherever the interval is undefined."""
+    - "at least": reproduced where the low bound is above +margin, not reproduced where the high bound is below it
+      (e.g. "saves at least 30%");
+    - "at most": reproduced where the high bound is below +margin, not reproduced where the low bound is above it;
+    inconclusive otherwise (a bound exactly at the margin included, as `verdicts` decides), and wherever the
+    interval is undefined."""
     if not interval.defined:
         return INCONCLUSIVE
     if direction == "as good as":
         return REPRODUCED if interval.low > -margin else NOT_REPRODUCED if interval.high < -margin else INCONCLUSIVE
     if direction == "at least":
-        return REPRODUCED if interval.low >= margin else NOT_REPRODUCED if interval.high < margin else INCONCLUSIVE
+        return REPRODUCED if interval.low > margin else NOT_REPRODUCED if interval.high < margin else INCONCLUSIVE
     if direction == "at most":
-        return REPRODUCED if interval.high <= margin else NOT_REPRODUCED if interval.low > margin else INCONCLUSIVE
+        return REPRODUCED if interval.high < margin else NOT_REPRODUCED if interval.low > margin else INCONCLUSIVE
     raise ValueError(f"unknown claim direction {direction!r}")
 
 

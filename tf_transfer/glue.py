@@ -25,11 +25,11 @@ COMMAND_FLAGS = {
         output_dir=(None, "Where summary.json and TensorBoard events go."),
         runs_dir=("runs", "Root of the default --output_dir."),
         overwrite=(False, "Start afresh even if --output_dir holds a completed run."),
+        export_dir=(None, "After training, save the best epoch's classifier here as a keras-hub preset folder "
+                          "(backbone, tokenizer, preprocessor, task); score files with it using python -m "
+                          "tf_transfer.predict."),
     ),
 }
-flags.DEFINE_string("export_dir", None,
-                    "After training, save the best epoch's classifier here as a keras-hub preset folder (backbone, "
-                    "tokenizer, preprocessor, task); score files with it using python -m tf_transfer.predict.")
 
 
 def settings_from_flags() -> GlueSettings:

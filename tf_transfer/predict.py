@@ -1,18 +1,23 @@
-"""Score a TSV, CSV or JSON Lines file with a classifier exported by `--export_dir`.
+"""Score a TSV, CSV or JSON Lines file with a classifier exported by `glue --export_dir`.
 
-    python -m tf_transfer.predict --model=exported/rte --input=$GLUE_DIR/RTE/test.tsv --output=rte_predictions.tsv
+    python -m tf_transfer.predict --export_dir=exported/tweets --input=test.csv --output=submission.csv
 
-Text columns default to the exported task's (e.g. sentence1/sentence2 for RTE); `--text_a_column` and
-`--text_b_column` name others (a model trained on your own file expects that file's columns). `.tsv` files are read
-with quoting disabled (GLUE), `.csv` with standard quoting, `.jsonl` as one JSON object per line.
-The output is a TSV of the input's row number, the prediction (label or score) and the raw outputs.
+Text columns default to the exported task's (e.g. sentence1/sentence2 for RTE, or the training file's own);
+`--text_a_column` and `--text_b_column` name others. `.tsv` files are read with quoting disabled (GLUE), `.csv` with
+standard quoting, `.jsonl` as one JSON object per line. Each output row is the input's id (`--id_column`, by default a
+column named `id` when the input has one, else the row number from 0), then the predicted `label` and one
+`prob_<label>` per label (a regression model: the predicted value, named as the trained label column). The output is
+CSV, JSON Lines or TSV by `--output`'s extension (TSV on standard output). Progress (rows done, rows per second) goes
+to standard error while it scores, and a final line there names the count and the output.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import sys
+import time
 
 from absl import flags
 
@@ -21,13 +26,19 @@ from tf_transfer.core import flags as flags_lib
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", None, "Folder written by --export_dir.")
+flags.DEFINE_string("model", None, "Folder written by glue --export_dir (--export_dir names it too).")
 flags.DEFINE_string("input", None, "TSV (quoting disabled, as GLUE) or CSV (standard quoting) with a header row, "
                     "or JSON Lines.")
-flags.DEFINE_string("output", None, "Where to write predictions (TSV); default standard output.")
+flags.DEFINE_string("output", None, "Where to write predictions: .csv, .jsonl, or anything else as TSV; default "
+                    "standard output (TSV).")
 flags.DEFINE_string("text_a_column", None, "Header name of the first text (default: the exported task's).")
 flags.DEFINE_string("text_b_column", None, "Header name of the second text of pair tasks (default: the task's).")
-COMMAND_FLAGS = flags_lib.common(batch_size=(64, "Prediction batch size."))
+flags.DEFINE_string("id_column", None, "Column carried to the output as each row's id (default: a column named id "
+                    "when the input has one, else the row number from 0).")
+COMMAND_FLAGS = flags_lib.common(batch_size=(64, "Prediction batch size."),
+                                 export_dir=(None, "The folder written by glue --export_dir (the same as --model)."))
+# Rows scored per call, and the least seconds between two progress lines.
+CHUNK_BATCHES, PROGRESS_EVERY_S = 8, 10.0
 
 
 def read_rows(path: str):
@@ -52,8 +63,6 @@ def read_rows(path: str):
 
 def _read_jsonl(path: str):
     """JSON Lines as a header (the first object's keys) and rows of those keys' values."""
-    import json
-
     from tf_transfer.core.errors import TransferError
 
     objects = []
@@ -70,17 +79,12 @@ def _read_jsonl(path: str):
     return header, [[str(o.get(k, "")) if isinstance(o, dict) else "" for k in header] for o in objects]
 
 
-def main(argv):
-    del argv
-    from tf_transfer.data import tasks
+def _columns(header: list, meta: dict, path: str) -> tuple:
+    """`(text positions, id column name or None, id position or None)`, every name checked against the header."""
     from tf_transfer.core.errors import TransferError
+    from tf_transfer.data import tasks
 
-    if not FLAGS.model or not FLAGS.input:
-        raise TransferError("--model (an --export_dir folder) and --input are required")
-    header, rows = read_rows(FLAGS.input)
-    from tf_transfer.models import export
-
-    classifier, meta = export.load(FLAGS.model)
+    duplicated = sorted({c for c in header if header.count(c) > 1})
     task = tasks.TASKS.get(meta.get("task", ""))
     # The training file's own columns (a user's data set), else the GLUE task's.
     trained_on = meta.get("text_columns") or (task.text_columns if task else [None, None])
@@ -89,24 +93,106 @@ def main(argv):
         columns.append(FLAGS.text_b_column or trained_on[1])
     missing = [c for c in columns if c not in header]
     if missing:
-        raise TransferError(f"{FLAGS.input}: no column(s) {', '.join(map(str, missing))} (found: {', '.join(header)});"
+        raise TransferError(f"{path}: no column(s) {', '.join(map(str, missing))} (found: {', '.join(header)});"
                             " name them with --text_a_column/--text_b_column")
-    positions = [header.index(c) for c in columns]
+    id_column = FLAGS.id_column or ("id" if "id" in header else None)
+    if FLAGS.id_column and FLAGS.id_column not in header:
+        raise TransferError(f"{path}: no column {FLAGS.id_column} for --id_column (found: {', '.join(header)})")
+    clashes = [c for c in duplicated if c in columns + [id_column]]
+    if clashes:
+        raise TransferError(f"{path}: the header names {', '.join(clashes)} more than once: rename the copies")
+    return [header.index(c) for c in columns], id_column, header.index(id_column) if id_column else None
+
+
+class _Writer:
+    """Rows out as CSV, JSON Lines (by the path's extension) or TSV (any other path, or standard output)."""
+
+    def __init__(self, path, fields: list):
+        self.path, self.fields = path, fields
+        self.file = open(path, "w", newline="", encoding="utf-8") if path else sys.stdout
+        self.jsonl = bool(path) and path.lower().endswith(".jsonl")
+        if not self.jsonl:
+            delimiter = "," if path and path.lower().endswith(".csv") else "\t"
+            self.csv = csv.writer(self.file, delimiter=delimiter, lineterminator="\n")
+            self.csv.writerow(fields)
+
+    def write(self, values: list) -> None:
+        if self.jsonl:
+            self.file.write(json.dumps(dict(zip(self.fields, values))) + "\n")
+        else:
+            self.csv.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in values])
+
+    def close(self) -> None:
+        if self.path:
+            self.file.close()
+        else:
+            self.file.flush()
+
+
+def _output_fields(meta: dict, id_column, classes: int) -> tuple:
+    """The output's header, and the label names (None for regression)."""
+    ident = id_column or "row"
+    if meta.get("regression"):
+        return [ident, meta.get("label_column") or "prediction"], None
+    labels = [str(label) for label in (meta.get("labels") or range(classes))]
+    return [ident, "label"] + [f"prob_{label}" for label in labels], labels
+
+
+def _progress(done: int, total: int, start: float) -> str:
+    elapsed = max(time.perf_counter() - start, 1e-9)
+    rate = done / elapsed
+    left = (total - done) / rate if rate else 0.0
+    return (f"predict: {done:,}/{total:,} rows ({100 * done / total:.0f}%), {rate:,.1f} rows/s, about "
+            f"{left / 60:.1f} min left")
+
+
+def main(argv):
+    del argv
+    from tf_transfer.core.errors import TransferError
+
+    folder = FLAGS.model or FLAGS.export_dir
+    if not folder or not FLAGS.input:
+        raise TransferError("--export_dir (or --model: a folder written by glue --export_dir) and --input are "
+                            "required")
+    if FLAGS.model and FLAGS.export_dir and FLAGS.model != FLAGS.export_dir:
+        raise TransferError("--model and --export_dir name the same folder: give one of them")
+    from tf_transfer.models import export
+
+    meta = export.read_meta(folder)  # the columns are checked before the model is loaded
+    header, rows = read_rows(FLAGS.input)
+    positions, id_column, id_position = _columns(header, meta, FLAGS.input)
+    needed = max(positions + [id_position or 0]) + 1
     for line, row in enumerate(rows, start=2):
-        if len(row) <= max(positions):
-            raise TransferError(f"{FLAGS.input}:{line}: expected at least {max(positions) + 1} columns, found {len(row)}")
-    text_a = [row[positions[0]] for row in rows]
-    text_b = [row[positions[1]] for row in rows] if len(positions) > 1 else None
-    outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size)
-    out = open(FLAGS.output, "w", newline="") if FLAGS.output else sys.stdout
+        if len(row) < needed:
+            raise TransferError(f"{FLAGS.input}:{line}: expected at least {needed} columns, found {len(row)}")
+    classifier, meta = export.load(folder)
+    fields, labels = None, None
+    writer, start, last, chunk = None, time.perf_counter(), time.perf_counter(), FLAGS.batch_size * CHUNK_BATCHES
     try:
-        writer = csv.writer(out, delimiter="\t", lineterminator="\n")
-        writer.writerow(["row", "prediction"] + [f"output_{i}" for i in range(outputs.shape[1])])
-        for i, (prediction, values) in enumerate(zip(predictions, outputs)):
-            writer.writerow([i, prediction] + [f"{v:.6g}" for v in values])
+        for first in range(0, len(rows), chunk):
+            part = rows[first:first + chunk]
+            text_a = [row[positions[0]] for row in part]
+            text_b = [row[positions[1]] for row in part] if len(positions) > 1 else None
+            outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size)
+            if writer is None:
+                fields, labels = _output_fields(meta, id_column, outputs.shape[1])
+                writer = _Writer(FLAGS.output, fields)
+            probabilities = None if labels is None else export.probabilities(outputs)
+            for i, row in enumerate(part):
+                ident = row[id_position] if id_position is not None else first + i
+                if labels is None:
+                    writer.write([ident, float(predictions[i])])
+                else:
+                    writer.write([ident, str(predictions[i])] + [float(p) for p in probabilities[i]])
+            done = first + len(part)
+            if done < len(rows) and (first == 0 or time.perf_counter() - last >= PROGRESS_EVERY_S):
+                last = time.perf_counter()
+                print(_progress(done, len(rows), start), file=sys.stderr, flush=True)
     finally:
-        if FLAGS.output:
-            out.close()
+        if writer is not None:
+            writer.close()
+    print(f"predict: wrote {len(rows):,} rows ({', '.join(fields[:3])}{', ...' if len(fields) > 3 else ''}) to "
+          f"{FLAGS.output or 'standard output'} in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir)
     assert summary["exported"]["epoch"] == summary["best_epoch"]
     classifier, meta = export.load(str(root / "model"))
     assert meta == {"task": "rte", "labels": ["entailment", "not_entailment"], "regression": False, "pair": True,
-                    "text_columns": ["sentence1", "sentence2"], "max_seq_length": 32}
+                    "text_columns": ["sentence1", "sentence2"], "label_column": "label", "max_seq_length": 32}
     dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
     outputs, predictions = export.predict(classifier, meta, dev.text_a, dev.text_b)
     accuracy = np.mean([meta["labels"].index(p) == y for p, y in zip(predictions, dev.labels)])
@@ -49,8 +49,45 @@ def test_predict_entry_point_scores_a_tsv(exported, glue_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     with open(out) as f:
         rows = list(csv.reader(f, delimiter="\t"))
-    assert rows[0][:2] == ["row", "prediction"] and len(rows) == 1 + 12
+    # No id column in RTE's dev file: the row number from 0 (its `index` column is not taken for one).
+    assert rows[0] == ["row", "label", "prob_entailment", "prob_not_entailment"] and len(rows) == 1 + 12
+    assert [r[0] for r in rows[1:]] == [str(i) for i in range(12)]
     assert {r[1] for r in rows[1:]} <= {"entailment", "not_entailment"}
     bad = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/CoLA/train.tsv")
     assert bad.returncode == 2 and "no column(s)" in bad.stderr
     json.loads((root / "model" / "tf_transfer_task.json").read_text())
+
+
+def test_predict_for_a_pipeline_ids_probabilities_csv_and_json_lines(exported, glue_dir, tmp_path):
+    """A Kaggle-style file: its id column carried to each output row, the label and a probability per label
+    (summing to 1), CSV or JSON Lines by the output's extension, progress and a final line on stderr."""
+    _, _, root = exported
+    dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
+    test = tmp_path / "test.csv"
+    with open(test, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "sentence1", "sentence2"])
+        writer.writerows([(f"x{i}", a, b) for i, (a, b) in enumerate(zip(dev.text_a, dev.text_b))])
+    out = tmp_path / "out.csv"
+    done = run_module("tf_transfer.predict", f"--export_dir={root / 'model'}", f"--input={test}", f"--output={out}",
+                      "--batch_size=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader(open(out)))
+    assert list(rows[0]) == ["id", "label", "prob_entailment", "prob_not_entailment"]
+    assert [r["id"] for r in rows] == [f"x{i}" for i in range(12)]
+    for r in rows:
+        probs = {"entailment": float(r["prob_entailment"]), "not_entailment": float(r["prob_not_entailment"])}
+        assert sum(probs.values()) == pytest.approx(1, abs=1e-5) and r["label"] == max(probs, key=probs.get)
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("predict: wrote 12 rows (id, label, prob_entailment, ...) to ") and str(out) in lines[-1]
+    # 8-row chunks at batch size 1: the first chunk's progress line, with the rate, comes before the end.
+    assert any(line.startswith("predict: 8/12 rows") and " rows/s" in line for line in lines[:-1]), lines
+    jsonl = tmp_path / "out.jsonl"
+    done = run_module("tf_transfer.predict", f"--export_dir={root / 'model'}", f"--input={test}",
+                      f"--output={jsonl}", "--id_column=sentence1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    objects = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [o["sentence1"] for o in objects] == dev.text_a
+    assert {o["label"] for o in objects} <= {"entailment", "not_entailment"}
+    bad = run_module("tf_transfer.predict", f"--export_dir={root / 'model'}", f"--input={test}", "--id_column=key")
+    assert bad.returncode == 2 and "no column key for --id_column" in bad.stderr

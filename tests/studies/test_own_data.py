@@ -90,6 +90,7 @@ def test_the_exported_classifier_predicts_the_files_labels(reviews, one_block_pr
                       f"--output={out}")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = list(csv.reader(open(out), delimiter="\t"))
+    assert rows[0] == ["row", "label", "prob_bad", "prob_good", "prob_ok"]
     assert len(rows) == 49 and {r[1] for r in rows[1:]} <= {"bad", "good", "ok"}
 
 

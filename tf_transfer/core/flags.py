@@ -37,6 +37,7 @@ SHARED = {
     "text_column": (flags.DEFINE_string, "Column holding the text."),
     "label_column": (flags.DEFINE_string, "Column holding the label."),
     "text_columns": (flags.DEFINE_list, "Columns holding the texts, comma-separated."),
+    "export_dir": (flags.DEFINE_string, "A classifier exported by glue --export_dir (a keras-hub preset folder)."),
     "report": (flags.DEFINE_list, "Instead of training: print a Markdown table of these run folders."),
 }
 

@@ -56,25 +56,36 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     classifier.save_to_preset(folder)
     meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
             "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
-            "max_seq_length": max_seq_length}
+            "label_column": task.label_column, "max_seq_length": max_seq_length}
     with open(os.path.join(folder, META), "w") as f:
         json.dump(meta, f, indent=2)
     return classifier
+
+
+def read_meta(folder: str) -> dict:
+    """`tf_transfer_task.json` of an exported folder (`{}` for a folder exported before it was written), without
+    loading the model; `TransferError` for a folder that holds no exported classifier."""
+    if not os.path.isfile(os.path.join(folder, "task.json")):
+        raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
+    meta_path = os.path.join(folder, META)
+    if not os.path.isfile(meta_path):
+        return {}
+    with open(meta_path) as f:
+        return json.load(f)
 
 
 def load(folder: str):
     """Returns `(classifier, meta)` from an exported folder."""
     import keras_hub
 
-    if not os.path.isfile(os.path.join(folder, "task.json")):
-        raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
-    classifier = keras_hub.models.TextClassifier.from_preset(folder)
-    meta_path = os.path.join(folder, META)
-    meta = {}
-    if os.path.isfile(meta_path):
-        with open(meta_path) as f:
-            meta = json.load(f)
-    return classifier, meta
+    meta = read_meta(folder)
+    return keras_hub.models.TextClassifier.from_preset(folder), meta
+
+
+def probabilities(logits: np.ndarray) -> np.ndarray:
+    """Softmax of each row of logits (the exported classifier's outputs), computed stably."""
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None, batch_size: int = 64):

@@ -30,6 +30,7 @@ COMMAND_FLAGS = {
                           "tf_transfer.predict."),
     ),
 }
+HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --learning_rate for --lr, ... (docs/glue.md)
 
 
 def settings_from_flags() -> GlueSettings:

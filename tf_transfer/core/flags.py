@@ -41,6 +41,14 @@ SHARED = {
     "report": (flags.DEFINE_list, "Instead of training: print a Markdown table of these run folders."),
 }
 
+# Hugging Face's example scripts' names (run_glue.py, run_classification.py) for the same settings: alias -> flag.
+# An alias sets its flag's value (absl's DEFINE_alias), so a run given either name has the same settings and name.
+HF_ALIASES = {"learning_rate": "lr", "num_train_epochs": "max_epochs", "per_device_train_batch_size": "batch_size",
+              "model_name_or_path": "preset", "text_column_names": "text_columns",
+              "label_column_name": "label_column", "do_regression": "regression",
+              "per_device_eval_batch_size": "eval_batch_size", "warmup_ratio": "warmup_proportion",
+              "max_grad_norm": "clip_norm", "lr_scheduler_type": "lr_schedule"}
+
 _DEFINERS = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
              bool: flags.DEFINE_bool, tuple: flags.DEFINE_list}
 _ABSL_KINDS = {str: "string", int: "int", float: "float", bool: "bool", tuple: "list"}
@@ -85,6 +93,21 @@ def settings_flags(settings_class, exclude: tuple = (), module: str = None, only
         _define(name, _DEFINERS[kind], default, field.metadata["help"], module)
         chosen[name] = (default, field.metadata["help"])
     return chosen
+
+
+def hf_aliases(chosen: dict) -> dict:
+    """Defines Hugging Face's name (`HF_ALIASES`) for each of the command's flags in `chosen` that has one (listed
+    by `--help` and found by absl's suggestions for a misspelt flag); returns `{alias: flag}`."""
+    made, module = {}, _calling_module()
+    for alias, name in HF_ALIASES.items():
+        if name not in chosen:
+            continue
+        if alias not in FLAGS:
+            flags.DEFINE_alias(alias, name, module_name=module)
+        FLAGS[alias].help = f"Hugging Face's name (run_glue.py) for --{name}."
+        FLAGS.register_key_flag_for_module(module, FLAGS[alias])
+        made[alias] = name
+    return made
 
 
 def settings_from_flags(settings_class, chosen: dict, **overrides):

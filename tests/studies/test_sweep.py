@@ -28,28 +28,97 @@ def test_candidates_cover_each_method_at_its_own_rates():
         sweep.candidates(["adapters"], 6)
 
 
-def test_the_recommendation_is_the_cheapest_within_the_seed_noise_of_the_best():
-    scores = {"full": [0.84, 0.86, 0.85], "lora": [0.83, 0.85, 0.84], "k1": [0.70, 0.71, 0.69]}
-    times = {"full": 60.0, "lora": 30.0, "k1": 5.0}
-    chosen = sweep.recommend(scores, times)
-    assert chosen["candidate"] == "lora" and chosen["best"] == "full"
-    assert chosen["noise"] == pytest.approx(0.01) and chosen["within"] == ["full", "lora"]
-    assert sweep.recommend({"a": [1.0], "b": [0.9]}, {"a": 9.0, "b": 1.0})["candidate"] == "a"  # noise unknown
-    assert sweep.recommend({"mse_a": [0.5], "mse_b": [0.4]}, {}, lower_is_better=True)["candidate"] == "mse_b"
+def _runs(scores: dict, costs: dict, cut: dict = None, epochs: int = 3, max_epochs: int = 9) -> list:
+    """`sweep.Run` rows: `scores` `{candidate: [score per seed]}`, `costs` `{candidate: seconds}`, `cut`
+    `{(candidate, seed): why}`."""
+    return [sweep.Run(name, seed, epochs, max_epochs, (cut or {}).get((name, seed)), score, costs[name])
+            for name, values in scores.items() for seed, score in enumerate(values)]
 
 
-def test_the_recommendation_line_names_the_cache_build_a_cached_candidate_pays_once():
+CONSTANT = {0: 0.78, 1: 0.80, 2: 0.81}  # the constant prediction's validation score per seed (its split)
+
+
+def test_the_cheapest_candidate_whose_interval_against_the_best_stays_within_the_margin_is_recommended():
+    scores = {"full": [0.84, 0.86, 0.87], "lora": [0.835, 0.857, 0.866], "k1": [0.80, 0.83, 0.845]}
+    costs = {"full": 600.0, "lora": 300.0, "k1": 60.0}
+    decided = sweep.recommend(_runs(scores, costs), CONSTANT)
+    found = decided["candidates"]
+    assert decided["outcome"] == "recommended" and decided["best"] == "full" and decided["candidate"] == "lora"
+    # lora - full pairs over the seeds: -0.5, -0.3, -0.4 points; its interval stays above -1 point.
+    assert found["lora"]["vs_best"].method == "paired t" and found["lora"]["vs_best"].low > -0.01
+    # k1 is cheaper still, but 2-4 points below the best: its interval reaches below -1 point.
+    assert found["k1"]["vs_best"].low < -0.01 and not found["k1"]["as_good"]
+    assert found["full"]["vs_constant"].low > 0
+    # Lower-is-better scores (a loss) choose by the same rule, with the signs turned.
+    low = sweep.recommend(_runs({k: [-v for v in vs] for k, vs in scores.items()}, costs),
+                          {seed: -v for seed, v in CONSTANT.items()}, lower_is_better=True)
+    assert (low["best"], low["candidate"]) == ("full", "lora")
+
+
+def test_a_run_cut_by_the_budget_is_never_recommended():
+    """The committed MRPC sweep's mistake: a cheap run cut by the budget after epoch 2 competed as complete."""
+    scores = {"full": [0.84, 0.85, 0.86], "lora": [0.90, 0.91, 0.92]}
+    costs = {"full": 600.0, "lora": 100.0}
+    for cut in ({("lora", 0): "budget", ("lora", 1): "budget"}, {("lora", s): "budget" for s in range(3)},
+                {("lora", 0): "pruned", ("lora", 2): "budget"}):
+        decided = sweep.recommend(_runs(scores, costs, cut), CONSTANT)
+        assert decided["candidate"] == decided["best"] == "full"
+        assert decided["candidates"]["lora"]["why_not"].startswith("1 of its seeds" if len(cut) == 2 else "0 of")
+    only_cut = sweep.recommend(_runs({"lora": [0.9, 0.9, 0.9]}, costs, {("lora", s): "budget" for s in range(3)}),
+                               CONSTANT)
+    assert only_cut["outcome"] == "no eligible candidate" and only_cut["candidate"] is None
+
+
+def test_a_candidate_on_one_seed_or_a_shorter_epoch_cap_is_never_recommended():
+    decided = sweep.recommend(_runs({"full": [0.84, 0.85, 0.86], "one": [0.95]}, {"full": 600.0, "one": 10.0}), CONSTANT)
+    assert decided["candidate"] == "full" and "1 of its seeds" in decided["candidates"]["one"]["why_not"]
+    # Runs capped at fewer epochs than the others' do not compare with them.
+    short = _runs({"short": [0.95, 0.96, 0.97]}, {"short": 5.0}, max_epochs=3)
+    decided = sweep.recommend(_runs({"full": [0.84, 0.85, 0.86]}, {"full": 600.0}) + short, CONSTANT)
+    assert decided["candidate"] == "full" and "capped below 9 epochs" in decided["candidates"]["short"]["why_not"]
+
+
+def test_nothing_above_the_constant_prediction_is_said_instead_of_a_recommendation():
     from tf_transfer.reporting import sweep_report
 
-    def row(name, vals, seconds, built):
-        return {"candidate": name, "seeds": len(vals), "_vals": vals, "epoch_time_s": seconds, "status": "ran",
-                "cache_build_s": built}
+    # The methods study's MRPC shape: BitFit scores the constant prediction exactly, full fine-tuning a point above
+    # it on average with a seed that does worse.
+    scores = {"bitfit": list(CONSTANT.values()), "full": [0.79, 0.83, 0.80]}
+    runs = _runs(scores, {"bitfit": 50.0, "full": 100.0})
+    constant = {seed: {"score": v, "predicts": "1"} for seed, v in CONSTANT.items()}
+    decided, line = sweep_report.recommendation(runs, constant, "f1")
+    assert decided["outcome"] == "nothing beat the constant prediction" and decided["candidate"] is None
+    assert line.startswith("Nothing to recommend: no candidate's validation f1 beat the constant prediction "
+                           "(always '1': 0.780 at seed 0)")
+    assert "bitfit +0.0 [+0.0, +0.0]" in line and "full +1.0 [" in line
+    none, line = sweep_report.recommendation(runs[:1], constant, "f1")
+    assert none["outcome"] == "no eligible candidate" and line.startswith("Nothing to recommend: no candidate ran")
 
-    rows = [row("freeze_kall", [0.84, 0.86], 60.0, None), row("freeze_k2", [0.85, 0.85], 8.0, 21.4)]
-    chosen, line = sweep_report.recommendation(rows, "f1")
-    assert chosen["candidate"] == "freeze_k2"
-    assert line.endswith("8.0 s per epoch here, after 21 s building the frozen-prefix cache once.")
-    assert sweep_report.recommendation(rows[:1], "f1")[1].endswith("60.0 s per epoch here.")
+
+def test_the_recommendation_line_names_the_cost_to_the_stopping_rule_with_the_cache_build():
+    from tf_transfer.reporting import sweep_report
+
+    scores = {"freeze_kall": [0.84, 0.86, 0.85], "freeze_k2": [0.838, 0.857, 0.846]}
+    constant = {seed: {"score": v, "predicts": "1"} for seed, v in CONSTANT.items()}
+    decided, line = sweep_report.recommendation(_runs(scores, {"freeze_kall": 400.0, "freeze_k2": 81.4}), constant,
+                                                "f1")
+    assert decided["candidate"] == "freeze_k2"
+    assert line.startswith("Recommended: freeze_k2: validation f1 0.847 over seeds 0, 1, 2, +5.0 [")
+    assert "within 1 point of the best, freeze_kall at 0.850 (difference -0.3 [" in line
+    assert line.endswith("81 s to its stopping rule here (CPU seconds, cache build included).")
+
+
+def test_a_runs_row_reads_its_cut_score_and_cost_from_its_summary():
+    def summary(epochs, **facts):
+        return {"seed": 1, "metric": "f1", "completed": True, "best_epoch": 2, "config": {"max_epochs": 9},
+                "epochs": [{"epoch": i + 1, "val": {"f1": v}, "train_time_s": 20.0 * (i + 1),
+                            "train_cpu_s": 19.0 * (i + 1), **(m or {})} for i, (v, m) in enumerate(epochs)], **facts}
+
+    run = sweep.run_of("k2", summary([(0.7, None), (0.8, None), (0.75, None)], cache_build_cpu_s=12.0))
+    assert run == sweep.Run("k2", 1, 3, 9, None, 0.8, 3 * 19.0 + 12.0)
+    assert sweep.run_of("k2", summary([(0.7, None), (0.8, {"sweep": "budget"})])).cut == "budget"
+    assert sweep.run_of("k2", summary([(0.7, None), (0.8, None)]), cut="pruned").cut == "pruned"
+    assert sweep.run_of("k2", summary([(0.7, None), (0.8, None)], completed=False)).cut == "unfinished"
 
 
 @pytest.mark.parametrize("text, fragment", [("soon", "is not a duration"), ("0m", "more than nothing")])
@@ -116,21 +185,25 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
 
     done = run_module("tf_transfer.experiments", *common, "--budget=10m")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Recommended: " in done.stdout.strip().splitlines()[-1]
+    assert done.stdout.strip().splitlines()[-1].startswith(("Recommended: ", "Nothing to recommend: "))
     study = optuna.load_study(study_name="sweep", storage=url)
     by_state = {}
     for trial in study.trials:
         by_state.setdefault(trial.state.name, []).append(trial)
-    assert study.trials[0].state.name == "FAIL"  # the killed one, run again as a new trial
+    # The killed one was the reference (full fine-tuning, queued first), run again as a new trial.
+    assert study.trials[0].state.name == "FAIL" and study.trials[0].user_attrs["reference"]
     names = set(study.user_attrs["candidates"])
     assert names == {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01"}  # one block: no k < L
-    ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", []) if t.params["seed"] == 0]
+    reference = [t for t in by_state["PRUNED"] if t.user_attrs.get("reference")]
+    assert len(reference) == 1 and study.user_attrs["reference"]["candidate"] == "freeze_kall_lr0.01"
+    assert 1 <= study.user_attrs["first_rung"] <= 3 and (sweep_dir / "reference" / "freeze_kall_lr0.01").is_dir()
+    ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", [])
+           if t.params["seed"] == 0 and not t.user_attrs.get("reference")]
     assert sorted(t.params["candidate"] for t in ran) == sorted(names)  # every candidate once, the killed one too
-    seed_round = study.user_attrs["seed_round"]
-    assert len(seed_round) == 1 and any(t.params == {"candidate": seed_round[0], "seed": 1}
-                                        for t in by_state["COMPLETE"])
+    for name in study.user_attrs.get("seed_round") or []:  # those that beat the constant prediction at seed 0
+        assert any(t.params == {"candidate": name, "seed": 1} for t in by_state["COMPLETE"])
     report = (sweep_dir / "README.md").read_text()
-    assert "| lora_r2_kall_lr0.01 |" in report and "Recommended: " in report
+    assert "| lora_r2_kall_lr0.01 |" in report and done.stdout.strip().splitlines()[-1] in report
     assert (sweep_dir / "pareto.png").stat().st_size > 1000
     summary = json.loads((sweep_dir / "lora_r2_kall_lr0.01" / "seed0" / "summary.json").read_text())
     assert summary["method"] == "lora" and summary["lora"]["rank"] == 2
@@ -164,8 +237,104 @@ def test_no_run_starts_whose_first_epoch_would_not_fit_the_budget_left(tmp_path)
     that one's first epoch, which no longer fits."""
     same_shape = {"a": {"trainable_layers": "all", "lr": 1e-3}, "b": {"trainable_layers": "all", "lr": 1e-2}}
     study, url = sweep.open_study(str(tmp_path), {}, lambda: same_shape, 0.5)
-    assert sweep.run_sweep(study, url, str(tmp_path), _slow_one_epoch_trial, log=lambda line: None) == "budget"
+    assert sweep.run_sweep(study, url, str(tmp_path), _slow_one_epoch_trial, seeds=1,
+                           log=lambda line: None) == "budget"
     assert [(t.state.name, t.params.get("candidate")) for t in study.trials] == [("COMPLETE", "a"), ("WAITING", None)]
+
+
+# Four candidates of three shapes (work per step in block passes on a 6-block encoder: k1 cached 3, k2 cached 6, all
+# blocks 18), their per-epoch wall seconds proportional to it, and their validation scores per epoch.
+SHAPES = {"k1": {"trainable_layers": 1, "cache_frozen": True, "lr": 1e-3},
+          "k1b": {"trainable_layers": 1, "cache_frozen": True, "lr": 1e-4},
+          "k2": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-3},
+          "full": {"trainable_layers": "all", "lr": 1e-4}}
+CURVES = {"k1": [0.70, 0.83, 0.84], "k1b": [0.75, 0.76, 0.77], "k2": [0.72, 0.85, 0.86], "full": [0.78, 0.86, 0.87]}
+
+
+class _Clock:
+    """The sweep's clock in a test: seconds pass only when a fake trial says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def _timed_trial(clock, log):
+    """A fake trial on `clock`: one second per block pass per epoch, 2 s of start-up, 3 s of cache build; the
+    reference learns where its score beats the constant prediction (0.80) by a point; `log` collects `(candidate,
+    seed or "reference", epochs)`."""
+    def train(url, trial_id, settings, folder, remaining_s):
+        import optuna
+
+        trial = optuna.trial.Trial(sweep.load(url), trial_id)
+        name = os.path.basename(os.path.dirname(folder))
+        per_epoch = sweep.relative_cost(settings, 6)
+        curve = [v + 0.01 * settings["seed"] for v in CURVES[name]]
+        result = {"epoch_time_s": float(per_epoch), "startup_s": 2.0, "num_layers": 6,
+                  "cache_build_s": 3.0 if settings.get("cache_frozen") else None}
+
+        def end(epoch, **facts):
+            clock.now += 2.0 + (3.0 if settings.get("cache_frozen") else 0.0) + epoch * per_epoch
+            log.append((name, "reference" if trial.user_attrs.get("reference") else settings["seed"], epoch))
+            return {**result, "epochs": epoch, **facts}
+
+        for epoch in range(1, len(curve) + 1):
+            best = max(curve[:epoch])
+            if trial.user_attrs.get("reference") and best >= 0.81:
+                return end(epoch, value=best, pruned=False, cut="reference", learned_at=epoch)
+            if sweep.report_epoch(trial, best, epoch, len(curve)):
+                return end(epoch, value=None, pruned=True, cut="pruned")
+        return end(len(curve), value=max(curve), pruned=False, cut=None)
+    return train
+
+
+def _timed_study(tmp_path, monkeypatch, budget_s):
+    """A sweep of `SHAPES` on a fake clock whose constant prediction is known (0.80 at seed 0): the reference is
+    queued first."""
+    clock = _Clock()
+    monkeypatch.setattr(sweep, "time", clock)
+    study, url = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: SHAPES, budget_s,
+                                  constant={"score": 0.80, "predicts": "1"})
+    return study, url, clock
+
+
+def test_the_first_rung_is_where_the_reference_beat_the_constant_prediction(tmp_path, monkeypatch):
+    log = []
+    study, url, clock = _timed_study(tmp_path, monkeypatch, 10_000.0)
+    assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=2, seeds=3,
+                           log=lambda line: None) == "done"
+    # Full fine-tuning, the reference, beat 0.80 by a point at epoch 2: the first rung is epoch 2, not 1, so no
+    # candidate is ranked by its first epoch (k1's 0.70 would have lost to k1b's 0.75 there).
+    assert log[0] == ("full", "reference", 2) and study.user_attrs["first_rung"] == 2
+    assert study.user_attrs["reference"] == {"candidate": "full", "learned": True, "epochs": 2, "score": 0.86}
+    assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # k1 kept at the rung, k1b pruned there
+    assert study.user_attrs["seed_round"] == ["full", "k2"]  # the best two that beat the constant prediction
+
+
+def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_path, monkeypatch):
+    import optuna
+
+    log = []
+    # The reference costs 2 + 2 x 18 = 38 s; k1 2 + 3 + 3 x 3 = 14 s, k1b (pruned at the rung) 2 + 3 + 2 x 3 = 11 s.
+    study, url, clock = _timed_study(tmp_path, monkeypatch, 100.0)
+    assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=1, seeds=3,
+                           log=lambda line: None) == "budget"
+    spent = sweep.spent_s(study)
+    assert spent == 38 + 14 + 11 + 2 * 14
+    # With 37 s left after the reference, k1 and k1b, the next candidate (k2, never measured: 2 s of start-up, its
+    # cache from k1's scaled by its 4 frozen blocks, 2 epochs of 6 s scaled from the others' work per step: 16.4 s)
+    # and the seed round of k1 (2 x its seed-0 run's 14 s) did not both fit: the seed round ran first (28 s), and
+    # k2, which the 9 s left would not fit, waits behind it for a larger budget.
+    assert study.user_attrs["seed_round"] == ["k1"]
+    assert [entry for entry in log if entry[0] == "k1"] == [("k1", 0, 3), ("k1", 1, 3), ("k1", 2, 3)]
+    assert not any(entry[0] == "k2" for entry in log)
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"]["candidate"] for t in waiting] == ["k2", "full"]
 
 
 @pytest.mark.parametrize("flags, fragment", [

@@ -1,6 +1,7 @@
 """The sweep's report: every candidate's status (run, pruned at an epoch, cut by the budget, not reached), score,
 time per epoch, peak memory and trainable parameters; the Pareto figure of score against time per epoch; and the
-recommendation line (`tf_transfer.studies.sweep.recommend`).
+recommendation line (`tf_transfer.studies.sweep.recommend`); `judge_runs` applies the same rule to any study's
+runs of one data set.
 
 Scores are validation scores at each run's best epoch (what the sweep chose by; a test file's score is shown beside
 where there is one). Times are this machine's: compare them within one sweep.
@@ -17,13 +18,16 @@ import os
 import statistics
 import time
 from collections import defaultdict
+from typing import Optional
 
+from tf_transfer.core import metrics
+from tf_transfer.core.errors import TransferError
 from tf_transfer.reporting import tables
 from tf_transfer.studies import sweep
 from tf_transfer.training import record
 
 COLUMNS = ("candidate", "method", "trainable_layers", "lora_rank", "lr", "status", "seeds", "val", "val_sd", "test",
-           "epochs", "epoch_time_s", "peak_memory_mb", "trainable_params")
+           "epochs", "epoch_time_s", "cost_s", "vs_best", "peak_memory_mb", "trainable_params")
 
 
 def _runs(study, sweep_dir: str) -> dict:
@@ -34,7 +38,7 @@ def _runs(study, sweep_dir: str) -> dict:
             if "retry_of" in trial.user_attrs:  # its process died: queued again, so not a failure
                 queued.add(trial.user_attrs["retry_of"])
             continue
-        if "candidate" in trial.params:
+        if "candidate" in trial.params and not trial.user_attrs.get("reference"):  # a measurement, not a run
             latest[(trial.params["candidate"], trial.params["seed"])] = trial
     runs = defaultdict(list)
     for (name, seed), trial in sorted(latest.items()):
@@ -45,55 +49,129 @@ def _runs(study, sweep_dir: str) -> dict:
     return runs
 
 
-def _row(name: str, settings: dict, runs: list, metric: str) -> dict:
-    done = [s for state, _, s in runs if state == "COMPLETE" and s]
+def _row(name: str, settings: dict, runs: list, metric: str, judged: Optional[dict]) -> dict:
+    """A candidate's row; `judged` is `sweep.recommend`'s entry for it (None: it never ran)."""
+    ended = [s for state, _, s in runs if s and _rule_run(name, state, s).cut is None]
     first = next((s for state, seed, s in runs if seed == 0 and s), None)
     state0 = next((state for state, seed, _ in runs if seed == 0), None)
     status = {"COMPLETE": "ran", "PRUNED": "pruned", "FAIL": "failed", None: "not reached"}[state0]
-    if first and status == "pruned":
+    cut = _rule_run(name, state0, first).cut if first else None
+    if first and cut == "reference":
+        status = f"the reference: stopped after epoch {len(first['epochs'])}, where it set the first rung"
+    elif first and status == "pruned":
         status = f"pruned after epoch {len(first['epochs'])}"
-    elif first and any(e.get("sweep") == "budget" for e in first["epochs"]):
+    elif first and cut == "budget":
         status = f"cut by the budget after epoch {len(first['epochs'])}"
-    vals = [tables.best_epoch(s)["val"][metric] for s in done]
-    early = tables.best_epoch(first)["val"][metric] if first and not done and first["epochs"] else None
-    tests = [tables.test_score(tables.best_epoch(s), metric) for s in done if tables.best_epoch(s).get("test")]
+    vals = [tables.best_epoch(s)["val"][metric] for s in ended]
+    early = tables.best_epoch(first)["val"][metric] if first and not ended and first["epochs"] else None
+    tests = [tables.test_score(tables.best_epoch(s), metric) for s in ended if tables.best_epoch(s).get("test")]
     times = [e["epoch_time_s"] for _, _, s in runs if s for e in s["epochs"]]
     peaks = [s.get("peak_memory_mb") for _, _, s in runs if s and s.get("peak_memory_mb")]
+    vs_best = (judged or {}).get("vs_best")
     return {"candidate": name, "method": settings.get("method", "freeze"),
             "trainable_layers": settings["trainable_layers"], "lora_rank": settings.get("lora_rank"),
-            "lr": settings["lr"], "status": status, "seeds": len(done),
+            "lr": settings["lr"], "status": status, "seeds": len(ended),
             "val": statistics.fmean(vals) if vals else None, "_vals": vals, "val_before_stop": early,
             "val_sd": statistics.stdev(vals) if len(vals) > 1 else None,
             "test": statistics.fmean(tests) if tests else None,
             "epochs": len(first["epochs"]) if first else 0,
             "epoch_time_s": statistics.fmean(times) if times else None,
+            "cost_s": (judged or {}).get("cost_s"),
+            "vs_best": None if vs_best is None else vs_best.text(scale=100),
             "peak_memory_mb": max(peaks) if peaks else None,
             "trainable_params": first.get("trainable_params") if first else None,
             "cache_build_s": first.get("cache_build_s") if first else None}
 
 
-def recommendation(rows: list, metric: str, lower_is_better: bool = False):
-    """`(recommend's result or None, one line)` over the candidates that ran to their end (pruned ones excluded:
-    their score is an early epoch's)."""
-    scores, times = {}, {}
-    for row in rows:
-        if row["seeds"]:
-            scores[row["candidate"]] = row["_vals"]
-            times[row["candidate"]] = row["epoch_time_s"]
-    chosen = sweep.recommend(scores, times, lower_is_better)
-    if chosen is None:
-        return None, "No candidate ran to its end within the budget: nothing to recommend (give a larger --budget)."
-    noise = ("seed noise not measured (no candidate ran at several seeds): the best score" if chosen["noise"] is None
-             else f"within the seed noise ({chosen['noise']:.3f}, pooled sd) of the best, {chosen['best']} at "
-                  f"{chosen['best_mean']:.3f}")
-    status = next(r["status"] for r in rows if r["candidate"] == chosen["candidate"])
-    cut = f" ({status}: its score so far)" if status.startswith("cut") else ""
-    built = next(r["cache_build_s"] for r in rows if r["candidate"] == chosen["candidate"])
-    # Time per epoch leaves out what a cached candidate pays once before its first epoch.
-    cache = f", after {built:.0f} s building the frozen-prefix cache once" if built else ""
-    line = (f"Recommended: {chosen['candidate']}: validation {metric} {chosen['mean']:.3f}{cut}, {noise}; "
-            f"{chosen['epoch_time_s']:.1f} s per epoch here{cache}.")
-    return chosen, line
+def _rule_run(name: str, state: Optional[str], summary: dict):
+    return sweep.run_of(name, summary, {"PRUNED": "pruned", "FAIL": "unfinished"}.get(state))
+
+
+def rule_runs(runs: dict) -> list:
+    """The recommendation's rows (`sweep.Run`) of `_runs`' trials: a pruned trial's run is cut by the pruner, a
+    failed one's is unfinished."""
+    return [_rule_run(name, state, summary) for name, trials in runs.items() for state, _, summary in trials
+            if summary]
+
+
+def constants(study, seeds) -> dict:
+    """`{seed: the constant prediction's validation score}` of the sweep's data (`sweep.constant_prediction`), as
+    the study recorded it where it did, else computed from its settings (None where the data cannot be read)."""
+    known = {int(seed): c for seed, c in (study.user_attrs.get("constant") or {}).items()}
+    for seed in seeds:
+        if seed not in known:
+            try:
+                known[seed] = sweep.constant_prediction({**study.user_attrs["base"], "seed": seed})
+            except (TransferError, OSError):
+                known[seed] = {"score": None}
+    return known
+
+
+def recommendation(runs: list, constant: dict, metric: str, lower_is_better: bool = False):
+    """`(sweep.recommend's result, one line saying it)`; `constant` is `{seed: constant_prediction's dict}`."""
+    decided = sweep.recommend(runs, {seed: c.get("score") for seed, c in constant.items()}, lower_is_better)
+    found, margin = decided["candidates"], 100 * decided["margin"]
+    shown = next((c for _, c in sorted(constant.items()) if c.get("score") is not None), None)
+    floor = ("the constant prediction" if shown is None else
+             f"the constant prediction (always {shown['predicts']!r}: {shown['score']:.3f} at seed "
+             f"{min(s for s, c in constant.items() if c is shown)})")
+    if decided["outcome"] == "no eligible candidate":
+        return decided, (f"Nothing to recommend: no candidate ran to its stopping rule at {sweep.MIN_SEEDS} or more "
+                         f"seeds within the budget (runs cut by the budget or pruned never count); give a larger "
+                         f"--budget, more processes on this sweep, or --max_train_examples.")
+    if decided["outcome"] == "nothing beat the constant prediction":
+        judged = ", ".join(f"{name} {c['vs_constant'].text(scale=100)}" for name, c in found.items()
+                           if c["vs_constant"] is not None)
+        return decided, (f"Nothing to recommend: no candidate's validation {metric} beat {floor} (seed-paired 95% "
+                         f"intervals of the difference, points: {judged}).")
+    name, best = decided["candidate"], decided["best"]
+    chosen = found[name]
+    above = "" if chosen["vs_constant"] is None else f", {chosen['vs_constant'].text(scale=100)} points above {floor}"
+    if name == best:
+        cheaper = [other for other, c in found.items() if c["vs_best"] is not None and other != name
+                   and (c["cost_s"] or 0) < (chosen["cost_s"] or 0)]
+        judged = ("the best mean" + (f"; no cheaper candidate shown within {margin:g} point of it ("
+                                     + ", ".join(f"{o} {found[o]['vs_best'].text(scale=100)}" for o in cheaper) + ")"
+                                     if cheaper else ""))
+    else:
+        judged = (f"within {margin:g} point of the best, {best} at {found[best]['mean']:.3f} (difference "
+                  f"{chosen['vs_best'].text(scale=100)} points, {chosen['vs_best'].method}), and cheaper")
+    line = (f"Recommended: {name}: validation {metric} {chosen['mean']:.3f} over seeds "
+            f"{', '.join(map(str, chosen['seeds']))}{above}; {judged}; {chosen['cost_s']:.0f} s to its stopping rule "
+            f"here (CPU seconds, cache build included).")
+    return decided, line
+
+
+def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:
+    """The sweep's rule over any study's finished runs of one data set: every `summary.json` below `folder`, each
+    run a candidate by its method, rank, depth, cache and rate; the constant prediction computed per seed from the
+    runs' own settings (`data_dir` replaces the GLUE folder they name). Returns `(sweep.recommend's result, line)`.
+
+    >>> decided, line = sweep_report.judge_runs("reports/runs/methods/mrpc")  # doctest: +SKIP
+    """
+    summaries = []
+    for root, _, files in sorted(os.walk(folder)):
+        summary = record.read_summary(root) if record.SUMMARY in files else None
+        if summary and summary.get("config"):
+            summaries.append(summary)
+    if not summaries:
+        raise TransferError(f"{folder} holds no run's summary.json")
+    runs = [sweep.run_of(_candidate(s["config"]), s) for s in summaries]
+    constant = {}
+    for summary in summaries:
+        seed = int(summary["seed"])
+        if seed not in constant:
+            settings = {**summary["config"], **({"data_dir": data_dir} if data_dir else {})}
+            constant[seed] = sweep.constant_prediction(settings)
+    metric = summaries[0]["metric"]
+    return recommendation(runs, constant, metric, metric in metrics.LOWER_IS_BETTER)
+
+
+def _candidate(config: dict) -> str:
+    """A run's candidate name as the sweep's (`method[_r]_k_lr`), with `_cached` where freezing's prefix is cached
+    and the run is not a sweep's (whose candidates below all blocks always are)."""
+    cached = "_cached" if config.get("cache_frozen") else ""
+    return sweep.candidate_name(config) + cached
 
 
 def write_report(study, sweep_dir: str, out: str) -> tuple:
@@ -101,20 +179,23 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     base, found = study.user_attrs["base"], study.user_attrs["candidates"]
     runs = _runs(study, sweep_dir)
     metric = next((s["metric"] for rs in runs.values() for _, _, s in rs if s), "accuracy")
-    rows = [_row(name, settings, runs.get(name, []), metric) for name, settings in found.items()]
-    lower = study.direction.name == "MINIMIZE"
-    chosen, line = recommendation(rows, metric, lower)
+    ran = rule_runs(runs)
+    constant = constants(study, sorted({r.seed for r in ran}))
+    decided, line = recommendation(ran, constant, metric, study.direction.name == "MINIMIZE")
+    rows = [_row(name, settings, runs.get(name, []), metric, decided["candidates"].get(name))
+            for name, settings in found.items()]
     os.makedirs(out, exist_ok=True)
     tables.write_csv(os.path.join(out, "candidates.csv"), COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
-    _figure(os.path.join(out, "pareto.png"), rows, metric, chosen)
+    _figure(os.path.join(out, "pareto.png"), rows, metric, decided["candidate"])
     spent = sweep.spent_s(study)
     header = ["candidate", "status", "seeds", f"val {metric}", "test", "epochs (seed 0)", "s per epoch",
-              "peak memory (MB)", "trainable params"]
+              "s to its stopping rule", "vs the best (points, 95%)", "peak memory (MB)", "trainable params"]
     cells = [[r["candidate"], r["status"], str(r["seeds"]),
               tables.cell(r["_vals"], max(r["seeds"], 1)) if r["seeds"] else
-              "-" if r["val_before_stop"] is None else f"({r['val_before_stop']:.3f} when pruned)",
+              "-" if r["val_before_stop"] is None else f"({r['val_before_stop']:.3f} before it stopped)",
               "-" if r["test"] is None else f"{r['test']:.3f}", str(r["epochs"]),
               "-" if r["epoch_time_s"] is None else f"{r['epoch_time_s']:.1f}",
+              "-" if r["cost_s"] is None else f"{r['cost_s']:.0f}", r["vs_best"] or "-",
               "-" if r["peak_memory_mb"] is None else f"{r['peak_memory_mb']:.0f}",
               "-" if r["trainable_params"] is None else f"{r['trainable_params']:,}"] for r in rows]
     data = base.get("task") or os.path.basename(base.get("train_file") or "")
@@ -126,13 +207,35 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
              f"{'; '.join(hosts) or 'no machine recorded'} (report written {time.strftime('%Y-%m-%d %H:%M')}).",
              "",
              f"Budget {study.user_attrs['budget_s'] / 60:.1f} min of training wall time, {spent / 60:.1f} min "
-             f"spent; {len(found)} candidates, successive halving at epochs 1, 3, 9 (the best third goes on), then "
-             f"the best candidates at more seeds (`seed_round`: {study.user_attrs.get('seed_round') or 'not reached'})."
-             " Scores are validation scores at each run's best epoch; mean ± sd over the seeds that ran to their end.",
+             f"spent; {len(found)} candidates, {_rungs(study, metric, constant)}, then the best candidates at more "
+             f"seeds (`seed_round`: {study.user_attrs.get('seed_round') or 'not reached'}). Scores are validation "
+             "scores at each run's best epoch; mean ± sd over the seeds that ran to their stopping rule (runs cut by "
+             "the budget or pruned never count). A candidate is eligible with "
+             f"{sweep.MIN_SEEDS} or more such seeds; it must beat the constant prediction (seed-paired 95% interval "
+             f"above 0), and the cheapest whose difference to the best has its interval's low bound above "
+             f"-{100 * sweep.MARGIN:g} point is recommended; cost is CPU seconds to the stopping rule, the "
+             "frozen-prefix cache's build included (docs/methods.md).",
              "", tables.markdown_table(header, cells), "", "![score against time per epoch](pareto.png)", ""]
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return rows, line
+
+
+def _rungs(study, metric: str, constant: dict) -> str:
+    """Where successive halving decided, and how its first rung was measured."""
+    first = study.user_attrs.get("first_rung")
+    if first is None:  # a sweep from before the rung was measured
+        return "successive halving at epochs 1, 3, 9 (the best third goes on)"
+    rungs = ", ".join(str(first * 3 ** i) for i in range(3))
+    ref = study.user_attrs.get("reference") or {}
+    floor = (constant.get(0) or {}).get("score")
+    if ref and ref.get("candidate") is None:
+        return f"no pruning: the reference run failed, so no epoch is known to rank candidates (rung {first})"
+    how = (f"the first epoch at which the reference, {ref.get('candidate')} at seed 0, beat the constant prediction's "
+           f"validation {metric} ({floor:.3f}) by {100 * sweep.MARGIN:g} point: {ref.get('score'):.3f}"
+           if ref.get("learned") else f"the reference, {ref.get('candidate')}, never beat the constant prediction "
+           f"within its {first} epochs, so nothing was pruned") if floor is not None and ref else "measured"
+    return f"successive halving at epochs {rungs} (the best third goes on; the first rung is {how})"
 
 
 def _figure(path: str, rows: list, metric: str, chosen) -> None:
@@ -153,7 +256,7 @@ def _figure(path: str, rows: list, metric: str, chosen) -> None:
         axis.plot([r["epoch_time_s"] for r in frontier], [r["val"] for r in frontier], color="grey", lw=1,
                   label="Pareto front")
     if chosen:
-        pick = next(r for r in rows if r["candidate"] == chosen["candidate"])
+        pick = next(r for r in rows if r["candidate"] == chosen)
         axis.scatter(pick["epoch_time_s"], pick["val"], marker="*", s=160, color="black", label="recommended")
     for method, color in colors.items():
         axis.scatter([], [], color=color, label=method)

@@ -56,8 +56,8 @@ flags.DEFINE_string("budget", None, "sweep: training wall time to spend, summed 
                     "90s. A rerun with a larger budget goes on.")
 flags.DEFINE_list("lora_ranks", ["4", "8", "16"], "sweep: the LoRA ranks among the candidates.")
 flags.DEFINE_integer("sweep_top", 3, "sweep: how many of the best candidates run again at more seeds.")
-flags.DEFINE_integer("sweep_seeds", 3, "sweep: seeds of those candidates (1: no seed round; the noise is not "
-                     "measured then).")
+flags.DEFINE_integer("sweep_seeds", 3, "sweep: seeds of those candidates; a candidate is recommended only from 2 "
+                     "or more seeds that ran to their stopping rule (3 in practice), so 1 recommends nothing.")
 flags.DEFINE_string("storage", None, "sweep: the Optuna storage (an SQLAlchemy URL, e.g. a MySQL or PostgreSQL "
                     "server that several machines share); default SQLite in the sweep's folder.")
 flags.DEFINE_list("seeds", None, "Seeds of every setting, instead of the grid's (e.g. 0,1,2).")

@@ -70,7 +70,8 @@ def test_a_run_cut_by_the_budget_is_never_recommended():
 
 
 def test_a_candidate_on_one_seed_or_a_shorter_epoch_cap_is_never_recommended():
-    decided = sweep.recommend(_runs({"full": [0.84, 0.85, 0.86], "one": [0.95]}, {"full": 600.0, "one": 10.0}), CONSTANT)
+    runs = _runs({"full": [0.84, 0.85, 0.86], "one": [0.95]}, {"full": 600.0, "one": 10.0})
+    decided = sweep.recommend(runs, CONSTANT)
     assert decided["candidate"] == "full" and "1 of its seeds" in decided["candidates"]["one"]["why_not"]
     # Runs capped at fewer epochs than the others' do not compare with them.
     short = _runs({"short": [0.95, 0.96, 0.97]}, {"short": 5.0}, max_epochs=3)

@@ -1,13 +1,15 @@
 """A budgeted sweep over training methods that recommends what to train: Optuna's ask-and-tell interface drives GLUE
 runs epoch by epoch, and its successive-halving pruner stops the weaker candidates early.
 
-Every candidate (a method, its depth or rank, a learning rate: `candidates`) starts as a trial at seed 0; after each
-epoch the run reports its best validation score so far (`trial.report`) and asks whether to go on
-(`trial.should_prune`): at epochs 1, 3, 9, ... only the best third of the trials that reached that epoch continue
-(a run at its last epoch has ended anyway). When every candidate has run
-or been pruned, the best `top` candidates run again at further seeds, so that the seed noise is measured. The sweep
-stops starting trials when its budget (training wall time, summed over its trials) is spent, and a run that would
-overrun it stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs,
+First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the
+constant prediction's by a point: that epoch r is the first rung. Then every candidate (a method, its depth or rank,
+a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
+validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
+only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
+the best `top` candidates that ran to their stopping rule run again at further seeds (the seed round). No trial
+starts whose estimated cost (`estimate_s`) does not fit in the budget left (training wall time, summed over its
+trials), the seed round is queued as soon as it and the next candidate would not both fit, and a run that would
+overrun stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs,
 which applies to any study's runs as well) counts only runs that ended by their stopping rule, on at least two
 seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the stopping
 rule, cache build included) whose seed-paired 95% interval of the difference to the best stays within a point of it.
@@ -277,8 +279,8 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
                storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None):
     """Creates the sweep's Optuna study (or loads it: a rerun or another process) with the reference (`reference`)
     queued first where the constant prediction's validation score at seed 0 is known (`constant`, else
-    `constant_prediction` of `base`), then every candidate of `make_candidates()` once at seed 0. A sweep keeps its settings and candidates; `budget_s` replaces the budget it
-    had (a rerun with a larger budget goes on)."""
+    `constant_prediction` of `base`), then every candidate of `make_candidates()` once at seed 0. A sweep keeps its
+    settings and candidates; `budget_s` replaces the budget it had (a rerun with a larger budget goes on)."""
     import optuna
 
     from tf_transfer.studies import grid
@@ -391,6 +393,7 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
             continue
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
         cost = estimate_s(study, found, following)
+        reserve = 0.0
         if not following.user_attrs.get("seed_round") and not study.user_attrs.get("seed_round") and cost:
             reserve = _seed_round_cost(study, top, seeds)
             if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
@@ -416,8 +419,8 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
         log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of the "
             f"budget left -> {folder}")
         start = time.time()
-        try:
-            result = train_trial(url, trial._trial_id, settings, folder, remaining)
+        try:  # a seed-0 run that goes on past its first rung stops before it eats into the seed round's share
+            result = train_trial(url, trial._trial_id, settings, folder, remaining - reserve)
         except Exception as e:  # a failed run must not stop the sweep: its error is kept beside it
             trial.set_user_attr("error", f"{type(e).__name__}: {e}")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -426,6 +429,10 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
         trial.set_user_attr("train_s", time.time() - start)  # the whole trial's wall time, start-up included
         for key in ("epoch_time_s", "epochs", "cache_build_s", "startup_s", "cut", "num_layers"):
             trial.set_user_attr(key, result.get(key))
+        if result.get("startup_s") is not None and result.get("elapsed_s") is not None:
+            # A run in a child process: its start-up includes starting the process, which only this one sees.
+            spawn = max(time.time() - start - result["elapsed_s"], 0.0)
+            trial.set_user_attr("startup_s", result["startup_s"] + spawn)
         if is_reference:
             _set_first_rung(study, name, result, int(base.get("max_epochs", 9)), log)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
@@ -644,7 +651,8 @@ def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_
     return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,
             "learned_at": state["learned_at"], "epoch_time_s": wall, "epochs": len(epochs),
             "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
-            "startup_s": max(state["at"][0] - wall - built, 0.0) if state["at"] and wall else None}
+            "startup_s": max(state["at"][0] - wall - built, 0.0) if state["at"] and wall else None,
+            "elapsed_s": time.time() - start}
 
 
 def _epoch_wall(marks: list, first_epoch_s: float) -> float:

@@ -15,7 +15,8 @@ from absl import flags, logging
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.training import locks
+from tf_transfer.studies.glue_settings import GlueSettings, first_run_defaults
 
 FLAGS = flags.FLAGS
 
@@ -34,16 +35,31 @@ HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --learning_rate for --lr, ..
 
 
 def settings_from_flags() -> GlueSettings:
-    return flags_lib.settings_from_flags(GlueSettings, COMMAND_FLAGS,
-                                         data_dir=FLAGS.data_dir or os.environ.get("GLUE_DIR") or None)
+    return first_run_settings()[0]
+
+
+def first_run_settings() -> tuple:
+    """`(settings, line)`: the settings of the flags, with a user's data set's first-run defaults where neither a
+    flag nor a flagfile gives them, and the line saying which were chosen (None when none was)."""
+    config = flags_lib.settings_from_flags(GlueSettings, COMMAND_FLAGS,
+                                           data_dir=FLAGS.data_dir or os.environ.get("GLUE_DIR") or None)
+    if cli.flagfile_given():
+        return config, None
+    return first_run_defaults(config, {name for name in COMMAND_FLAGS if FLAGS[name].present})
 
 
 def main(argv):
     del argv
-    config = settings_from_flags()  # validates every setting before anything heavy is imported
+    config, first_run = first_run_settings()  # validates every setting before anything heavy is imported
+    if first_run:
+        print(first_run, flush=True)
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
+    with locks.run_folder(output_dir, config.distribution):  # writable and this command's alone, before TensorFlow
+        _train(config, output_dir)
 
+
+def _train(config: GlueSettings, output_dir: str) -> None:
     from tf_transfer.studies import glue_task as study
     from tf_transfer.training.run_folder import RunFolder
 

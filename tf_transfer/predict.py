@@ -38,7 +38,7 @@ flags.DEFINE_string("id_column", None, "Column carried to the output as each row
 COMMAND_FLAGS = flags_lib.common(batch_size=(64, "Prediction batch size."),
                                  export_dir=(None, "The folder written by glue --export_dir (the same as --model)."))
 # Rows scored per call, and the least seconds between two progress lines.
-CHUNK_BATCHES, PROGRESS_EVERY_S = 8, 10.0
+CHUNK_BATCHES, PROGRESS_EVERY_S = 2, 10.0
 
 
 def read_rows(path: str):

@@ -7,20 +7,26 @@ import pytest
 from absl import flags
 
 from tf_transfer import glue
+from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import run_module, write_csv
 
 
-def _settings(*args):
-    """The settings `python -m tf_transfer.glue args` builds (its flags parsed as the command parses them)."""
+def _first_run(*args):
+    """`(settings, first line)` that `python -m tf_transfer.glue args` builds (its flags parsed as the command does)."""
     flags.FLAGS.unparse_flags()
     flags_lib.apply(glue.COMMAND_FLAGS)
     try:
-        flags.FLAGS(["glue", *args])
-        return glue.settings_from_flags()
+        cli.parse_flags(["glue", *args])
+        return glue.first_run_settings()
     finally:
         flags.FLAGS.unparse_flags()
+
+
+def _settings(*args):
+    return _first_run(*args)[0]
 
 
 @pytest.fixture
@@ -48,3 +54,32 @@ def test_hugging_face_names_give_the_same_run(tweets):
 def test_a_misspelt_hugging_face_name_is_suggested():
     done = run_module("tf_transfer.glue", "--per_device_train_bach_size=8")
     assert done.returncode == 2 and "Did you mean: per_device_train_batch_size" in done.stderr
+
+
+def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
+    settings, line = _first_run(f"--train_file={tweets}", "--text_column_names=text", "--label_column_name=target")
+    assert (settings.preset, settings.batch_size, settings.max_epochs, settings.patience, settings.trainable_layers,
+            settings.cache_frozen) == ("all_minilm_l6_v2_en", 32, 5, 2, 2, True)
+    assert line == ("first run on tweets: chose --preset=all_minilm_l6_v2_en, --batch_size=32, --max_epochs=5, "
+                    "--trainable_layers=2, --cache_frozen=true (early stopping after 2 epochs without improvement) "
+                    "(--trainable_layers=all fine-tunes everything); give any of these flags (or a --flagfile) to "
+                    "change them")
+    # What a flag gives is kept, and the line names only what it chose; nothing frozen, nothing cached.
+    settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                                "--trainable_layers=all", "--per_device_train_batch_size=8")
+    assert not settings.cache_frozen and settings.batch_size == 8 and settings.max_epochs == 5
+    assert "cache_frozen" not in line and "batch_size" not in line and "trainable_layers" not in line
+    settings, _ = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                             "--cache_frozen=false")
+    assert not settings.cache_frozen and settings.trainable_layers == 2
+    settings, _ = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                             "--method=lora")
+    assert settings.trainable_layers == "all" and not settings.cache_frozen
+    # A flagfile is a whole configuration (the papers' are flagfiles): nothing is chosen for it.
+    flagfile = tmp_path / "mine.flags"
+    flagfile.write_text("--trainable_layers=2\n")
+    settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                                f"--flagfile={flagfile}")
+    assert line is None and settings.preset == GlueSettings.preset and not settings.cache_frozen
+    # GLUE tasks keep their defaults.
+    assert _first_run("--task=rte") == (GlueSettings(task="rte"), None)

@@ -26,8 +26,10 @@ def reviews(tmp_path_factory):
 
 
 def _train(one_block_preset, out, *flags):
+    # The cache as asked (a first run on a user's file caches whatever is frozen unless told: test_first_day.py).
+    cache = [] if any("cache_frozen" in f for f in flags) else ["--cache_frozen=false"]
     done = run_module("tf_transfer.glue", f"--preset={one_block_preset}", "--trainable_layers=1", "--max_epochs=2",
-                      "--batch_size=8", "--lr=1e-3", "--max_seq_length=32", f"--output_dir={out}", *flags)
+                      "--batch_size=8", "--lr=1e-3", "--max_seq_length=32", f"--output_dir={out}", *cache, *flags)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(os.path.join(out, "summary.json")) as f:
         return json.load(f)

@@ -24,12 +24,22 @@ def fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
+# The command line last parsed (a command asks whether it named a --flagfile: absl keeps no record of one).
+ARGV: list = []
+
+
 def parse_flags(argv):
     """Parses `argv` into the flags; a bad flag is one `error:` line and exit status 2."""
+    ARGV[:] = list(argv)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
         fail(f"{e} (see --help)")
+
+
+def flagfile_given() -> bool:
+    """Whether the command line last parsed named a `--flagfile`."""
+    return any(arg.lstrip("-").split("=")[0] == "flagfile" for arg in ARGV[1:])
 
 
 def call(main, argv):

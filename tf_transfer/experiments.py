@@ -183,8 +183,10 @@ def _report(study, name: str, runs: list) -> None:
 
 def _run(study, name: str, runs: list, selected: list) -> None:
     from tf_transfer.studies import grid as studies
+    from tf_transfer.training import locks
 
     data = _data_settings(study)
+    locks.check_writable(FLAGS.runs_dir, "--runs_dir")  # before any run: not one traceback per run
     for settings in selected:
         settings.update(data)
         if FLAGS.cache_dir and settings.get("cache_frozen"):

@@ -15,6 +15,7 @@ from absl import flags, logging
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
+from tf_transfer.training import locks
 from tf_transfer.studies.multitask_settings import MultitaskSettings
 
 FLAGS = flags.FLAGS
@@ -43,7 +44,11 @@ def main(argv):
         raise TransferError("--output_dir is required: the folder for summary.json, best.weights.h5 and TensorBoard")
     settings = flags_lib.settings_from_flags(MultitaskSettings, COMMAND_FLAGS)
     logging.set_verbosity(logging.INFO)
+    with locks.run_folder(FLAGS.output_dir, settings.distribution):  # writable and this command's alone, first
+        _train(settings)
 
+
+def _train(settings: MultitaskSettings) -> None:
     from tf_transfer.studies import multitask_task as multitask
 
     summary = multitask.run_multitask(settings, FLAGS.output_dir, overwrite=FLAGS.overwrite)

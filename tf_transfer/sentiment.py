@@ -14,6 +14,7 @@ from absl import flags, logging
 
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.training import locks
 from tf_transfer.studies.sentiment_settings import SentimentBertSettings
 
 FLAGS = flags.FLAGS
@@ -59,7 +60,6 @@ def _read_data():
 def main(argv):
     del argv
     from tf_transfer.core.errors import TransferError
-    from tf_transfer.reporting.sentiment_report import write_report
     from tf_transfer.studies.sentiment_settings import APPROACHES, check_choice
 
     # Every value is checked before any data is read or TensorFlow imported, so a typo fails in a second.
@@ -72,6 +72,12 @@ def main(argv):
     elif FLAGS.approach == "sparse" and FLAGS.folds < 2:
         raise TransferError(f"--folds must be at least 2, got {FLAGS.folds}")
     logging.set_verbosity(logging.INFO)
+    with locks.run_folder(FLAGS.output_dir, FLAGS.distribution):  # writable and this command's alone, first
+        _run(settings)
+
+
+def _run(settings) -> None:
+    from tf_transfer.reporting.sentiment_report import write_report
 
     if FLAGS.approach == "sparse":
         from tf_transfer.studies.sentiment_sparse import run_sparse_baselines

@@ -18,6 +18,7 @@ from absl import flags, logging
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
+from tf_transfer.training import locks
 from tf_transfer.studies.stack_settings import StackSettings
 
 FLAGS = flags.FLAGS
@@ -47,7 +48,11 @@ def main(argv):
     config = flags_lib.settings_from_flags(StackSettings, COMMAND_FLAGS)
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
+    with locks.run_folder(output_dir, FLAGS.distribution):  # writable and this command's alone, before TensorFlow
+        _train(config, output_dir)
 
+
+def _train(config: StackSettings, output_dir: str) -> None:
     from tf_transfer.studies import stack_ensemble as study
 
     # Multi-worker runs ask the chief inside run_stack, once every worker has joined.

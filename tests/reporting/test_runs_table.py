@@ -55,14 +55,16 @@ def runs(tmp_path):
     _write(root / "stack/linear_stack_only", {"task": "quora", "metric": "accuracy", "best_epoch": 1,
                                               "epochs": [{"train_time_s": 5.0, "test": None}], "completed": True})
     _write(root / "sentiment/bert_top2_cls.in_progress", {"seed": 0, "epochs": [], "completed": False})
-    _write(root / "broken", "{not json")
+    _write(root / "broken", '{"task": "rte", "epochs": [')  # truncated mid-write
     return str(root)
 
 
 def test_rows_compare_with_the_fine_tuning_setting_of_best_validation(runs):
     table = runs_table.collect(runs)
     rows = {row["run"]: row for row in table.rows}
-    assert table.skipped == 2 and len(rows) == 10
+    assert table.skipped == 1 and len(rows) == 10
+    assert table.unreadable == [os.path.join(runs, "broken", "summary.json") + " (JSONDecodeError: Expecting value: "
+                                "line 1 column 28 (char 27))"]
     same_seed = rows[os.path.join("rte", "k2", "seed0")]
     assert same_seed["time_to_best_s"] == 40 + 30  # the cache's build, not the time this run spent reading it
     assert same_seed["time_saved_pct"] == 65.0  # against seed 0's 200 s
@@ -127,7 +129,8 @@ def test_command_prints_and_writes_csv_and_markdown(runs, tmp_path, capsys):
     finally:
         flags.FLAGS["out"].unparse()
     printed = capsys.readouterr().out
-    assert "10 runs (2 unfinished)" in printed and "2 summaries of other kinds skipped" in printed
+    assert "10 runs (2 unfinished)" in printed and "1 summaries of other kinds skipped; 1 unreadable" in printed
+    assert os.path.join(runs, "broken", "summary.json") in printed  # named, not hidden among the skipped
     with open(out + ".csv") as f:
         written = list(csv.DictReader(f))
     assert len(written) == 10 and list(written[0]) == list(runs_table.COLUMNS)

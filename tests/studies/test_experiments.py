@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tf_transfer.training import record
+from tf_transfer.training import checkpoints, record
 from experiments import load_study
 from tf_transfer.studies import grid as studies
 from tf_transfer.core import settings as settings_lib
@@ -143,6 +143,16 @@ def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path)
     assert not out.exists()
 
 
+def test_an_unwritable_runs_folder_is_refused_before_any_run(tmp_path, glue_dir):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    for target, why in ((taken, "is a file, not a folder: choose another"), (taken / "runs", "cannot be written (")):
+        refused = run_module("tf_transfer.experiments", "run", "freezing", "--task=sst2", "--lrs=1e-3", "--seeds=0",
+                             f"--data_dir={glue_dir}", f"--runs_dir={target}")
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        assert refused.stderr.strip().splitlines()[-1].startswith(f"error: --runs_dir={target} {why}")
+
+
 def _fake_study(tmp_path):
     from tf_transfer.studies.grid import Grid, Variant
 
@@ -191,6 +201,69 @@ def test_runner_skips_completed_and_records_failures(tmp_path):
     calls.clear()
     counts = studies.run_study(study, runs, str(tmp_path / "runs"), run_one, log=lambda line: None)
     assert counts["completed"] == 3 and calls == [("mrpc", 1)]  # only the failed run is tried again
+
+
+def test_a_truncated_summary_is_named_and_its_run_trained_afresh(tmp_path):
+    """A truncated summary.json (a disk that filled up under an older writer, a copy cut short) stops nothing: `run`
+    names it, sets it aside and trains that run afresh; `report` names it and lists it as not completed."""
+    study, runs_dir = _fake_study(tmp_path), str(tmp_path / "runs")
+    runs, trained, lines = study.runs(), [], []
+
+    def run_one(settings, folder):
+        trained.append(folder)
+        _fake_summary(GlueSettings.from_dict({k: v for k, v in settings.items() if k != "part"}), folder)
+
+    studies.run_study(study, runs, runs_dir, run_one, log=lambda line: None)
+    bad_folder = studies.run_dir(runs_dir, study, runs[1])
+    bad = os.path.join(bad_folder, "summary.json")
+    with open(bad) as f:
+        text = f.read()
+    with open(bad, "w") as f:
+        f.write(text[:len(text) // 2])
+    collected = studies.collect(study, runs, runs_dir, log=lines.append)
+    assert [c["summary"] is not None for c in collected] == [True, False, True, True]
+    assert collected[1]["error"].startswith("unreadable summary.json (JSONDecodeError: ")
+    assert len(lines) == 1 and lines[0].startswith(f"{bad} is unreadable (JSONDecodeError: ")
+    trained.clear()
+    counts = studies.run_study(study, runs, runs_dir, run_one, log=lines.append)
+    assert (counts["completed"], counts["ran"], counts["failed"], trained) == (3, 1, 0, [bad_folder])
+    assert lines[-2].startswith(f"[2/4] {bad} is unreadable (JSONDecodeError: ")
+    assert lines[-2].endswith("set aside as summary.json.corrupt, training the run afresh")
+    assert os.path.exists(bad + ".corrupt") and record.read_summary(bad_folder)["completed"]
+
+
+def test_a_run_whose_checkpoint_is_unreadable_is_trained_afresh_once(tmp_path):
+    """Training that finds an unreadable checkpoint (raised in the run's own process) sets it and the summary that
+    refers to it aside and trains the run again, once; the grid goes on either way."""
+    study, runs_dir, lines = _fake_study(tmp_path), str(tmp_path / "runs"), []
+    runs = [settings for settings in study.runs() if settings["trainable_layers"] == 1]  # rte, mrpc
+    for settings in runs:
+        folder = studies.run_dir(runs_dir, study, settings)
+        os.makedirs(folder)
+        open(os.path.join(folder, "checkpoint-epoch1.npz"), "w").close()  # killed mid-write by an older version
+        record.write_json_atomic(os.path.join(folder, "summary.json"), {"completed": False, "epochs": [{}]})
+    attempts = []
+
+    def run_one(settings, folder):
+        attempts.append(folder)
+        if os.path.exists(os.path.join(folder, "checkpoint-epoch1.npz")):
+            checkpoints.restore(folder, 1, model=_NoModel())
+        if settings["task"] == "mrpc":  # unreadable again, in a later epoch
+            raise record.UnreadableRecord(os.path.join(folder, "checkpoint-epoch2.npz"), "EOFError")
+        _fake_summary(GlueSettings.from_dict({k: v for k, v in settings.items() if k != "part"}), folder)
+
+    counts = studies.run_study(study, runs, runs_dir, run_one, log=lines.append)
+    assert (counts["ran"], counts["failed"]) == (1, 1) and len(attempts) == 4
+    rte, mrpc = (studies.run_dir(runs_dir, study, settings) for settings in runs)
+    assert lines[1] == (f"[1/2] {rte}/checkpoint-epoch1.npz is unreadable (EOFError: No data left in file): set "
+                        "aside as checkpoint-epoch1.npz.corrupt, training the run afresh")
+    assert sorted(os.listdir(rte)) == ["checkpoint-epoch1.npz.corrupt", "summary.json", "summary.json.corrupt"]
+    with open(os.path.join(mrpc, "error.json")) as f:  # unreadable again: failed, with the file named
+        assert json.load(f)["error"].startswith(f"UnreadableRecord: {mrpc}/checkpoint-epoch2.npz is unreadable (EOF")
+
+
+class _NoModel:
+    variables, optimizer = [], None
 
 
 def test_lock_of_a_dead_process_is_taken_over(tmp_path):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from tf_transfer.training import record
@@ -83,6 +84,38 @@ def test_a_completed_run_is_reported_done_only_for_its_own_settings(glue_dir, ti
     # A changed command must not be answered with the old result.
     with pytest.raises(TransferError, match=r"holds a completed run with other settings \(lr, seed\)"):
         runner.run_glue(_config(glue_dir, tiny_preset, lr=5e-4, seed=1), str(tmp_path))
+
+
+@pytest.mark.parametrize("kept", [0, 300], ids=["empty", "truncated"])
+def test_an_unreadable_checkpoint_is_one_line_naming_it(tmp_path, kept):
+    """An empty or truncated checkpoint (a disk that filled up, a copy cut short) is `TransferError` naming the
+    file and --overwrite, never numpy's or zipfile's traceback; nothing is read from it."""
+    from tf_transfer.training import checkpoints
+
+    checkpoints.write_npz_atomic(checkpoints.path(str(tmp_path), 1),
+                                 {"v0": np.arange(200.0), "paths": np.asarray(["w"])})
+    file = checkpoints.path(str(tmp_path), 1)
+    with open(file, "rb") as f:
+        data = f.read()
+    with open(file, "wb") as f:
+        f.write(data[:kept])
+
+    class Model:
+        variables, optimizer = [], None
+
+    with pytest.raises(TransferError, match=rf"^{file} is unreadable \((EOFError|BadZipFile): .*\): the "
+                                            "run cannot go on from it; rerun with --overwrite to train it afresh$"):
+        checkpoints.restore(str(tmp_path), 1, Model())
+
+
+def test_a_truncated_summary_is_one_line_naming_it(glue_dir, tiny_preset, tmp_path):
+    (tmp_path / "summary.json").write_text('{"completed": false, "epochs": [{"epoch": 1, "lo')
+    refused = run_module("tf_transfer.glue", "--task=sst2", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+                         f"--output_dir={tmp_path}")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path}/summary.json is unreadable (JSONDecodeError: Unterminated string starting at: line 1 "
+        "column 46 (char 45)): the run cannot go on from it; rerun with --overwrite to train it afresh")
 
 
 def test_full_disk_keeps_the_previous_summary(tmp_path, monkeypatch):

@@ -8,8 +8,8 @@ test score at the best epoch (the summary's `metric`; MNLI's matched dev set, th
 brackets and in its own CSV column), the time to the best epoch with the frozen-prefix cache's build charged
 (`tables.elapsed`, wall clock), and the run's peak memory while training (`peak_memory_mb`; "-" for runs made before
 it was recorded). Summaries of other entry points that name a task and a metric (stack, multitask)
-are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped, as are files
-that are not JSON. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
+are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped; files that are
+not JSON (a truncated summary) are named under the table and left out. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
 
 The `method` column says what trained (freeze, bitfit, or lora with its rank and targets: `models.methods`).
 The reference of a GLUE task, preset and data (the training-set cap `max_train_examples` and the validation split
@@ -42,6 +42,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.data.tasks import TASKS
 from tf_transfer.core import stats
 from tf_transfer.reporting import tables
+from tf_transfer.training import record
 
 SUMMARY = "summary.json"
 COLUMNS = ("run", "task", "preset", "trainable_layers", "method", "lr", "batch_size", "seed", "epochs", "best_epoch",
@@ -56,8 +57,9 @@ NOT_SETTINGS = ("seed", "data_dir", "cache_dir", "output_dir")
 @dataclasses.dataclass
 class Table:
     rows: list  # dicts keyed by COLUMNS
-    skipped: int  # summaries of other kinds (or unreadable)
+    skipped: int  # summaries of other kinds
     references: list  # one line per GLUE task and preset with a fine-tuning reference
+    unreadable: list = dataclasses.field(default_factory=list)  # "path (why)" of each file that is not JSON
 
 
 def find_summaries(root: str) -> list:
@@ -79,13 +81,10 @@ def _number(value) -> Optional[float]:
 
 
 def _load(path: str) -> Optional[dict]:
-    """The summary if it is one this table can show: a task, a metric and a list of epochs."""
-    try:
-        with open(path) as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or not isinstance(summary.get("epochs"), list):
+    """The summary if it is one this table can show: a task, a metric and a list of epochs; `UnreadableRecord` when
+    the file is not a JSON object (truncated, emptied)."""
+    summary = record.read_json(path)
+    if not isinstance(summary.get("epochs"), list):
         return None
     ok = all(isinstance(summary.get(key), str) for key in ("task", "metric"))
     return summary if ok and all(isinstance(e, dict) for e in summary["epochs"]) else None
@@ -185,9 +184,13 @@ def _describe(task: str, preset: str, data: str, members: list, validation: floa
 
 
 def collect(root: str) -> Table:
-    runs, skipped = [], 0
+    runs, skipped, unreadable = [], 0, []
     for path in find_summaries(root):
-        summary = _load(path)
+        try:
+            summary = _load(path)
+        except record.UnreadableRecord as e:
+            unreadable.append(f"{path} ({e.why})")
+            continue
         if summary is None:
             skipped += 1
             continue
@@ -202,7 +205,7 @@ def collect(root: str) -> Table:
         row["time_saved_pct"] = 100.0 * (seconds - row["time_to_best_s"]) / seconds if seconds > 0 else None
         row["score_diff"] = row["score"] - stats.mean([m["score"] for m in basis])
     lines = [_describe(*key, *chosen) for key, chosen in sorted(references.items(), key=lambda kv: str(kv[0]))]
-    return Table([row for row, _ in runs], skipped, lines)
+    return Table([row for row, _ in runs], skipped, lines, unreadable)
 
 
 def _cells(row: dict) -> list:
@@ -229,7 +232,10 @@ def render(table: Table, root: str) -> str:
     unfinished = sum(row["status"] != "completed" for row in table.rows)
     notes = [
         "", f"{len(table.rows)} runs ({unfinished} unfinished) below {root}; "
-            f"{table.skipped} summaries of other kinds skipped.",
+            f"{table.skipped} summaries of other kinds skipped"
+            + (f"; {len(table.unreadable)} unreadable, left out (a truncated run's record is lost: "
+               f"`experiments run` of its grid, or its command with --overwrite, trains it again): "
+               + "; ".join(table.unreadable) if table.unreadable else "") + ".",
         "", "Test score: the summary's metric at the best epoch (the last one for runs trained without validation; "
             "MNLI: dev_matched, mm = dev_mismatched). Time to "
             "best: wall seconds of training to the end of the best epoch plus the frozen-prefix cache's build. Time "

@@ -19,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import time
 from typing import Callable, Optional
 
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.training import record
+from tf_transfer.training import locks, record
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.core.errors import TransferError
 
@@ -208,57 +207,9 @@ def shard(runs: list, shard_spec: Optional[str]) -> list:
     return runs[index - 1::count]
 
 
-# --- locks: one process per run, across processes and machines sharing runs/ --------------------------------
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def acquire_lock(folder: str) -> bool:
-    """Creates `folder/lock.json` ({host, pid}) atomically; takes over a lock of a dead process on this host.
-
-    A lock held by another host is respected (its process cannot be checked from here).
-    """
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "lock.json")
-    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()})
-    for _ in range(2):
-        try:
-            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                with open(path) as f:
-                    holder = json.load(f)
-            except (OSError, ValueError):
-                holder = {}
-            if holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", -1))):
-                try:
-                    os.remove(path)  # its process is gone: take the run over
-                except FileNotFoundError:
-                    pass
-                continue
-            return False
-        with os.fdopen(handle, "w") as f:
-            f.write(mine)
-        return True
-    return False
-
-
-def release_lock(folder: str) -> None:
-    path = os.path.join(folder, "lock.json")
-    try:
-        with open(path) as f:
-            holder = json.load(f)
-        if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
-            os.remove(path)
-    except (OSError, ValueError):
-        pass
+# Locks: one process per run, across processes and machines sharing runs/ (`training.locks`; the names the grid
+# has always had).
+acquire_lock, release_lock, _pid_alive = locks.acquire, locks.release, locks.pid_alive
 
 
 def resolve(study: Grid, settings: dict, runs_dir: str) -> Optional[dict]:
@@ -266,7 +217,10 @@ def resolve(study: Grid, settings: dict, runs_dir: str) -> Optional[dict]:
     resolved = dict(settings)
     for key, function in (study.dependent or {}).items():
         if _is_pending(resolved.get(key)):
-            value = function(resolved, runs_dir, study)
+            try:
+                value = function(resolved, runs_dir, study)
+            except record.UnreadableRecord:  # a line search's run whose summary is lost: `run` trains it again
+                return None
             if value is None:
                 return None
             resolved[key] = value
@@ -309,24 +263,24 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
             counts["not needed"] += 1
             continue
         folder = run_dir(runs_dir, study, resolved)
-        if completed_result(study, resolved, folder):
+        if _readable_result(study, resolved, folder):
             counts["completed"] += 1
             continue
         if not acquire_lock(folder):
             counts["locked"] += 1
-            log(f"[{position}/{total}] taken by another process: {folder}")
-            continue
-        if completed_result(study, resolved, folder):  # again: another process may have finished it since
-            release_lock(folder)
-            counts["completed"] += 1
+            log(f"[{position}/{total}] taken by {locks.describe(locks.holder(folder))}: {folder}")
             continue
         try:
+            # Again, under the lock: another process may have finished it since. An unreadable record is set aside.
+            if _result_or_set_aside(study, resolved, folder, lambda line: log(f"[{position}/{total}] {line}")):
+                counts["completed"] += 1
+                continue
             ran_before = counts["ran"] + counts["failed"]
             elapsed = time.time() - start
             eta = (elapsed / ran_before * (total - position + 1)) if ran_before else float("nan")
             log(f"[{position}/{total}] {describe(resolved, study.shown)} -> {folder} (elapsed {elapsed / 60:.1f} min, "
                 f"about {eta / 60:.0f} min left at this pace)")
-            run_one(resolved, folder)
+            _train_once_more_if_unreadable(run_one, resolved, folder, lambda line: log(f"[{position}/{total}] {line}"))
             counts["ran"] += 1
             _clear_error(folder)
         except Exception as e:  # a failed run must not stop the grid; its error is kept beside it
@@ -337,6 +291,47 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
         finally:
             release_lock(folder)
     return counts
+
+
+def _readable_result(study: Grid, settings: dict, folder: str) -> Optional[dict]:
+    """`completed_result`, None when its record is unreadable (`run_study` sets it aside under the run's lock)."""
+    try:
+        return completed_result(study, settings, folder)
+    except record.UnreadableRecord:
+        return None
+
+
+def _result_or_set_aside(study: Grid, settings: dict, folder: str, log) -> Optional[dict]:
+    """`completed_result`; an unreadable record file (a truncated summary.json) is renamed `<name>.corrupt`, said,
+    and None returned, so that the run is trained afresh: its record is lost, and a run is never dropped."""
+    try:
+        return completed_result(study, settings, folder)
+    except record.UnreadableRecord as e:
+        log(f"{e.path} is unreadable ({e.why}): its record is lost; set aside as {os.path.basename(e.path)}.corrupt, "
+            "training the run afresh")
+        _set_aside(e.path)
+        return completed_result(study, settings, folder)
+
+
+def _train_once_more_if_unreadable(run_one: Callable, settings: dict, folder: str, log) -> None:
+    """`run_one(settings, folder)`; when training finds a record it cannot read (a truncated checkpoint, a member's
+    summary.json), that file is set aside and the run trained afresh, once."""
+    try:
+        run_one(settings, folder)
+    except record.UnreadableRecord as e:
+        log(f"{e.path} is unreadable ({e.why}): set aside as {os.path.basename(e.path)}.corrupt, training the run "
+            "afresh")
+        _set_aside(e.path)
+        run_one(settings, folder)
+
+
+def _set_aside(path: str) -> None:
+    """Renames an unreadable record `<name>.corrupt`; a checkpoint takes the summary.json beside it along (that
+    summary lists epochs no checkpoint can continue any more)."""
+    record.set_aside(path)
+    summary = os.path.join(os.path.dirname(path), record.SUMMARY)
+    if path.endswith(".npz") and os.path.exists(summary):
+        record.set_aside(summary)
 
 
 def run_until_settled(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, log=print) -> dict:
@@ -359,8 +354,9 @@ def _clear_error(folder: str) -> None:
         os.remove(path)
 
 
-def collect(study: Grid, runs: list, runs_dir: str) -> list:
-    """Each run's settings with its summary (None when missing or unfinished) and error (if any).
+def collect(study: Grid, runs: list, runs_dir: str, log=print) -> list:
+    """Each run's settings with its summary (None when missing or unfinished) and error (if any; an unreadable
+    record is one, said through `log`).
 
     A run not completed yet whose `study.stand_in` run has completed gets that run's summary, with `stand_in`:
     `{"folder", "reason"}` (else None); `partial` and `error` stay the run's own."""
@@ -370,21 +366,39 @@ def collect(study: Grid, runs: list, runs_dir: str) -> list:
         if NOT_NEEDED in resolved.values():
             continue
         folder = run_dir(runs_dir, study, resolved)
-        result, summary = completed_result(study, resolved, folder), record.read_summary(folder)
-        error = None
-        if os.path.exists(os.path.join(folder, "error.json")):
-            with open(os.path.join(folder, "error.json")) as f:
-                error = json.load(f)["error"]
-        entry = {"settings": resolved, "folder": folder,
-                 "summary": result, "partial": summary if summary and not result else None,
-                 "error": error, "stand_in": None}
+        entry = _entry(study, resolved, folder, log)
         older = study.stand_in(resolved) if study.stand_in and not entry["summary"] else None
         if older:
             older_settings, reason = older
             older_folder = run_dir(runs_dir, study, older_settings)
-            older_summary = record.read_summary(older_folder)
+            older_summary = _readable(lambda: record.read_summary(older_folder), log)
             if older_summary and older_summary.get("completed"):
                 entry["summary"] = older_summary
                 entry["stand_in"] = {"folder": older_folder, "reason": reason}
         collected.append(entry)
     return collected
+
+
+def _entry(study: Grid, settings: dict, folder: str, log) -> dict:
+    """What `collect` says of one run: its completed result, partial summary and error."""
+    error_file = os.path.join(folder, "error.json")
+    error = (_readable(lambda: record.read_json(error_file), log) or {}).get("error")
+    try:
+        result, summary = completed_result(study, settings, folder), record.read_summary(folder)
+    except record.UnreadableRecord as e:  # listed as not completed, with why; `run` trains it afresh
+        result = summary = None
+        error = f"unreadable {os.path.basename(e.path)} ({e.why}): the next `experiments run` trains it afresh"
+        log(f"{e.path} is unreadable ({e.why}): reported as not completed; `experiments run` trains it afresh")
+    return {"settings": settings, "folder": folder, "summary": result,
+            "partial": summary if summary and not result else None, "error": error, "stand_in": None}
+
+
+def _readable(read: Callable, log) -> Optional[dict]:
+    """`read()`, None when the file is missing or unreadable (said through `log`)."""
+    try:
+        return read()
+    except FileNotFoundError:
+        return None
+    except record.UnreadableRecord as e:
+        log(f"{e.path} is unreadable ({e.why}): left out")
+        return None

@@ -40,13 +40,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts, check_rows_per_class
+from tf_transfer.training import record
 
 SPARSE_REPRESENTATIONS = ("tfidf", "count", "hash")
 
@@ -79,8 +79,7 @@ def score(data_labels: np.ndarray, predictions: np.ndarray, num_classes: int) ->
 
 
 def read_json(path: str):
-    with open(path) as f:
-        return json.load(f)
+    return record.read_json(path)  # an unreadable file is one line naming it (a grid sets it aside)
 
 
 def refuse_other_settings(path: str, held: dict, wanted: dict, what: str) -> None:

@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 
 from absl import logging
@@ -69,7 +68,7 @@ def completed_result(config: StackSettings, output_dir: str):
     path = result_path(config, output_dir)
     if not os.path.exists(path):
         return None
-    existing = _read_json(path)
+    existing = record.read_json(path)  # an unreadable file is one line naming it (a grid sets it aside)
     if not existing.get("completed"):
         return None
     _check_same_run(existing, config, output_dir)
@@ -202,8 +201,3 @@ def _ensemble_result(config: StackSettings, output_dir: str, data, loaded, encod
     result["config"] = config.to_dict()
     record.write_json_atomic(result_path(config, output_dir), result)
     return result
-
-
-def _read_json(path: str):
-    with open(path) as f:
-        return json.load(f)

@@ -19,10 +19,13 @@ import glob
 import os
 import re
 import tempfile
+import zipfile
+import zlib
 
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.training import record
 
 PATTERN = "checkpoint-epoch{epoch}.npz"
 
@@ -80,13 +83,20 @@ def restore(output_dir: str, epoch, model, optimizer=None) -> None:
         raise TransferError(f"{output_dir}: summary.json lists {epoch} epoch(s) but {os.path.basename(file)} is "
                             "missing; pass --overwrite to start afresh")
     variables = _variables(model, optimizer)
-    with np.load(file) as saved:
-        shapes = [saved[f"v{i}"].shape for i in range(len(saved["paths"]))]
-        if shapes != [tuple(v.shape) for v in variables]:
-            raise TransferError(f"{file} does not fit this model (different variables); pass --overwrite to start "
-                                "afresh or use another --output_dir")
-        for i, variable in enumerate(variables):
-            variable.assign(saved[f"v{i}"])
+    try:
+        with np.load(file) as saved:
+            shapes = [saved[f"v{i}"].shape for i in range(len(saved["paths"]))]
+            if shapes != [tuple(v.shape) for v in variables]:
+                raise TransferError(f"{file} does not fit this model (different variables); pass --overwrite to "
+                                    "start afresh or use another --output_dir")
+            for i, variable in enumerate(variables):  # one array at a time: a checkpoint may be gigabytes
+                variable.assign(saved[f"v{i}"])
+    except UNREADABLE as e:  # truncated, empty, not a checkpoint: the run stops, so a partial assignment is moot
+        raise record.UnreadableRecord(file, f"{type(e).__name__}: {e}") from None
+
+
+# What numpy and zipfile raise on a truncated, empty or foreign .npz.
+UNREADABLE = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
 def prune(output_dir: str, keep_epoch: int) -> None:

@@ -20,6 +20,8 @@ import os
 import tempfile
 import time
 
+from tf_transfer.core.errors import TransferError
+
 SUMMARY = "summary.json"
 
 
@@ -59,11 +61,47 @@ def write_json_atomic(path: str, data: dict) -> None:
 
 
 def read_summary(output_dir: str):
+    """The run's `summary.json` in `output_dir`, or None when there is none; `UnreadableRecord` when it cannot be
+    read (truncated, not JSON, not an object)."""
     path = os.path.join(output_dir, SUMMARY)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path) if os.path.exists(path) else None
+
+
+def read_json(path: str) -> dict:
+    """The JSON object in `path`; `UnreadableRecord` naming the file when it is not one (a truncated or emptied
+    file: a disk that filled up before atomic writes, a copy cut short, a hand edit)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise UnreadableRecord(path, f"{type(e).__name__}: {e}") from None
+    if not isinstance(data, dict):
+        raise UnreadableRecord(path, f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
+class UnreadableRecord(TransferError, ValueError):
+    """A run's record file (`summary.json`, a checkpoint, a study's results file) that cannot be read: the run's
+    record is lost. A command says so in one line (rerun with --overwrite); a grid sets the file aside and trains
+    the run afresh (`set_aside`). A ValueError too, as `json.load`'s errors are, for callers that catch those."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"{path} is unreadable ({why}): the run cannot go on from it; rerun with --overwrite to "
+                         "train it afresh")
+        self.path, self.why = path, why
+
+    def __reduce__(self):  # raised in a grid's child process and re-raised in the grid's
+        return type(self), (self.path, self.why)
+
+
+def set_aside(path: str) -> str:
+    """Renames an unreadable record file to `<name>.corrupt` (kept for a look; replaced by a later one) so that the
+    run starts afresh; returns the new name."""
+    target = path + ".corrupt"
+    os.replace(path, target)
+    return target
 
 
 def refuse_other_settings(existing: dict, wanted: dict, output_dir: str, ignored: tuple = (),

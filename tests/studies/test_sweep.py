@@ -312,7 +312,13 @@ def test_the_first_rung_is_where_the_reference_beat_the_constant_prediction(tmp_
     # Full fine-tuning, the reference, beat 0.80 by a point at epoch 2: the first rung is epoch 2, not 1, so no
     # candidate is ranked by its first epoch (k1's 0.70 would have lost to k1b's 0.75 there).
     assert log[0] == ("full", "reference", 2) and study.user_attrs["first_rung"] == 2
-    assert study.user_attrs["reference"] == {"candidate": "full", "learned": True, "epochs": 2, "score": 0.86}
+    assert study.user_attrs["reference"] == {"candidate": "full", "learned": True, "epochs": 2, "score": 0.86,
+                                          "cut": "reference"}
+    from tf_transfer.reporting import sweep_report
+
+    assert sweep_report._rungs(study, "f1", {0: {"score": 0.80}}) == (
+        "successive halving at epochs 2, 6, 18 (the best third goes on; the first rung is the epoch at which the "
+        "reference, full at seed 0, beat the constant prediction's validation f1 (0.800) by 1 point: 0.860)")
     assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # k1 kept at the rung, k1b pruned there
     assert study.user_attrs["seed_round"] == ["full", "k2"]  # the best two that beat the constant prediction
 

@@ -223,19 +223,20 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
 
 def _rungs(study, metric: str, constant: dict) -> str:
     """Where successive halving decided, and how its first rung was measured."""
-    first = study.user_attrs.get("first_rung")
-    if first is None:  # a sweep from before the rung was measured
-        return "successive halving at epochs 1, 3, 9 (the best third goes on)"
-    rungs = ", ".join(str(first * 3 ** i) for i in range(3))
-    ref = study.user_attrs.get("reference") or {}
+    first = study.user_attrs.get("first_rung") or 1
+    ref = study.user_attrs.get("reference")
     floor = (constant.get(0) or {}).get("score")
-    if ref and ref.get("candidate") is None:
-        return f"no pruning: the reference run failed, so no epoch is known to rank candidates (rung {first})"
-    how = (f"the first epoch at which the reference, {ref.get('candidate')} at seed 0, beat the constant prediction's "
-           f"validation {metric} ({floor:.3f}) by {100 * sweep.MARGIN:g} point: {ref.get('score'):.3f}"
-           if ref.get("learned") else f"the reference, {ref.get('candidate')}, never beat the constant prediction "
-           f"within its {first} epochs, so nothing was pruned") if floor is not None and ref else "measured"
-    return f"successive halving at epochs {rungs} (the best third goes on; the first rung is {how})"
+    rungs = f"successive halving at epochs {', '.join(str(first * 3 ** i) for i in range(3))} (the best third goes on"
+    if not ref or floor is None:  # a sweep from before the first rung was measured, or without a constant score
+        return rungs + "; the first rung assumed, not measured)"
+    if ref.get("candidate") is None:
+        return "nothing pruned (the reference run failed: no epoch is known to rank candidates)"
+    if not ref.get("learned"):
+        why = "was cut by the budget after" if ref.get("cut") == "budget" else "never beat the constant prediction in"
+        return f"nothing pruned (the reference, {ref['candidate']}, {why} {ref.get('epochs')} epochs)"
+    return rungs + (f"; the first rung is the epoch at which the reference, {ref['candidate']} at seed 0, beat the "
+                    f"constant prediction's validation {metric} ({floor:.3f}) by {100 * sweep.MARGIN:g} point: "
+                    f"{ref['score']:.3f})")
 
 
 def _figure(path: str, rows: list, metric: str, chosen) -> None:

@@ -450,10 +450,11 @@ def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callab
     learned = result.get("learned_at")
     study.set_user_attr("first_rung", learned or max_epochs)
     study.set_user_attr("reference", {"candidate": name, "learned": bool(learned), "epochs": result.get("epochs"),
-                                      "score": result.get("value")})
+                                      "score": result.get("value"), "cut": result.get("cut")})
     log(f"[sweep] the reference {name or '(failed)'} " + (
         f"beat the constant prediction at epoch {learned}: the first rung" if learned else
-        "never beat the constant prediction: nothing is pruned"))
+        "was cut by the budget before it beat the constant prediction: nothing is pruned"
+        if result.get("cut") == "budget" else "never beat the constant prediction: nothing is pruned"))
 
 
 def _shape(settings: dict) -> tuple:

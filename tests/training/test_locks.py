@@ -90,6 +90,21 @@ def test_an_unwritable_output_folder_is_refused_before_tensorflow(tmp_path, glue
         assert refused.stderr.strip().splitlines()[-1].startswith(f"error: --output_dir={target} {why}")
 
 
+@pytest.mark.parametrize("command", [
+    ["tf_transfer.stack", "--task=quora", "--head=linear", "--data=quora.csv"],
+    ["tf_transfer.multitask", "--data_dir=cs224n"],
+    ["tf_transfer.sentiment", "--approach=sparse", "--data=texts.csv"],
+], ids=["stack", "multitask", "sentiment"])
+def test_every_training_command_refuses_an_unwritable_output_folder_first(tmp_path, command):
+    """Before its data is read (the data named here does not exist) or TensorFlow is imported."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    refused = run_module(*command, f"--output_dir={taken}")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: --output_dir={taken} is a file, not a folder: choose another --output_dir")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_folder_is_refused(tmp_path):
     tmp_path.chmod(0o555)

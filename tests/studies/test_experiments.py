@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tf_transfer.training import checkpoints, record
+from tf_transfer.training import record
 from experiments import load_study
 from tf_transfer.studies import grid as studies
 from tf_transfer.core import settings as settings_lib
@@ -233,37 +233,37 @@ def test_a_truncated_summary_is_named_and_its_run_trained_afresh(tmp_path):
 
 
 def test_a_run_whose_checkpoint_is_unreadable_is_trained_afresh_once(tmp_path):
-    """Training that finds an unreadable checkpoint (raised in the run's own process) sets it and the summary that
-    refers to it aside and trains the run again, once; the grid goes on either way."""
+    """An unfinished run whose last checkpoint is cut short is found before it is handed to training; one found by
+    training itself (a later epoch's, an ensemble member's) is raised from the run's process. Either way the file
+    and the summary that refers to it are set aside and the run trained afresh, once; the grid goes on."""
     study, runs_dir, lines = _fake_study(tmp_path), str(tmp_path / "runs"), []
     runs = [settings for settings in study.runs() if settings["trainable_layers"] == 1]  # rte, mrpc
     for settings in runs:
         folder = studies.run_dir(runs_dir, study, settings)
         os.makedirs(folder)
-        open(os.path.join(folder, "checkpoint-epoch1.npz"), "w").close()  # killed mid-write by an older version
-        record.write_json_atomic(os.path.join(folder, "summary.json"), {"completed": False, "epochs": [{}]})
+        open(os.path.join(folder, "checkpoint-epoch1.npz"), "w").close()  # a disk that filled up, a copy cut short
+        record.write_json_atomic(os.path.join(folder, "summary.json"), {"completed": False, "epochs": [{"epoch": 1}]})
     attempts = []
 
     def run_one(settings, folder):
         attempts.append(folder)
-        if os.path.exists(os.path.join(folder, "checkpoint-epoch1.npz")):
-            checkpoints.restore(folder, 1, model=_NoModel())
-        if settings["task"] == "mrpc":  # unreadable again, in a later epoch
-            raise record.UnreadableRecord(os.path.join(folder, "checkpoint-epoch2.npz"), "EOFError")
+        assert not os.path.exists(os.path.join(folder, "checkpoint-epoch1.npz"))  # set aside before training
+        if settings["task"] == "mrpc":  # unreadable, found in training
+            raise record.UnreadableRecord(os.path.join(folder, "member", "summary.json"), "JSONDecodeError")
         _fake_summary(GlueSettings.from_dict({k: v for k, v in settings.items() if k != "part"}), folder)
 
+    os.makedirs(os.path.join(studies.run_dir(runs_dir, study, runs[1]), "member"))
+    open(os.path.join(studies.run_dir(runs_dir, study, runs[1]), "member", "summary.json"), "w").close()
     counts = studies.run_study(study, runs, runs_dir, run_one, log=lines.append)
-    assert (counts["ran"], counts["failed"]) == (1, 1) and len(attempts) == 4
     rte, mrpc = (studies.run_dir(runs_dir, study, settings) for settings in runs)
-    assert lines[1] == (f"[1/2] {rte}/checkpoint-epoch1.npz is unreadable (EOFError: No data left in file): set "
-                        "aside as checkpoint-epoch1.npz.corrupt, training the run afresh")
+    assert (counts["ran"], counts["failed"]) == (1, 1) and attempts == [rte, mrpc, mrpc]
+    assert lines[0] == (f"[1/2] {rte}/checkpoint-epoch1.npz is unreadable (BadZipFile: File is not a zip file): its "
+                        "record is lost; set aside as checkpoint-epoch1.npz.corrupt, training the run afresh")
     assert sorted(os.listdir(rte)) == ["checkpoint-epoch1.npz.corrupt", "summary.json", "summary.json.corrupt"]
+    assert f"[2/2] {mrpc}/member/summary.json is unreadable (JSONDecodeError): set aside" in lines[4]
+    assert os.path.exists(os.path.join(mrpc, "member", "summary.json.corrupt"))
     with open(os.path.join(mrpc, "error.json")) as f:  # unreadable again: failed, with the file named
-        assert json.load(f)["error"].startswith(f"UnreadableRecord: {mrpc}/checkpoint-epoch2.npz is unreadable (EOF")
-
-
-class _NoModel:
-    variables, optimizer = [], None
+        assert json.load(f)["error"].startswith(f"UnreadableRecord: {mrpc}/member/summary.json is unreadable")
 
 
 def test_lock_of_a_dead_process_is_taken_over(tmp_path):

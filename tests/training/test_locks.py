@@ -123,3 +123,27 @@ def test_a_folder_made_for_a_refused_command_is_removed(tmp_path):
             assert (tmp_path / "new" / locks.LOCK).exists()
             raise TransferError("bad data")
     assert not (tmp_path / "new").exists()
+
+
+def test_file_systems_without_links_or_locks(tmp_path, monkeypatch):
+    """Without hard links the lock file is created in place; without locks (NFS with no lock manager) the command
+    says so in one line instead of training unprotected."""
+    import errno
+
+    def no_links(*args):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(locks.os, "link", no_links)
+    assert locks.acquire(str(tmp_path / "a")) and not locks.acquire(str(tmp_path / "a"))
+    locks.release(str(tmp_path / "a"))
+    assert os.listdir(tmp_path / "a") == []
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(locks.fcntl, "flock", no_locks)
+    with pytest.raises(TransferError, match=r"^cannot lock .*/b/.* \(No locks available\): its file system offers "
+                                            r"no locks \(NFS mounted without a lock manager\?\)"):
+        with locks.run_folder(str(tmp_path / "b")):
+            pass
+    assert not (tmp_path / "b").exists()

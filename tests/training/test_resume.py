@@ -118,6 +118,25 @@ def test_a_truncated_summary_is_one_line_naming_it(glue_dir, tiny_preset, tmp_pa
         "column 46 (char 45)): the run cannot go on from it; rerun with --overwrite to train it afresh")
 
 
+def test_a_cut_short_checkpoint_is_refused_before_the_model_is_built(glue_dir, tiny_preset, tmp_path, monkeypatch):
+    from tf_transfer.studies.glue_task import GlueTask
+
+    config = _config(glue_dir, tiny_preset)
+    record.write_json_atomic(str(tmp_path / "summary.json"),
+                             {"completed": False, "epochs": [{"epoch": 1}], "config": config.to_dict()})
+    (tmp_path / "checkpoint-epoch1.npz").write_bytes(b"PK\x03\x04 cut short")
+    monkeypatch.setattr(GlueTask, "build", lambda *args: pytest.fail("the model was built"))
+    flags = [f"--{key}={value}" for key, value in dict(
+        task="sst2", preset=tiny_preset, trainable_layers=2, lr=1e-3, batch_size=4, max_epochs=3, patience=10,
+        data_dir=glue_dir, max_seq_length=32, seed=0).items()]
+    refused = run_module("tf_transfer.glue", *flags, f"--output_dir={tmp_path}")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path}/checkpoint-epoch1.npz is unreadable (BadZipFile: File is not a zip file): the run cannot "
+        "go on from it; rerun with --overwrite to train it afresh")
+    assert record.read_summary(str(tmp_path))["completed"] is False
+
+
 def test_full_disk_keeps_the_previous_summary(tmp_path, monkeypatch):
     path = str(tmp_path / "summary.json")
     record.write_json_atomic(path, {"epochs": [1], "completed": False})

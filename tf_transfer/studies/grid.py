@@ -23,7 +23,7 @@ import time
 from typing import Callable, Optional
 
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.training import locks, record
+from tf_transfer.training import locks, record, run_folder
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.core.errors import TransferError
 
@@ -302,10 +302,15 @@ def _readable_result(study: Grid, settings: dict, folder: str) -> Optional[dict]
 
 
 def _result_or_set_aside(study: Grid, settings: dict, folder: str, log) -> Optional[dict]:
-    """`completed_result`; an unreadable record file (a truncated summary.json) is renamed `<name>.corrupt`, said,
-    and None returned, so that the run is trained afresh: its record is lost, and a run is never dropped."""
+    """`completed_result`; an unreadable record file (a truncated summary.json, an unfinished run's cut-short
+    checkpoint) is renamed `<name>.corrupt` (a checkpoint with its summary), said, and None returned, so that the run
+    is trained afresh: its record is lost, and a run is never dropped."""
     try:
-        return completed_result(study, settings, folder)
+        result = completed_result(study, settings, folder)
+        summary = None if result else record.read_summary(folder)
+        if summary:  # unfinished: is its checkpoint whole? (cheap; else found only after the model is built)
+            run_folder.check_resumable(folder, summary)
+        return result
     except record.UnreadableRecord as e:
         log(f"{e.path} is unreadable ({e.why}): its record is lost; set aside as {os.path.basename(e.path)}.corrupt, "
             "training the run afresh")

@@ -95,6 +95,21 @@ def restore(output_dir: str, epoch, model, optimizer=None) -> None:
         raise record.UnreadableRecord(file, f"{type(e).__name__}: {e}") from None
 
 
+def check_readable(output_dir: str, epoch) -> None:
+    """`record.UnreadableRecord` when the checkpoint of `epoch` exists but is cut short or empty (its zip directory,
+    at the end of the file, is missing) or is not a checkpoint; cheap (no array is read), so a resume can refuse it
+    before the data and model are loaded. A missing checkpoint is `restore`'s to report."""
+    file = path(output_dir, epoch)
+    if not os.path.exists(file):
+        return
+    try:
+        with zipfile.ZipFile(file) as archive:
+            if "paths.npy" not in archive.namelist():
+                raise KeyError("no paths.npy: not a checkpoint")
+    except UNREADABLE as e:
+        raise record.UnreadableRecord(file, f"{type(e).__name__}: {e}") from None
+
+
 # What numpy and zipfile raise on a truncated, empty or foreign .npz.
 UNREADABLE = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
 

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -67,9 +68,7 @@ def acquire(folder: str) -> bool:
             handle = os.open(path, os.O_RDWR)
         except FileNotFoundError:  # released in between
             continue
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _lock(handle, path):
             os.close(handle)
             return False
         if not _same_file(handle, path):  # its holder removed it on release: lock the file now there
@@ -143,10 +142,10 @@ def run_folder(folder: str, distribution: str = "default", flag: str = "--output
         return
     existed = os.path.isdir(folder)
     check_writable(folder, flag)
-    if not acquire(folder):
-        raise TransferError(f"{flag}={folder} is in use by {describe(holder(folder))} (its {LOCK}): wait for it "
-                            "to finish or stop it; two commands on one folder would overwrite each other's files")
     try:
+        if not acquire(folder):
+            raise TransferError(f"{flag}={folder} is in use by {describe(holder(folder))} (its {LOCK}): wait for "
+                                "it to finish or stop it; two commands on one folder would overwrite each other's files")
         yield
     finally:
         release(folder)
@@ -161,18 +160,51 @@ def _create(path: str) -> Optional[int]:
     handle, draft = tempfile.mkstemp(prefix=".lock-draft-", dir=os.path.dirname(path) or ".")
     try:
         os.fchmod(handle, 0o644)
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock(handle, path)
         _write_holder(handle)
         os.link(draft, path)
     except FileExistsError:
         os.close(handle)
         return None
+    except OSError as e:
+        os.close(handle)
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+        return _create_without_links(path)
     except BaseException:
         os.close(handle)
         raise
     finally:
         os.remove(draft)
     return handle
+
+
+def _create_without_links(path: str) -> Optional[int]:
+    """`_create` on a file system without hard links: created, then locked (empty for that moment, which a
+    contender that finds it so waits out)."""
+    try:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return None
+    if not _lock(handle, path):
+        os.close(handle)
+        return None
+    _write_holder(handle)
+    return handle
+
+
+def _lock(handle: int, path: str) -> bool:
+    """`flock` without waiting: False when another process holds it; `TransferError` when the file system offers
+    no locks (NFS without a lock manager)."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        raise TransferError(f"cannot lock {path} ({e.strerror or e}): its file system offers no locks (NFS mounted "
+                            "without a lock manager?); use a local --output_dir/--runs_dir, or split a shared grid "
+                            "with --shard") from None
+    return True
 
 
 def _same_file(handle: int, path: str) -> bool:

@@ -30,6 +30,14 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def check_resumable(path: str, summary: dict) -> None:
+    """`record.UnreadableRecord` when `summary` (of the run in `path`) is unfinished and the checkpoint of its last
+    epoch is cut short or empty: said before the data and model are loaded, not after."""
+    last = (summary.get("epochs") or [{}])[-1]
+    if not summary.get("completed") and isinstance(last, dict) and isinstance(last.get("epoch"), int):
+        checkpoints.check_readable(path, last["epoch"])
+
+
 class RunFolder:
     """`settings` (a JSON-able dict) is what a rerun must match; `ignored` settings (where data lives, speed knobs)
     may differ; `added` settings came after some runs were made, with the value those runs had. Nothing is written
@@ -47,6 +55,7 @@ class RunFolder:
             existing = None if overwrite else record.read_summary(path)
             if existing:
                 record.refuse_other_settings(existing, settings, path, ignored, added)
+                check_resumable(path, existing)
             return existing
 
         self.existing = distributed.from_chief(strategy, read)

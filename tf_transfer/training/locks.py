@@ -121,7 +121,7 @@ def check_writable(folder: str, flag: str = "--output_dir") -> None:
         raise TransferError(f"{flag}={folder} is a file, not a folder: choose another {flag}")
     try:
         os.makedirs(folder, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".tmp-write-check-", dir=folder)
+        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)  # not .tmp-*: a holder prunes those
         os.close(handle)
         os.remove(probe)
     except OSError as e:

@@ -37,8 +37,7 @@ flags.DEFINE_string("id_column", None, "Column carried to the output as each row
                     "when the input has one, else the row number from 0).")
 COMMAND_FLAGS = flags_lib.common(batch_size=(64, "Prediction batch size."),
                                  export_dir=(None, "The folder written by glue --export_dir (the same as --model)."))
-# Rows scored per call, and the least seconds between two progress lines.
-CHUNK_BATCHES, PROGRESS_EVERY_S = 2, 10.0
+PROGRESS_EVERY_S = 10.0  # the least seconds between two progress lines (the first comes after the first batch)
 
 
 def read_rows(path: str):
@@ -138,12 +137,29 @@ def _output_fields(meta: dict, id_column, classes: int) -> tuple:
     return [ident, "label"] + [f"prob_{label}" for label in labels], labels
 
 
-def _progress(done: int, total: int, start: float) -> str:
-    elapsed = max(time.perf_counter() - start, 1e-9)
-    rate = done / elapsed
-    left = (total - done) / rate if rate else 0.0
-    return (f"predict: {done:,}/{total:,} rows ({100 * done / total:.0f}%), {rate:,.1f} rows/s, about "
-            f"{left / 60:.1f} min left")
+def _progress_callback(total: int, batch_size: int):
+    """A Keras callback printing rows done, rate and time left on stderr while `predict` runs: after the first batch,
+    then every `PROGRESS_EVERY_S` seconds."""
+    import keras
+
+    class Progress(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.start = self.last = None
+
+        def on_predict_begin(self, logs=None):
+            self.start = time.perf_counter()
+
+        def on_predict_batch_end(self, batch, logs=None):
+            now, done = time.perf_counter(), min((batch + 1) * batch_size, total)
+            if done >= total or (self.last is not None and now - self.last < PROGRESS_EVERY_S):
+                return
+            self.last = now
+            rate = done / max(now - self.start, 1e-9)
+            print(f"predict: {done:,}/{total:,} rows ({100 * done / total:.0f}%), {rate:,.1f} rows/s, about "
+                  f"{(total - done) / rate / 60:.1f} min left", file=sys.stderr, flush=True)
+
+    return Progress()
 
 
 def main(argv):
@@ -166,31 +182,23 @@ def main(argv):
         if len(row) < needed:
             raise TransferError(f"{FLAGS.input}:{line}: expected at least {needed} columns, found {len(row)}")
     classifier, meta = export.load(folder)
-    fields, labels = None, None
-    writer, start, last, chunk = None, time.perf_counter(), time.perf_counter(), FLAGS.batch_size * CHUNK_BATCHES
+    start = time.perf_counter()
+    text_a = [row[positions[0]] for row in rows]
+    text_b = [row[positions[1]] for row in rows] if len(positions) > 1 else None
+    outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size,
+                                          callbacks=[_progress_callback(len(rows), FLAGS.batch_size)])
+    fields, labels = _output_fields(meta, id_column, outputs.shape[1])
+    probabilities = None if labels is None else export.probabilities(outputs)
+    writer = _Writer(FLAGS.output, fields)
     try:
-        for first in range(0, len(rows), chunk):
-            part = rows[first:first + chunk]
-            text_a = [row[positions[0]] for row in part]
-            text_b = [row[positions[1]] for row in part] if len(positions) > 1 else None
-            outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size)
-            if writer is None:
-                fields, labels = _output_fields(meta, id_column, outputs.shape[1])
-                writer = _Writer(FLAGS.output, fields)
-            probabilities = None if labels is None else export.probabilities(outputs)
-            for i, row in enumerate(part):
-                ident = row[id_position] if id_position is not None else first + i
-                if labels is None:
-                    writer.write([ident, float(predictions[i])])
-                else:
-                    writer.write([ident, str(predictions[i])] + [float(p) for p in probabilities[i]])
-            done = first + len(part)
-            if done < len(rows) and (first == 0 or time.perf_counter() - last >= PROGRESS_EVERY_S):
-                last = time.perf_counter()
-                print(_progress(done, len(rows), start), file=sys.stderr, flush=True)
+        for i, row in enumerate(rows):
+            ident = row[id_position] if id_position is not None else i
+            if labels is None:
+                writer.write([ident, float(predictions[i])])
+            else:
+                writer.write([ident, str(predictions[i])] + [float(p) for p in probabilities[i]])
     finally:
-        if writer is not None:
-            writer.close()
+        writer.close()
     print(f"predict: wrote {len(rows):,} rows ({', '.join(fields[:3])}{', ...' if len(fields) > 3 else ''}) to "
           f"{FLAGS.output or 'standard output'} in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 

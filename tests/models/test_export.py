@@ -80,8 +80,8 @@ def test_predict_for_a_pipeline_ids_probabilities_csv_and_json_lines(exported, g
         assert sum(probs.values()) == pytest.approx(1, abs=1e-5) and r["label"] == max(probs, key=probs.get)
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("predict: wrote 12 rows (id, label, prob_entailment, ...) to ") and str(out) in lines[-1]
-    # 8-row chunks at batch size 1: the first chunk's progress line, with the rate, comes before the end.
-    assert any(line.startswith("predict: 8/12 rows") and " rows/s" in line for line in lines[:-1]), lines
+    # Batch size 1: the first batch's progress line, with the rate, comes before the end.
+    assert any(line.startswith("predict: 1/12 rows (8%), ") and " rows/s" in line for line in lines[:-1]), lines
     jsonl = tmp_path / "out.jsonl"
     done = run_module("tf_transfer.predict", f"--export_dir={root / 'model'}", f"--input={test}",
                       f"--output={jsonl}", "--id_column=sentence1")

@@ -88,8 +88,10 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None, batch_size: int = 64):
-    """Returns `(outputs, predictions)`: raw logits or scores, and label values (or scores for regression)."""
+def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None, batch_size: int = 64,
+            callbacks: Optional[list] = None):
+    """Returns `(outputs, predictions)`: raw logits or scores, and label values (or scores for regression).
+    `callbacks` are Keras callbacks of the one `predict` call (e.g. progress after each batch)."""
     import tensorflow as tf
 
     x = tf.constant(text_a) if text_b is None else (tf.constant(text_a), tf.constant(text_b))
@@ -97,7 +99,7 @@ def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None,
     # sentence alone.
     dataset = inputs.prefetched(tf.data.Dataset.from_tensor_slices((x,)).batch(batch_size),
                                 -(-len(text_a) // batch_size))
-    outputs = np.asarray(classifier.predict(dataset, verbose=0))
+    outputs = np.asarray(classifier.predict(dataset, verbose=0, callbacks=callbacks))
     if meta.get("regression"):
         return outputs, outputs[:, 0]
     indices = outputs.argmax(axis=-1)

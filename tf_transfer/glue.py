@@ -73,7 +73,19 @@ def _train(config: GlueSettings, output_dir: str) -> None:
     best = summary["best_epoch"]
     if best:
         scores = summary["epochs"][best - 1]
-        print(f"best epoch {best}: val {scores['val']}, test {scores['test']}; summary in {strategies.results_folder(output_dir, config.distribution)}")
+        print(f"best epoch {best}: val {scores['val']}, test {scores['test']}; summary in {strategies.results_folder(output_dir, config.distribution)}"
+              f"{not_beaten(summary.get('constant_prediction'))}")
+
+
+def not_beaten(constant) -> str:
+    """What the final line adds for a run whose best validation score does not beat the constant prediction."""
+    if not constant or constant["beaten"]:
+        return ""
+    prediction = (f"always {constant['prediction']:.3g}" if isinstance(constant["prediction"], float)
+                  else f"always {constant['prediction']!r}")
+    return (f"; it does NOT beat the constant prediction ({prediction}: {constant['metric']} "
+            f"{constant['score']:.3f} on validation): the model learnt nothing usable; more data, epochs, trainable "
+            "blocks or another learning rate may help")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def test_csv_with_quoted_commas_and_string_labels(tmp_path):
 
 
 def test_integer_labels_sort_as_numbers_and_the_positive_label_is_class_one(tmp_path):
-    path = _csv(tmp_path / "stars.csv", ["text", "label"], [[f"t{i}", str(i % 3 * 5)] for i in range(9)])
+    path = _csv(tmp_path / "stars.csv", ["text", "label"], [[f"t{i}", str(i % 3 * 5)] for i in range(15)])
     task, train, _, _ = user_data.load(spec(path))
     assert task.labels == ("0", "5", "10") and task.metrics == ("accuracy", "macro_f1")
     binary = _csv(tmp_path / "b.csv", ["text", "label"], [["a", "yes"], ["b", "no"], ["c", "yes"]])

@@ -2,13 +2,20 @@
 user's file, and the refusals that save a day. Most checks need no model: flags parsed, settings built, files read."""
 
 import dataclasses
+import json
 
+import numpy as np
 import pytest
 from absl import flags
 
 from tf_transfer import glue
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.core import metrics
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data import user_data
+from tf_transfer.data.examples import Examples
+from tf_transfer.studies import glue_task
 from tf_transfer.studies.glue_settings import GlueSettings
 
 from conftest import run_module, write_csv
@@ -83,3 +90,67 @@ def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
     assert line is None and settings.preset == GlueSettings.preset and not settings.cache_frozen
     # GLUE tasks keep their defaults.
     assert _first_run("--task=rte") == (GlueSettings(task="rte"), None)
+
+
+def _error_line(done) -> str:
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return errors[0]
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    path = write_csv(tmp_path / "twice.csv", ["id", "text", "keyword", "text", "target"],
+                     [(i, "a b", "k", "c d", i % 2) for i in range(20)])
+    line = _error_line(run_module("tf_transfer.glue", f"--train_file={path}", "--text_columns=text",
+                                  "--label_column=target", f"--output_dir={tmp_path / 'run'}"))
+    assert "twice.csv:1: the header names a column more than once ('text' in columns 2, 4)" in line
+    jsonl = tmp_path / "twice.jsonl"
+    jsonl.write_text('{"text": "a", "target": 1, "text": "b"}\n')
+    with pytest.raises(TransferError, match=r"twice.jsonl:1: the key\(s\) 'text' appear more than once"):
+        user_data.load(user_data.DataSpec(train_file=str(jsonl), text_columns=("text",), label_column="target"))
+
+
+def test_a_label_per_row_is_refused_with_the_numbers_unless_accepted(tmp_path):
+    path = write_csv(tmp_path / "ids.csv", ["id", "text", "target"], [(i, f"tweet {i}", i % 2) for i in range(30)])
+    line = _error_line(run_module("tf_transfer.glue", f"--train_file={path}", "--text_columns=text",
+                                  "--label_column=id", f"--output_dir={tmp_path / 'run'}"))
+    assert ("ids.csv: 30 labels in --label_column=id for 30 rows (1.0 per label; fewer than 5 per label cannot be "
+            "learnt)") in line and "--allow_many_labels" in line
+    spec = user_data.DataSpec(train_file=path, text_columns=("text",), label_column="id", allow_many_labels=True)
+    assert user_data.load(spec)[0].num_labels == 30
+
+
+def test_labels_the_validation_split_lacks_or_only_it_has_are_said():
+    task = user_data.describe(user_data.DataSpec(train_file="t.csv", label_column="y"), ("a", "b", "c"))
+
+    def examples(labels):
+        return Examples([f"t{i}" for i in range(len(labels))], None, np.asarray(labels), "t.csv")
+
+    assert glue_task.label_coverage(task, examples([0, 1, 2, 0]), examples([2, 1, 0])) == []
+    unseen, absent = glue_task.label_coverage(task, examples([0, 1, 0]), examples([2, 2]))
+    assert unseen.startswith("1 of the 3 labels are in the validation split but not in what trains ('c')")
+    assert absent.startswith("the validation split (2 examples) has no example of 2 of the 3 labels ('a', 'b')")
+
+
+def test_the_best_constant_prediction():
+    labels = [0, 0, 0, 1]
+    assert metrics.best_constant("accuracy", labels, 2) == (0.75, 0)
+    assert metrics.best_constant("f1", labels, 2) == (pytest.approx(0.4), 1)  # predicting the positive class
+    assert metrics.best_constant("mse", [1.0, 3.0], None) == (1.0, 2.0)
+    assert metrics.best_constant("spearman", [1.0, 3.0], None) == (0.0, 2.0)
+
+
+def test_a_run_that_does_not_beat_the_constant_prediction_says_so(one_block_preset, tmp_path):
+    """Every text the same: the model can only predict one class, which never beats the best constant."""
+    path = write_csv(tmp_path / "same.csv", ["text", "target"], [("the cat is happy", "ab"[i % 3 == 0])
+                                                                 for i in range(40)])
+    out = tmp_path / "run"
+    done = run_module("tf_transfer.glue", f"--train_file={path}", "--text_columns=text", "--label_column=target",
+                      f"--preset={one_block_preset}", "--max_epochs=1", "--batch_size=8", "--max_seq_length=32",
+                      "--trainable_layers=1", f"--output_dir={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert "it does NOT beat the constant prediction (always 'a': accuracy" in last, last
+    constant = json.loads((out / "summary.json").read_text())["constant_prediction"]
+    assert constant["beaten"] is False and constant["prediction"] == "a" and constant["metric"] == "accuracy"
+    assert constant["best"] <= constant["score"]

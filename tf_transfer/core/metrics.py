@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Optional
 
 import numpy as np
 from scipy import stats
@@ -66,6 +67,18 @@ LOWER_IS_BETTER = ("mse",)
 def compute(names, labels, predictions) -> dict:
     """Returns `{name: value}` for each metric name; NaN where a metric is undefined."""
     return {name: METRICS[name](labels, predictions) for name in names}
+
+
+def best_constant(metric: str, labels, classes: Optional[int]) -> tuple:
+    """`(score, prediction)` of the best constant prediction of `labels` by `metric`: the class index (of `classes`)
+    that scores best when predicted for every example, or for a numeric target (`classes` None) the labels' mean,
+    whose correlation with anything is undefined (0 used) and whose `mse` is their variance."""
+    labels = np.asarray(labels)
+    if classes is None:
+        mean = float(labels.mean())
+        return (mse(labels, np.full(len(labels), mean)) if metric == "mse" else 0.0), mean
+    scored = [(compute([metric], labels, np.full(len(labels), c))[metric], c) for c in range(classes)]
+    return max(scored, key=lambda pair: (not math.isnan(pair[0]), pair[0]))
 
 
 def is_better(value, best, min_delta: float = 0.0, lower: bool = False) -> bool:

@@ -105,6 +105,12 @@ def positions(path: str, header: Sequence[str], names: Sequence[str], problem: s
         # One pass, not str.format: a brace in a header name or a delimiter is text.
         message = re.sub(r"\{(missing|found)\}", lambda m: ", ".join(map(repr, listed[m.group(1)])), problem)
         raise TransferError(f"{path}:1: {message}")
+    twice = {name: [i + 1 for i, found in enumerate(header) if found == name] for name in dict.fromkeys(names)}
+    twice = {name: columns for name, columns in twice.items() if len(columns) > 1}
+    if twice:  # reading the first of them would be a silent guess
+        named = "; ".join(f"{name!r} in columns {', '.join(map(str, columns))}" for name, columns in twice.items())
+        raise TransferError(f"{path}:1: the header names a column more than once ({named}): rename the copies so "
+                            "that one column has the name")
     return [header.index(name) for name in names]
 
 

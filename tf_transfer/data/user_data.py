@@ -44,6 +44,9 @@ BINARY_METRICS = ("accuracy", "f1")
 MULTICLASS_METRICS = ("accuracy", "macro_f1")
 REGRESSION_METRICS = ("spearman", "pearson", "mse")
 TFDS_PREFIX = "tfds:"
+# Fewer training rows per label than this on average (with three labels or more) is refused: a label per row, or an
+# id or free-text column given as the label, trains a classifier that can learn nothing.
+MIN_ROWS_PER_LABEL = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,7 @@ class DataSpec:
     label_column: Optional[str] = None
     regression: bool = False
     positive_label: Optional[str] = None
+    allow_many_labels: bool = False
 
     @property
     def name(self) -> str:
@@ -115,7 +119,7 @@ def _raw_jsonl(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line, object_pairs_hook=_unique_keys)
                     if not isinstance(row, dict):
                         raise table_reader.BadRow("not a JSON object")
                     missing = [c for c in columns if c not in row]
@@ -136,6 +140,15 @@ def _raw_jsonl(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:
     return records, skipped
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's keys, refused when one appears twice (json keeps the last of them without a word)."""
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise table_reader.BadRow(f"the key(s) {', '.join(map(repr, twice))} appear more than once in the object")
+    return dict(pairs)
+
+
 def _read_raw(path: str, flag: str, spec: DataSpec, skip_bad_rows: bool) -> tuple:
     check_file(path, flag)
     columns = (*spec.text_columns, spec.label_column)
@@ -151,6 +164,11 @@ def _label_set(records: list, path: str, spec: DataSpec) -> tuple:
     if len(values) < 2:
         raise TransferError(f"{path}: every row has the label {values[0]!r}; classification needs two labels or "
                             "more (for a numeric target pass --regression)")
+    if len(values) > 2 and len(records) < MIN_ROWS_PER_LABEL * len(values) and not spec.allow_many_labels:
+        raise TransferError(f"{path}: {len(values):,} labels in --label_column={spec.label_column} for {len(records):,} "
+                            f"rows ({len(records) / len(values):.1f} per label; fewer than {MIN_ROWS_PER_LABEL} per "
+                            "label cannot be learnt): name the label column, or pass --allow_many_labels to train "
+                            "anyway")
     if spec.positive_label is not None:
         if spec.positive_label not in values:
             raise TransferError(f"--positive_label={spec.positive_label} is not a label of {path} (labels: "

@@ -60,6 +60,8 @@ class GlueSettings(RunSettings):
     regression: bool = setting(False, "The label is a number: mean squared error loss; Spearman, Pearson and MSE.")
     positive_label: Optional[str] = setting(None, "Two labels: the positive class, whose F1 is reported (default: "
                                                   "the second label in sorted order).")
+    allow_many_labels: bool = setting(False, "Train even when the training file has fewer than 5 rows per label "
+                                             "(three labels or more), which is refused otherwise.")
     train_split: str = setting("train", "--task=tfds:...: the split to train on.")
     validation_split: Optional[str] = setting(None, "--task=tfds:...: the validation split (default: a seeded "
                                                     "--validation_fraction of the training split).")
@@ -144,7 +146,7 @@ class GlueSettings(RunSettings):
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
-                                            "train_file", "validation_file", "test_file")
+                                            "train_file", "validation_file", "test_file", "allow_many_labels")
     # Settings added after runs were made, with the value those runs had: a setting at that value changes no run's
     # name, and an older run matches it.
     ADDED_SETTINGS: ClassVar[dict] = {"train_file": None, "validation_file": None, "test_file": None,
@@ -152,11 +154,11 @@ class GlueSettings(RunSettings):
                                       "positive_label": None, "train_split": "train", "validation_split": None,
                                       "test_split": None, "method": "freeze", "lora_rank": 8, "lora_alpha": 8.0,
                                       "lora_targets": list(methods.DEFAULT_TARGETS), "bitfit_layer_norm": False,
-                                      "lora_init": "gaussian"}
+                                      "lora_init": "gaussian", "allow_many_labels": False}
 
     OWN_DATA_SETTINGS: ClassVar[tuple] = ("train_file", "validation_file", "test_file", "text_columns", "label_column",
                                           "regression", "positive_label", "train_split", "validation_split",
-                                          "test_split")
+                                          "test_split", "allow_many_labels")
 
     def __post_init__(self):
         self._set("text_columns", tuple(self.text_columns))
@@ -241,7 +243,7 @@ class GlueSettings(RunSettings):
             tfds = self.task[len(user_data.TFDS_PREFIX):] if self.task else None
             return user_data.DataSpec(self.train_file, self.validation_file, self.test_file, tfds, self.train_split,
                                       self.validation_split, self.test_split, self.text_columns, self.label_column,
-                                      self.regression, self.positive_label)
+                                      self.regression, self.positive_label, self.allow_many_labels)
         return None
 
     @property

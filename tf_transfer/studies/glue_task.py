@@ -50,8 +50,34 @@ def load_data(settings: GlueSettings):
         train, validation = train_full, train_full.take([])
     if settings.max_train_examples is not None and settings.max_train_examples < len(train):
         train = train.take(range(settings.max_train_examples))
+    for line in label_coverage(task, train, validation):
+        logging.warning("%s", line)
     skipped = {"train": train_full.skipped_rows, **{name: t.skipped_rows for name, t in tests.items()}}
     return task, train, validation, tests, skipped
+
+
+def label_coverage(task, train, validation) -> list:
+    """Lines saying which labels the validation split (held out or a file) has that training lacks, and which it has
+    no example of: its scores count the first as errors and say nothing about the second."""
+    if task.is_regression or not len(validation):
+        return []
+    in_train, in_validation = set(train.labels.tolist()), set(validation.labels.tolist())
+
+    def named(indices):
+        names = [repr(task.labels[i]) for i in sorted(indices)]
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    lines = []
+    unseen = in_validation - in_train
+    if unseen:
+        lines.append(f"{len(unseen)} of the {task.num_labels} labels are in the validation split but not in what "
+                     f"trains ({named(unseen)}): the model never sees them, and they count as errors")
+    absent = set(range(task.num_labels)) - in_validation
+    if absent:
+        lines.append(f"the validation split ({len(validation)} examples) has no example of {len(absent)} of the "
+                     f"{task.num_labels} labels ({named(absent)}): its scores say nothing about them; a "
+                     "--validation_file with every label, or a larger --validation_fraction, would")
+    return lines
 
 
 def scores(feed, model, task, split: str) -> dict:
@@ -301,8 +327,24 @@ class GlueTask(Task):
     def finish(self, engine) -> None:
         summary = engine.summary
         summary["train_time_s"] = engine.epochs[-1]["train_time_s"] if engine.epochs else 0.0
+        summary["constant_prediction"] = self._constant_prediction(summary)
         if self.export_dir and self.folder.chief:
             self._export(summary)
+
+    def _constant_prediction(self, summary: dict) -> Optional[dict]:
+        """The validation score of the best constant prediction beside the best epoch's, and whether the run beat
+        it (None without a validation split or a best epoch)."""
+        from tf_transfer.core import metrics
+
+        labels, best = self.feed.labels("validation"), summary.get("best_epoch")
+        if not len(labels) or not best:
+            return None
+        value = summary["epochs"][best - 1]["val"].get(self.metric)
+        regression = self.task.is_regression
+        score, constant = metrics.best_constant(self.metric, labels, None if regression else self.task.num_labels)
+        return {"metric": self.metric, "score": score, "best": value,
+                "prediction": constant if regression else self.task.labels[constant],
+                "beaten": metrics.is_better(value, score, lower=self.metric in metrics.LOWER_IS_BETTER)}
 
     def _export(self, summary: dict) -> None:
         """Exports the best epoch's weights (the early-stopping choice) as a keras-hub preset folder."""

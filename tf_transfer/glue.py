@@ -53,6 +53,10 @@ def main(argv):
     config, first_run = first_run_settings()  # validates every setting before anything heavy is imported
     if first_run:
         print(first_run, flush=True)
+    if config.data_spec is not None:  # bad files are one line within a second or two, not after TensorFlow's start
+        from tf_transfer.data import user_data
+
+        user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric)
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
     with locks.run_folder(output_dir, config.distribution):  # writable and this command's alone, before TensorFlow

@@ -3,6 +3,9 @@ user's file, and the refusals that save a day. Most checks need no model: flags 
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +21,7 @@ from tf_transfer.data.examples import Examples
 from tf_transfer.studies import glue_task
 from tf_transfer.studies.glue_settings import GlueSettings
 
-from conftest import run_module, write_csv
+from conftest import REPO, run_module, write_csv
 
 
 def _first_run(*args):
@@ -154,3 +157,24 @@ def test_a_run_that_does_not_beat_the_constant_prediction_says_so(one_block_pres
     constant = json.loads((out / "summary.json").read_text())["constant_prediction"]
     assert constant["beaten"] is False and constant["prediction"] == "a" and constant["metric"] == "accuracy"
     assert constant["best"] <= constant["score"]
+
+
+# `python -m tf_transfer.glue args`, saying on its last line whether TensorFlow had been imported when it exited.
+WITHOUT_TENSORFLOW = ("import runpy, sys\nsys.argv = ['glue'] + sys.argv[1:]\ntry:\n"
+                      "    runpy.run_module('tf_transfer.glue', run_name='__main__')\nfinally:\n"
+                      "    print('tensorflow imported:', 'tensorflow' in sys.modules, file=sys.stderr)\n")
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"id,text,target\n1,caf\xe9,0\n2,b,1\n", "not valid UTF-8 text"),
+    (b"id,text,target\n1,a,0\n2,b,0\n", "every row has the label '0'"),
+], ids=["encoding", "one_class"])
+def test_a_bad_file_is_refused_before_tensorflow_is_imported(tmp_path, content, fragment):
+    """Every check of the file runs before TensorFlow's start (tens of seconds on a loaded machine)."""
+    path = tmp_path / "bad.csv"
+    path.write_bytes(content)
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, f"--train_file={path}", "--text_columns=text",
+                           "--label_column=target", f"--output_dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert fragment in _error_line(done)
+    assert done.stderr.strip().splitlines()[-1] == "tensorflow imported: False"

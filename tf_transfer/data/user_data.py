@@ -234,6 +234,21 @@ def load(spec: DataSpec, skip_bad_rows: bool = False) -> tuple:
     return describe(spec, labels), train, others.get("validation"), tests
 
 
+def check_metric(task: Task, metric: Optional[str]) -> None:
+    """`TransferError` for a `--metric` the data set's kind does not compute (None: the default, always fine)."""
+    if metric and metric not in task.metrics:
+        raise TransferError(f"--metric={metric} is not computed for {task.name}'s "
+                            f"{len(task.labels) if task.labels else 'numeric'} labels: use one of "
+                            f"{', '.join(task.metrics)}")
+
+
+def check_files(spec: DataSpec, skip_bad_rows: bool, metric: Optional[str]) -> None:
+    """Reads a data set's files as `load` does, for every check of them (encoding, columns, labels, empty, one
+    class, the metric) before a command imports TensorFlow; TFDS data sets need TensorFlow to be read, so not those."""
+    if not spec.tfds:
+        check_metric(load(spec, skip_bad_rows)[0], metric)
+
+
 def load_tfds(spec: DataSpec) -> tuple:
     """The same from TensorFlow Datasets: `spec.tfds`'s splits, its label feature's class names as labels."""
     import tensorflow_datasets as tfds  # heavy; only this path needs it

@@ -21,7 +21,6 @@ from typing import Optional
 from absl import logging
 
 from tf_transfer.core import machine
-from tf_transfer.core.errors import TransferError
 from tf_transfer.data import tasks, user_data
 from tf_transfer.data.examples import file_sha256, train_validation_split
 from tf_transfer.studies.glue_settings import GlueSettings
@@ -38,10 +37,7 @@ def load_data(settings: GlueSettings):
         train_full, tests = tasks.load_task_data(task, settings.data_dir, settings.skip_bad_rows)
     else:
         task, train_full, validation, tests = user_data.load(spec, settings.skip_bad_rows)
-        if settings.metric and settings.metric not in task.metrics:
-            raise TransferError(f"--metric={settings.metric} is not computed for {task.name}'s "
-                                f"{len(task.labels) if task.labels else 'numeric'} labels: use one of "
-                                f"{', '.join(task.metrics)}")
+        user_data.check_metric(task, settings.metric)
     if validation is not None:
         train = train_full
     elif settings.validation_fraction:

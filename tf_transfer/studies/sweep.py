@@ -184,10 +184,32 @@ def recommend(runs: Sequence[Run], constant: dict, lower_is_better: bool = False
     `mean`, `cost_s`, `why_not` (None when eligible), `vs_constant` and `vs_best` (`stats.Interval`s or None),
     `as_good`.
     """
-    from tf_transfer.core import stats
-
     sign = -1.0 if lower_is_better else 1.0
     cap = max((r.max_epochs for r in runs), default=0)
+    found = _tabulate(runs, cap, min_seeds)
+    eligible = [name for name, c in found.items() if c["why_not"] is None]
+    result = {"outcome": "no eligible candidate", "candidate": None, "best": None, "margin": margin, "cap": cap,
+              "candidates": found}
+    if not eligible:
+        return result
+    contenders = _above_constant(found, eligible, constant, sign)
+    if not contenders:
+        result["outcome"] = "nothing beat the constant prediction"
+        return result
+    best = max(contenders, key=lambda name: (sign * found[name]["mean"], -(found[name]["cost_s"] or math.inf)))
+    _judge_against(best, found, contenders, sign, margin)
+    chosen = min((name for name in contenders if found[name]["as_good"]),
+                 key=lambda name: (found[name]["cost_s"] if found[name]["cost_s"] is not None else math.inf,
+                                   -sign * found[name]["mean"]))
+    result.update(outcome="recommended", candidate=chosen, best=best)
+    return result
+
+
+def _tabulate(runs: Sequence[Run], cap: int, min_seeds: int) -> dict:
+    """Per candidate: its seeds that ran to their stopping rule under `cap`, their scores and mean cost, and why it is
+    not eligible (None when it is)."""
+    from tf_transfer.core import stats
+
     by_name: dict = {}
     for run in runs:
         by_name.setdefault(run.candidate, {})[run.seed] = run  # the latest row of a seed counts
@@ -206,11 +228,14 @@ def recommend(runs: Sequence[Run], constant: dict, lower_is_better: bool = False
                        "mean": stats.mean(list(scores.values())) if scores else None,
                        "cost_s": stats.mean(costs) if costs else None, "why_not": why_not,
                        "vs_constant": None, "vs_best": None, "as_good": False}
-    eligible = [name for name, c in found.items() if c["why_not"] is None]
-    result = {"outcome": "no eligible candidate", "candidate": None, "best": None, "margin": margin, "cap": cap,
-              "candidates": found}
-    if not eligible:
-        return result
+    return found
+
+
+def _above_constant(found: dict, eligible: list, constant: dict, sign: float) -> list:
+    """The eligible candidates whose seed-paired 95% interval against the constant prediction lies above 0 (a
+    candidate whose seeds' constants are not all known is kept: nothing says it did not learn)."""
+    from tf_transfer.core import stats
+
     contenders = []
     for name in eligible:
         c = found[name]
@@ -222,10 +247,14 @@ def recommend(runs: Sequence[Run], constant: dict, lower_is_better: bool = False
                 c["why_not"] = "not above the constant prediction"
                 continue
         contenders.append(name)
-    if not contenders:
-        result["outcome"] = "nothing beat the constant prediction"
-        return result
-    best = max(contenders, key=lambda name: (sign * found[name]["mean"], -(found[name]["cost_s"] or math.inf)))
+    return contenders
+
+
+def _judge_against(best: str, found: dict, contenders: list, sign: float, margin: float) -> None:
+    """Sets each contender's interval of its difference to `best` (paired over the seeds both ran, Welch's
+    otherwise) and whether it is as good (low bound above -`margin`)."""
+    from tf_transfer.core import stats
+
     for name in contenders:
         c, b = found[name], found[best]
         common = [seed for seed in c["seeds"] if seed in b["scores"]]
@@ -234,11 +263,6 @@ def recommend(runs: Sequence[Run], constant: dict, lower_is_better: bool = False
         theirs = [sign * b["scores"][s] for s in (common if paired else b["seeds"])]
         c["vs_best"] = stats.difference(mine, theirs, paired)
         c["as_good"] = name == best or stats.verdict(c["vs_best"], margin, "as good as") == stats.REPRODUCED
-    chosen = min((name for name in contenders if found[name]["as_good"]),
-                 key=lambda name: (found[name]["cost_s"] if found[name]["cost_s"] is not None else math.inf,
-                                   -sign * found[name]["mean"]))
-    result.update(outcome="recommended", candidate=chosen, best=best)
-    return result
 
 
 def constant_prediction(settings: dict) -> dict:
@@ -384,35 +408,21 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
             continue
         following = min(waiting, key=lambda t: t.number)
         if "first_rung" not in study.user_attrs and not following.user_attrs.get("reference"):
-            if any(t.user_attrs.get("reference") for t in waiting):  # queued again after a kill: it goes first
-                _defer_waiting(study, until="reference")
-            elif running:
-                time.sleep(2)  # another process's reference run is still measuring the first rung
-            else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
-                _set_first_rung(study, None, {}, int(base.get("max_epochs", 9)), log)
+            _await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log)
             continue
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
         cost = estimate_s(study, found, following)
-        reserve = 0.0
-        if not following.user_attrs.get("seed_round") and not study.user_attrs.get("seed_round") and cost:
-            reserve = _seed_round_cost(study, top, seeds)
-            if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
-                log(f"[sweep] {remaining / 60:.1f} min of the budget left: kept for the seed round "
-                    f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
-                _defer_waiting(study, until="seed_round")
-                continue
+        reserve = _reserve(study, following, cost, remaining, top, seeds, log)
+        if reserve is None:
+            continue  # the seed round was queued ahead of the candidates not reached
         if cost is not None and cost > remaining:
             log(f"[sweep] {remaining / 60:.1f} min of the budget left: too little for the next trial "
                 f"({cost / 60:.1f} min estimated)")
             return "budget"
-        trial = study.ask()
-        if not trial.user_attrs.get("queued"):  # another process took the last queued trial meanwhile
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        taken = _take(study, found)
+        if taken is None:
             continue
-        name = trial.suggest_categorical("candidate", sorted(found))
-        seed = trial.suggest_int("seed", 0, 1000)
-        trial.set_user_attr("host", socket.gethostname())
-        trial.set_user_attr("pid", os.getpid())
+        trial, name, seed = taken
         settings = {**base, **found[name], "seed": seed}
         is_reference = bool(trial.user_attrs.get("reference"))
         folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
@@ -426,22 +436,70 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             log(f"[sweep] {name} seed {seed} failed: {type(e).__name__}: {e}")
             continue
-        trial.set_user_attr("train_s", time.time() - start)  # the whole trial's wall time, start-up included
-        for key in ("epoch_time_s", "epochs", "cache_build_s", "startup_s", "cut", "num_layers"):
-            trial.set_user_attr(key, result.get(key))
-        if result.get("startup_s") is not None and result.get("elapsed_s") is not None:
-            # A run in a child process: its start-up includes starting the process, which only this one sees.
-            spawn = max(time.time() - start - result["elapsed_s"], 0.0)
-            trial.set_user_attr("startup_s", result["startup_s"] + spawn)
-        if is_reference:
-            _set_first_rung(study, name, result, int(base.get("max_epochs", 9)), log)
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
-        elif result["pruned"]:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        elif result["value"] is None:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(trial, result["value"])
+        _tell(study, trial, name, result, start, int(base.get("max_epochs", 9)), log)
+
+
+def _take(study, found: dict):
+    """Asks Optuna for the next queued trial: `(trial, candidate, seed)`, or None where another process took the
+    last queued one meanwhile (the empty trial Optuna made instead is failed)."""
+    import optuna
+
+    trial = study.ask()
+    if not trial.user_attrs.get("queued"):
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return None
+    name = trial.suggest_categorical("candidate", sorted(found))
+    seed = trial.suggest_int("seed", 0, 1000)
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+    return trial, name, seed
+
+
+def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log: Callable):
+    """The share of the budget kept for the seed round while seed-0 trials run (0 once it is queued); None where the
+    next trial and the seed round would not both fit, so the seed round has just been queued ahead of it."""
+    if following.user_attrs.get("seed_round") or study.user_attrs.get("seed_round") or not cost:
+        return 0.0
+    reserve = _seed_round_cost(study, top, seeds)
+    if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
+        log(f"[sweep] {remaining / 60:.1f} min of the budget left: kept for the seed round "
+            f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
+        _defer_waiting(study, until="seed_round")
+        return None
+    return reserve
+
+
+def _await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> None:
+    """Before the first rung is known only the reference may run: put it first again (queued again after a kill),
+    wait for another process's, or, where it failed, go on with nothing pruned."""
+    if any(t.user_attrs.get("reference") for t in waiting):
+        _defer_waiting(study, until="reference")
+    elif running:
+        time.sleep(2)  # another process's reference run is still measuring the first rung
+    else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
+        _set_first_rung(study, None, {}, max_epochs, log)
+
+
+def _tell(study, trial, name: str, result: dict, start: float, max_epochs: int, log: Callable) -> None:
+    """Records a finished trial: what the budget's estimates need, and its state (the reference: the first rung)."""
+    import optuna
+
+    trial.set_user_attr("train_s", time.time() - start)  # the whole trial's wall time, start-up included
+    for key in ("epoch_time_s", "epochs", "cache_build_s", "startup_s", "cut", "num_layers"):
+        trial.set_user_attr(key, result.get(key))
+    if result.get("startup_s") is not None and result.get("elapsed_s") is not None:
+        # A run in a child process: its start-up includes starting the process, which only this one sees.
+        spawn = max(time.time() - start - result["elapsed_s"], 0.0)
+        trial.set_user_attr("startup_s", result["startup_s"] + spawn)
+    if trial.user_attrs.get("reference"):
+        _set_first_rung(study, name, result, max_epochs, log)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
+    elif result["pruned"]:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    elif result["value"] is None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(trial, result["value"])
 
 
 def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable) -> None:
@@ -642,7 +700,11 @@ def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_
         return False
 
     task.after_epoch = after_epoch
-    summary = runner.run(task, folder)
+    return _trial_result(runner.run(task, folder), metric, state, done_before, start)
+
+
+def _trial_result(summary: dict, metric: str, state: dict, done_before: int, start: float) -> dict:
+    """`train_trial`'s answer from the run's final summary and what its epochs' hook saw."""
     epochs = summary["epochs"]
     best = next((e for e in epochs if e["epoch"] == summary.get("best_epoch")), None)
     pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in epochs)

@@ -30,6 +30,9 @@ def _run_facts(entry: dict) -> dict:
             "val": (best.get("val") or {}).get(metric), "test": test, "best_epoch": best["epoch"],
             "epochs": len(summary["epochs"]), "time_to_best_s": tables.elapsed(summary, best),
             "peak_memory_mb": summary.get("peak_memory_mb"), "trainable_params": summary.get("trainable_params"),
+            # Whether the best validation score beats the best constant prediction (None: a run from before it was
+            # recorded, or without validation).
+            "beats_constant": (summary.get("constant_prediction") or {}).get("beaten"),
             "folder": entry["folder"]}
 
 
@@ -68,7 +71,24 @@ def _row(k, lr, runs: list, expected: int, reference, score_key: str) -> list:
             tables.cell([r["best_epoch"] for r in runs], expected, 1),
             tables.cell([r["time_to_best_s"] for r in runs], expected, 1), saved, diff,
             tables.cell([r["peak_memory_mb"] for r in runs], expected, 0),
-            "-" if params is None else f"{params:,}"]
+            "-" if params is None else f"{params:,}", _beats_constant(runs)]
+
+
+def _beats_constant(runs: list) -> str:
+    """How many of a setting's runs beat the constant prediction on validation, e.g. `2/3`; `-` where unknown."""
+    known = [r["beats_constant"] for r in runs if r["beats_constant"] is not None]
+    return f"{sum(known)}/{len(known)}" if known else "-"
+
+
+def _not_beaten(runs: list) -> list:
+    """A line naming the runs whose best validation score does not beat the constant prediction (none: no line)."""
+    failed = [r for r in runs if r["beats_constant"] is False]
+    if not failed:
+        return []
+    named = ", ".join(f"k={r['k']} lr {r['lr']:g} seed {r['seed']}" for r in failed)
+    return [f"**{len(failed)} of {len(runs)} runs do not beat the constant prediction** on validation ({named}): "
+            "they learnt nothing a constant does not, so their scores answer nothing; more examples, epochs or "
+            "another learning rate may.", ""]
 
 
 def _figure(path: str, settings: dict, score_key: str, metric: str) -> None:
@@ -104,14 +124,16 @@ def write_report(collected: list, out: str, grid, variant: str) -> str:
     metric = runs[0]["metric"]
     header = ["trainable", "lr", f"{score_key} {metric}", *([f"val {metric}"] if score_key == "test" else []),
               "best epoch",
-              "time to best (s)", "time saved", "score diff", "peak memory (MB)", "trainable params"]
+              "time to best (s)", "time saved", "score diff", "peak memory (MB)", "trainable params",
+              "beats constant"]
     rows = [_row(k, lr, group, expected, reference, score_key) for (k, lr), group in settings.items()]
     _figure(os.path.join(out, "score_vs_time.png"), settings, score_key, runs[0]["metric"])
     columns = list(runs[0])
     tables.write_csv(os.path.join(out, "runs.csv"), columns, [[r[c] for c in columns] for r in runs])
     summary = collected[0]["summary"] or next(c["summary"] for c in collected if c["summary"])
     lines = _text(summary, grid, variant, len(runs), len(collected), score_key)
-    lines += [tables.markdown_table(header, rows), "", "![score against time](score_vs_time.png)", ""]
+    lines += [tables.markdown_table(header, rows), "", *_not_beaten(runs), "![score against time](score_vs_time.png)",
+              ""]
     lines += tables.machines_section(collected)
     path = os.path.join(out, "README.md")
     with open(path, "w") as f:
@@ -137,6 +159,7 @@ def _text(summary: dict, grid, variant: str, done: int, total: int, score_key: s
         "",
         "`time saved` and `score diff` are against full fine-tuning at its rate with the best mean validation score; "
         "times are wall seconds to the best epoch, the cache's build charged; `peak memory` is the process's peak "
-        "resident set while training (docs/outputs.md). Mean ± sample standard deviation over seeds.",
+        "resident set while training (docs/outputs.md); `beats constant` counts the runs whose best validation score "
+        "beats the best constant prediction. Mean ± sample standard deviation over seeds.",
         "",
     ]

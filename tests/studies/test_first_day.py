@@ -178,3 +178,14 @@ def test_a_bad_file_is_refused_before_tensorflow_is_imported(tmp_path, content, 
                           text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert fragment in _error_line(done)
     assert done.stderr.strip().splitlines()[-1] == "tensorflow imported: False"
+
+
+def test_the_freezing_report_says_which_runs_do_not_beat_the_constant_prediction():
+    from experiments import freezing_report
+
+    runs = [{"k": 2, "lr": 2e-5, "seed": seed, "beats_constant": beaten} for seed, beaten in enumerate([True, False])]
+    assert freezing_report._beats_constant(runs) == "1/2"
+    assert freezing_report._beats_constant([{**runs[0], "beats_constant": None}]) == "-"  # an older run
+    line = freezing_report._not_beaten(runs)[0]
+    assert line.startswith("**1 of 2 runs do not beat the constant prediction** on validation (k=2 lr 2e-05 seed 1)")
+    assert freezing_report._not_beaten(runs[:1]) == []

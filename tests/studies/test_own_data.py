@@ -140,4 +140,5 @@ def test_freezing_grid_over_a_users_file_runs_resumes_and_reports(reviews, one_b
     text = (tmp_path / "report" / "README.md").read_text()
     assert "# How much of" in text and "| all (full fine-tuning) |" in text and "| last 1 |" in text
     assert "peak memory (MB)" in text and (tmp_path / "report" / "score_vs_time.png").stat().st_size > 1000
+    assert "| beats constant |" in text  # and which runs do not, where some do not (test_first_day.py)
     assert len((tmp_path / "report" / "runs.csv").read_text().splitlines()) == 4

@@ -137,29 +137,21 @@ def _output_fields(meta: dict, id_column, classes: int) -> tuple:
     return [ident, "label"] + [f"prob_{label}" for label in labels], labels
 
 
-def _progress_callback(total: int, batch_size: int):
-    """A Keras callback printing rows done, rate and time left on stderr while `predict` runs: after the first batch,
-    then every `PROGRESS_EVERY_S` seconds."""
-    import keras
+class _Progress:
+    """Called with the rows done after every batch: prints rows done, rate and time left on stderr after the first
+    batch, then every `PROGRESS_EVERY_S` seconds."""
 
-    class Progress(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.start = self.last = None
+    def __init__(self, total: int):
+        self.total, self.start, self.last = total, time.perf_counter(), None
 
-        def on_predict_begin(self, logs=None):
-            self.start = time.perf_counter()
-
-        def on_predict_batch_end(self, batch, logs=None):
-            now, done = time.perf_counter(), min((batch + 1) * batch_size, total)
-            if done >= total or (self.last is not None and now - self.last < PROGRESS_EVERY_S):
-                return
-            self.last = now
-            rate = done / max(now - self.start, 1e-9)
-            print(f"predict: {done:,}/{total:,} rows ({100 * done / total:.0f}%), {rate:,.1f} rows/s, about "
-                  f"{(total - done) / rate / 60:.1f} min left", file=sys.stderr, flush=True)
-
-    return Progress()
+    def __call__(self, done: int) -> None:
+        now = time.perf_counter()
+        if done >= self.total or (self.last is not None and now - self.last < PROGRESS_EVERY_S):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        print(f"predict: {done:,}/{self.total:,} rows ({100 * done / self.total:.0f}%), {rate:,.1f} rows/s, about "
+              f"{(self.total - done) / rate / 60:.1f} min left", file=sys.stderr, flush=True)
 
 
 def main(argv):
@@ -186,7 +178,7 @@ def main(argv):
     text_a = [row[positions[0]] for row in rows]
     text_b = [row[positions[1]] for row in rows] if len(positions) > 1 else None
     outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size,
-                                          callbacks=[_progress_callback(len(rows), FLAGS.batch_size)])
+                                          progress=_Progress(len(rows)))
     fields, labels = _output_fields(meta, id_column, outputs.shape[1])
     probabilities = None if labels is None else export.probabilities(outputs)
     writer = _Writer(FLAGS.output, fields)

@@ -35,6 +35,9 @@ def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir)
     # The exported model is the best epoch's: it scores what the summary recorded for that epoch on GLUE dev.
     assert accuracy == pytest.approx(summary["epochs"][summary["best_epoch"] - 1]["test"]["accuracy"])
     assert outputs.shape == (len(dev), 2)
+    # Packed to each length group's length, or every row to the full length: the same outputs (padding is masked).
+    padded, _ = export.predict(classifier, meta, dev.text_a, dev.text_b, bucket_step=10**6)
+    assert np.abs(padded - outputs).max() < 1e-5
     # The second sentence of each pair is read: other second sentences give other outputs (a dataset of
     # (text_a, text_b) elements once gave Keras text_b as labels, and the model the first sentences alone).
     others, _ = export.predict(classifier, meta, dev.text_a, dev.text_b[1:] + dev.text_b[:1])

@@ -67,7 +67,7 @@ MEMORY = {"peak_above_start_mb": "peak resident set above the one before the fir
 def memory_key(collected: list) -> str:
     """What memory claims compare: the peak above the start where every run records it, else the process peak."""
     done = [r["summary"] for r in collected if r["summary"]]
-    return "peak_above_start_mb" if done and all(s.get("peak_above_start_mb") for s in done) else "peak_memory_mb"
+    return "peak_above_start_mb" if all(s.get("peak_above_start_mb") for s in done) else "peak_memory_mb"
 
 
 def cells(collected: list, methods: dict) -> dict:
@@ -266,12 +266,14 @@ def _faster_claim(table, tasks) -> list:
     intervals = {t: i for t, i in intervals.items() if i is not None}
     found = stats.verdicts(intervals, 0.0, "at least")
     mean = stats.mean_of(list(intervals.values())) if intervals else None
-    ours = f"time per epoch saved: {mean.text(1, 100, '%')} (mean of {len(intervals)} tasks)" if mean else "n/a"
+    ours = f"time per epoch saved: {mean.text(1, 100, '%')} (mean of {len(intervals)} tasks)" if mean else \
+        "not run yet"
     basis = ("reproduced if LoRA r8's seed-paired saving of time per epoch is above 0 on every task (Holm over the "
              "tasks; the size is the paper's, on a GPU, not tested); per task, the saving: "
              + _task_cells(found, tasks, 100, "%"))
     return ["LoRA trains faster than full fine-tuning (no gradients for the frozen weights)",
-            "25% faster on GPT-3 175B (LoRA, section 4.2)", ours, stats.overall(found), basis]
+            "25% faster on GPT-3 175B (LoRA, section 4.2)", ours,
+            stats.overall(found) if found else stats.INCONCLUSIVE, basis]
 
 
 def band_verdict(interval, low: float, high: float) -> str:
@@ -360,7 +362,7 @@ def search_rows(collected: list, tasks: list, study) -> list:
     found = defaultdict(dict)
     for run in collected:
         part = run["settings"]["part"]
-        if part.startswith(("search", "beyond")):
+        if part.startswith(("search", "beyond")) and not isinstance(run["settings"]["lr"], str):  # str: pending
             label = part.split(":", 1)[1].strip() if ":" in part else _study(study).SEARCH[part[len("search_"):]][1]
             value = validation(run["summary"]) if run["summary"] else "missing"
             found[(run["settings"]["task"], label)][run["settings"]["lr"]] = value
@@ -447,8 +449,9 @@ def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory:
     lines = ["## The claims, checked", "", done, "",
              reports.testable_sentence(
                  "Here the test is on validation: full fine-tuning's best validation score against the constant "
-                 "prediction's on the same splits (`majority_validation.csv`), per task: " + _gains_text(gains, tasks)
-                 + " points. Seeds pair across methods (a seed fixes the validation split, the training sample and "
+                 "prediction's on the same splits (`majority_validation.csv`), per task: "
+                 + (_gains_text(gains, tasks) + " points" if gains else "no compared run of full fine-tuning yet")
+                 + ". Seeds pair across methods (a seed fixes the validation split, the training sample and "
                  "order), so every interval is seed-paired; a claim about the mean over tasks is tested on the mean "
                  "of the tasks' intervals."), "",
              reports.claims_table(claims(table, tasks, summary, gains, memory)), ""]
@@ -467,8 +470,9 @@ def searches_section(collected: list, tasks: list, study) -> list:
                 "fresh seeds, so the choice does not flatter its own scores."), ""]
     searches = search_rows(collected, tasks, study)
     edges = sum(1 for row in searches if row[2])
-    return lines + [f"{edges} of {len(searches)} chosen rates lie at an end of the rates tried (`at an end`): a "
-                    "wider search might have found a better one there.", "",
+    decided = sum(1 for row in searches if "**" in row[3])
+    return lines + [f"{edges} of the {decided} searches finished so far (of {len(searches)}) chose a rate at an end of "
+                    "the rates tried (`at an end`): a wider search might have found a better one there.", "",
                     reports.markdown_table(["task", "search", "at an end", "rate: validation"], searches), ""]
 
 

@@ -49,7 +49,8 @@ flags.DEFINE_string("out", None, "report: output folder (default reports/<study>
 # budget): a flag given overrides the grid's setting in every run, a flag not given changes nothing.
 OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_columns", "label_column", "regression",
                "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
-               "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen")
+               "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen",
+               "allow_many_labels")
 flags.DEFINE_list("methods", ["freeze", "lora", "bitfit"], "sweep: the training methods whose candidates compete "
                   "(docs/methods.md).")
 flags.DEFINE_string("budget", None, "sweep: training wall time to spend, summed over its runs: e.g. 30m, 2h, 1h30m, "
@@ -78,6 +79,9 @@ USAGE = ("usage: python -m tf_transfer.experiments run|report STUDY [flags], swe
 
 def main(argv):
     from tf_transfer.core.errors import TransferError
+
+    if len(argv) == 3 and argv[1] == "run" and not FLAGS.dry_run:
+        _check_files()  # before the grid's modules import TensorFlow
     from tf_transfer.studies import grid as studies
 
     if len(argv) == 3 and argv[1] == "table":
@@ -112,6 +116,19 @@ def main(argv):
         print(f"{len(selected)} runs ({len(runs)} in the whole grid)")
         return
     _run(study, name, runs, selected)
+
+
+def _check_files() -> None:
+    """A user's files given on the command line read and checked as every run will read them: a bad file is one line
+    within a second or two, not after TensorFlow's start."""
+    if FLAGS.train_file and FLAGS.text_columns and FLAGS.label_column:
+        from tf_transfer.data import user_data
+
+        spec = user_data.DataSpec(FLAGS.train_file, FLAGS.validation_file, FLAGS.test_file,
+                                  text_columns=tuple(FLAGS.text_columns), label_column=FLAGS.label_column,
+                                  regression=FLAGS.regression, positive_label=FLAGS.positive_label,
+                                  allow_many_labels=FLAGS.allow_many_labels)
+        user_data.check_files(spec, False, FLAGS.metric)
 
 
 def _axes_given() -> dict:

@@ -159,23 +159,27 @@ def test_a_run_that_does_not_beat_the_constant_prediction_says_so(one_block_pres
     assert constant["best"] <= constant["score"]
 
 
-# `python -m tf_transfer.glue args`, saying on its last line whether TensorFlow had been imported when it exited.
-WITHOUT_TENSORFLOW = ("import runpy, sys\nsys.argv = ['glue'] + sys.argv[1:]\ntry:\n"
-                      "    runpy.run_module('tf_transfer.glue', run_name='__main__')\nfinally:\n"
+# `python -m module args`, saying on its last line whether TensorFlow had been imported when it exited.
+WITHOUT_TENSORFLOW = ("import runpy, sys\nmodule = sys.argv.pop(1)\ntry:\n"
+                      "    runpy.run_module(module, run_name='__main__')\nfinally:\n"
                       "    print('tensorflow imported:', 'tensorflow' in sys.modules, file=sys.stderr)\n")
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (b"id,text,target\n1,caf\xe9,0\n2,b,1\n", "not valid UTF-8 text"),
-    (b"id,text,target\n1,a,0\n2,b,0\n", "every row has the label '0'"),
-], ids=["encoding", "one_class"])
-def test_a_bad_file_is_refused_before_tensorflow_is_imported(tmp_path, content, fragment):
+@pytest.mark.parametrize("command, content, fragment", [
+    (["tf_transfer.glue"], b"id,text,target\n1,caf\xe9,0\n2,b,1\n", "not valid UTF-8 text"),
+    (["tf_transfer.glue"], b"id,text,target\n1,a,0\n2,b,0\n", "every row has the label '0'"),
+    # A grid refused once, not once per run after TensorFlow's start (24 runs of a file named twice: 525 s before).
+    (["tf_transfer.experiments", "run", "freezing"], b"id,text,text,target\n1,a,b,0\n2,c,d,1\n",
+     "the header names a column more than once ('text' in columns 2, 3)"),
+], ids=["encoding", "one_class", "grid_duplicate_header"])
+def test_a_bad_file_is_refused_before_tensorflow_is_imported(tmp_path, command, content, fragment):
     """Every check of the file runs before TensorFlow's start (tens of seconds on a loaded machine)."""
     path = tmp_path / "bad.csv"
     path.write_bytes(content)
-    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, f"--train_file={path}", "--text_columns=text",
-                           "--label_column=target", f"--output_dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, *command, f"--train_file={path}",
+                           "--text_columns=text", "--label_column=target", f"--runs_dir={tmp_path / 'runs'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert fragment in _error_line(done)
     assert done.stderr.strip().splitlines()[-1] == "tensorflow imported: False"
 

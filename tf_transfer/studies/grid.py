@@ -277,9 +277,10 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
                 continue
             ran_before = counts["ran"] + counts["failed"]
             elapsed = time.time() - start
-            eta = (elapsed / ran_before * (total - position + 1)) if ran_before else float("nan")
+            pace = (f"about {elapsed / ran_before * (total - position + 1) / 60:.0f} min left at this pace"
+                    if ran_before else "no estimate of the time left until a run has finished")
             log(f"[{position}/{total}] {describe(resolved, study.shown)} -> {folder} (elapsed {elapsed / 60:.1f} min, "
-                f"about {eta / 60:.0f} min left at this pace)")
+                f"{pace})")
             _train_once_more_if_unreadable(run_one, resolved, folder, lambda line: log(f"[{position}/{total}] {line}"))
             counts["ran"] += 1
             _clear_error(folder)

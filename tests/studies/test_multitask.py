@@ -71,7 +71,8 @@ def test_cs224n_readers(cs224n_dir, caplog):
 
 
 def test_quora_dev_is_split_when_quora_train_is_missing(cs224n_dir, caplog, tmp_path):
-    with caplog.at_level(logging.INFO):
+    # The absl logger's own level too: a command run earlier in this test process may have left it above INFO.
+    with caplog.at_level(logging.INFO), caplog.at_level(logging.INFO, logger="absl"):
         data = multitask_data.load(cs224n_dir, quora_dev_fraction=0.2, split_seed=0)
     para = data.tasks["para"]
     assert (len(para.train), len(para.dev)) == (24, 6)

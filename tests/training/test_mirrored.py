@@ -43,8 +43,9 @@ def test_mirrored_lora_run_creates_its_adapters_once_and_matches_default(one_dev
     default = run_study("glue", spec, str(tmp_path / "default"))
     mirrored = run_study("glue", spec, str(tmp_path / "mirrored"), strategies.make_strategy("mirrored", TWO_CPUS),
                          "mirrored")
-    assert mirrored["lora"] == default["lora"] == {"rank": 2, "alpha": 8.0, "targets": ["query", "value"],
-                                                  "layers": 2, "weights": 2 * 2 * (16 + 16)}
+    assert mirrored["lora"] == default["lora"] == {"rank": 2, "alpha": 8.0, "init": "kaiming_uniform",
+                                                  "targets": ["query", "value"], "layers": 2,
+                                                  "weights": 2 * 2 * (16 + 16)}
     assert mirrored["trainable_params"] == default["trainable_params"]
     for one, two in zip(default["epochs"], mirrored["epochs"]):
         assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)

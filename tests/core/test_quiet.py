@@ -71,7 +71,9 @@ def test_partial_line_goes_out_at_once():
 
 @pytest.mark.parametrize("environ, argv, expected", [
     ({}, [], True),
-    ({"TF_CPP_MIN_LOG_LEVEL": "2"}, [], False),
+    ({"TF_CPP_MIN_LOG_LEVEL": "2"}, [], True),  # the usual way to quiet TensorFlow: its start-up lines need us
+    ({"TF_CPP_MIN_LOG_LEVEL": "3"}, [], True),
+    ({"TF_CPP_MIN_LOG_LEVEL": "1"}, [], False),  # warnings asked for: nothing filtered
     ({"TF_CPP_MIN_LOG_LEVEL": "2", quiet.MARKER: "2"}, [], True),  # the level a quiet parent set
     ({"TF_CPP_MIN_LOG_LEVEL": "0", quiet.MARKER: "2"}, [], False),
     ({}, ["--task=rte", "--verbosity=1"], False),

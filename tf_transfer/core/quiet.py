@@ -11,7 +11,9 @@ the pipe and forwards everything it does not recognise as noise, in order. At a 
 writer restores fd 2 and waits for the filter to finish, so nothing shows up after the shell's prompt.
 
 The rule, applied once, when `tf_transfer` is first imported (`install`):
-- the user set `TF_CPP_MIN_LOG_LEVEL`: nothing is filtered, the user's level holds;
+- the user set `TF_CPP_MIN_LOG_LEVEL` below 2 (asking for TensorFlow's INFO or WARNING lines): nothing is
+  filtered, the user's level holds; at 2 or 3 (the usual way to quiet TensorFlow, which its own start-up lines
+  ignore) the filter goes in and the user's level is kept;
 - `--verbosity=N` or `-v=N` with N >= 1 on the command line (absl's flag; not looked for in flagfiles): nothing is
   filtered and TensorFlow's C++ logging is left at its own default, everything;
 - otherwise, in a main process not run by pytest, before TensorFlow is imported: the filter goes over fd 2 and
@@ -115,9 +117,14 @@ class LineFilter:
 def wanted(environ=os.environ, argv=None) -> bool:
     """Whether the filter should go in: the user set no C++ level and asked for no more detail (`--verbosity`)."""
     level = environ.get("TF_CPP_MIN_LOG_LEVEL")
-    if level is not None and environ.get(MARKER) != level:
+    if level is not None and environ.get(MARKER) != level and not _quiet_level(level):
         return False
     return _verbosity(sys.argv[1:] if argv is None else argv) < 1
+
+
+def _quiet_level(level: str) -> bool:
+    """A user's `TF_CPP_MIN_LOG_LEVEL` that asks for no INFO or WARNING lines (2: errors only; 3: fatal only)."""
+    return level.strip() in ("2", "3")
 
 
 def _verbosity(args) -> int:
@@ -153,9 +160,12 @@ def install() -> bool:
         return False
     if "multiprocessing" in sys.modules and sys.modules["multiprocessing"].parent_process() is not None:
         return False
-    # The level even when the filter cannot start: TensorFlow's later INFO and WARNING lines at least stay out.
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = LEVEL
-    os.environ[MARKER] = LEVEL
+    # The level even when the filter cannot start: TensorFlow's later INFO and WARNING lines at least stay out (a
+    # user's quieter level stays).
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    level = level if level is not None and _quiet_level(level) else LEVEL
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = level
+    os.environ[MARKER] = level
     if os.name != "posix" or not sys.executable:
         return False
     try:

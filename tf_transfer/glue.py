@@ -77,8 +77,22 @@ def _train(config: GlueSettings, output_dir: str) -> None:
     best = summary["best_epoch"]
     if best:
         scores = summary["epochs"][best - 1]
-        print(f"best epoch {best}: val {scores['val']}, test {scores['test']}; summary in {strategies.results_folder(output_dir, config.distribution)}"
+        test = scores_text(scores["test"])
+        folder = strategies.results_folder(output_dir, config.distribution)
+        print(f"done: best epoch {best} of {len(summary['epochs'])}, validation {scores_text(scores['val']) or 'none'}"
+              f"{f', test {test}' if test else ''}; summary in {folder}"
               f"{not_beaten(summary.get('constant_prediction'))}")
+
+
+def scores_text(scores: dict, prefix: str = "") -> str:
+    """`accuracy 0.8614, f1 0.8032` (4 decimals; MNLI's two dev sets by name); empty for no scores."""
+    parts = []
+    for name, value in (scores or {}).items():
+        if isinstance(value, dict):
+            parts.append(scores_text(value, f"{prefix}{name} "))
+        elif isinstance(value, (int, float)) and value == value:  # NaN (an undefined correlation) left out
+            parts.append(f"{prefix}{name} {value:.4f}")
+    return ", ".join(p for p in parts if p)
 
 
 def not_beaten(constant) -> str:

@@ -154,6 +154,9 @@ def test_a_run_that_does_not_beat_the_constant_prediction_says_so(one_block_pres
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]
     assert "it does NOT beat the constant prediction (always 'a': accuracy" in last, last
+    # A sentence with rounded scores, not a dict; no test scores named when there is no test file.
+    assert last.startswith("done: best epoch 1 of 1, validation accuracy 0.") and "test" not in last.split(";")[0]
+    assert "{" not in last.split(";")[0] and len(last.split(";")[0].split("accuracy ")[1].split(",")[0]) == 6
     constant = json.loads((out / "summary.json").read_text())["constant_prediction"]
     assert constant["beaten"] is False and constant["prediction"] == "a" and constant["metric"] == "accuracy"
     assert constant["best"] <= constant["score"]

@@ -267,12 +267,12 @@ class Engine:
                 scalars[key] = value
         if self.recorder is not None:
             self.recorder.scalars(epoch_record["epoch"], scalars)
-        val = epoch_record.get("val") or {}
         tags = "".join(f" ({k} {epoch_record[k]})" for k in ("phase",) if k in epoch_record)
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in val.items() if isinstance(v, (int, float)) and math.isfinite(v))
-        logging.info("epoch %d%s: %.1f s (total %.1f s), loss %.4f%s", epoch_record["epoch"], tags,
+        shown = {split: ", ".join(f"{k} {v:.4f}" for k, v in (epoch_record.get(split) or {}).items()
+                                  if isinstance(v, (int, float)) and math.isfinite(v)) for split in ("val", "test")}
+        logging.info("epoch %d%s: %.1f s (total %.1f s), loss %.4f%s%s", epoch_record["epoch"], tags,
                      epoch_record["epoch_time_s"], epoch_record["train_time_s"], epoch_record["loss"],
-                     f", val {shown}" if shown else "")
+                     f", val {shown['val']}" if shown["val"] else "", f", test {shown['test']}" if shown["test"] else "")
 
     def __enter__(self):
         return self

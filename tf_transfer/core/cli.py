@@ -43,11 +43,15 @@ def flagfile_given() -> bool:
 
 
 def call(main, argv):
-    """`main(argv)` with `TransferError` turned into one line and exit status 2."""
+    """`main(argv)` with `TransferError` turned into one line and exit status 2, and Ctrl-C into one line and the
+    shell's status for it (130)."""
     try:
         return main(argv)
     except TransferError as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted: every finished epoch and run is kept; rerun the same command to go on from there",
+             status=130)
 
 
 def run(main, common_flags: dict = None) -> None:

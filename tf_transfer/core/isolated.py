@@ -41,5 +41,15 @@ def call(function: Callable, *args, **kwargs):
     function and plain values); an exception raised there is raised here, a child that died (killed, out of
     memory) raises `concurrent.futures.process.BrokenProcessPool`."""
     context = multiprocessing.get_context("spawn")
-    with futures.ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_die_with_parent) as pool:
+    pool = futures.ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_die_with_parent)
+    try:
         return pool.submit(function, *args, **kwargs).result()
+    except KeyboardInterrupt:
+        # Ctrl-C: stop the child now (a run resumes from its last finished epoch) instead of waiting, as leaving the
+        # pool would, for it to finish on its own.
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)

@@ -152,6 +152,7 @@ def _text(summary: dict, grid, variant: str, done: int, total: int, score_key: s
         f"Data: {files}; labels {summary.get('labels')}; metric `{summary['metric']}` (the early-stopping metric; "
         f"scores are {'the test file' if score_key == 'test' else 'validation'}'s at each run's best epoch on "
         "validation).",
+        _data_sentence(summary, config),
         f"Every run: batch {config['batch_size']}, up to {config['max_epochs']} epochs, patience {config['patience']}, "
         f"{config['max_seq_length']} tokens, {config['precision']}, frozen prefix cached: {config['cache_frozen']}. "
         f"{done} of {total} runs completed (`python -m tf_transfer.experiments run {grid.name}` with the same flags "
@@ -163,3 +164,17 @@ def _text(summary: dict, grid, variant: str, done: int, total: int, score_key: s
         "beats the best constant prediction. Mean ± sample standard deviation over seeds.",
         "",
     ]
+
+
+def _data_sentence(summary: dict, config: dict) -> str:
+    """What the runs trained and stopped on: the training examples (and the cap that made them so) and where the
+    validation split came from, so that a report on a sample never reads as one on the whole file."""
+    examples = summary.get("examples") or {}
+    cap = config.get("max_train_examples")
+    validation = (f"`{os.path.basename(config['validation_file'])}`" if config.get("validation_file") else
+                  f"{100 * config['validation_fraction']:g}% of the training file held out (seeded)"
+                  if config.get("validation_fraction") else "none (nothing held out)")
+    return (f"Trained on {examples.get('train', '?'):,} examples"
+            + (f" (capped by --max_train_examples={cap:,})" if cap else " (the whole training split)")
+            + f"; validation: {validation}, {examples.get('validation', '?'):,} examples.")
+

@@ -195,7 +195,8 @@ def _report(study, name: str, runs: list) -> None:
                             "run the grid first, or point --runs_dir at its runs; nothing written")
     written = study.report(collected, out, study, FLAGS.variant)
     done = sum(1 for c in collected if c["summary"])
-    print(f"report of {name} ({FLAGS.variant}): {done}/{len(collected)} runs completed; written to {written or out}")
+    variant = f" ({FLAGS.variant} variant)" if len(study.variants) > 1 or FLAGS.variant != "paper" else ""
+    print(f"report of {name}{variant}: {done}/{len(collected)} runs completed; written to {written or out}")
 
 
 def _run(study, name: str, runs: list, selected: list) -> None:

@@ -48,6 +48,13 @@ def command_flags(command: str) -> list:
     # The command's own default and help, not whatever the last `cli.run` in this process put on the shared flag.
     for name, (default, help_text) in (common or {}).items():
         rows[name] = (_type(FLAGS[name]), default, help_text)
+    # An alias (Hugging Face's name) reads its flag's default as it is now, which another command run in this process
+    # may have changed: it shows its flag's row instead.
+    from tf_transfer.core.flags import HF_ALIASES
+
+    for alias, name in HF_ALIASES.items():
+        if alias in rows and name in rows:
+            rows[alias] = (rows[alias][0], rows[name][1], rows[alias][2])
     return [(name, *rows[name]) for name in sorted(rows)]
 
 

@@ -43,7 +43,8 @@ def call(function: Callable, *args, **kwargs):
     context = multiprocessing.get_context("spawn")
     pool = futures.ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_die_with_parent)
     try:
-        return pool.submit(function, *args, **kwargs).result()
+        future = pool.submit(function, *args, **kwargs)
+        return future.result()
     except KeyboardInterrupt:
         # Ctrl-C: stop the child now (a run resumes from its last finished epoch) instead of waiting, as leaving the
         # pool would, for it to finish on its own.

@@ -28,7 +28,10 @@ def test_ctrl_c_stops_the_child_at_once_instead_of_waiting_for_it():
     import sys
     import time
 
-    script = ("import time\nfrom tf_transfer.core import isolated\nprint('started', flush=True)\n"
+    # A test process may ignore SIGINT (pytest-xdist's workers do), and an ignored signal stays ignored across exec:
+    # the script takes Python's own handler back, as a terminal's command has it.
+    script = ("import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from tf_transfer.core import isolated\nprint('started', flush=True)\n"
               "try:\n    isolated.call(time.sleep, 120)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "started"

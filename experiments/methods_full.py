@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from experiments import methods_report
 from experiments.methods import best_validation, pick_rate
+from experiments.transfer_learning import pinned_commands
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant
@@ -127,9 +128,7 @@ GRID = Grid(
            **{name: _axes(name) for name in METHODS}},
     dependent={"lr": resolve_lr},
     task_flagfiles={"sst2": "flags/methods_full_sst2.flags"},
-    variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=tuple(
-        f"taskset -c {core} python -m tf_transfer.experiments run methods_full --variant=cpu --shard={core + 1}/2 "
-        "--runs_dir=reports/runs --cache_dir=runs/cache --data_dir=$GLUE_DIR &" for core in (0, 1)))},
+    variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=pinned_commands("methods_full"))},
     report=methods_report.write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -26,6 +26,7 @@ from collections import defaultdict
 from tf_transfer.core import stats
 from tf_transfer.training import record
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.data_note import data_section
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
 
@@ -123,6 +124,7 @@ def report(collected: list, out: str, study: Grid, variant: str) -> None:
     majority = reports.dev_baselines(tasks, collected, out)
     results = {task: _task_results(task, cells, majority.get(task)) for task in tasks}
     lines = [f"# Layer-freezing sweep ({variant} variant)", "", f"Reproduces {study.paper}.", ""]
+    lines += data_section(collected)
     lines += _claims(tasks, results, collected)
     if chosen.differences:
         lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]

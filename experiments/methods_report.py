@@ -15,6 +15,7 @@ from collections import defaultdict
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.data_note import data_section
 from tf_transfer.reporting import validation_baselines
 
 FULL = "full fine-tuning"
@@ -505,6 +506,7 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
              f"Checks {study.paper} on {', '.join(tasks)} with all-MiniLM-L6-v2 (6 blocks, 384 wide), seeds "
              f"{', '.join(map(str, seeds))} compared, each method at its own rate searched per task. Generated from "
              "the runs below by the command at the end; rerunning it keeps the report current.", ""]
+    lines += data_section(collected)
     lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done)
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock)
               + f" Memory: the {MEMORY[memory]}. Scores: GLUE dev at the best validation epoch, in points of each "

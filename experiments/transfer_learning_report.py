@@ -15,6 +15,7 @@ from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, 
                                            UNCACHED_TASKS, label, paper_metric)
 from experiments.transfer_learning_claims import OTHER_MACHINE, claims, completed_runs, mean_or_none, saved_cell
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.data_note import data_section
 from tf_transfer.studies.grid import Grid
 
 CENSORED_LEGEND = (
@@ -37,7 +38,7 @@ def write_report(collected: list, out: str, study: Grid, variant: str) -> None:
     clock = chosen.clock
     cap = study.base(variant).get("max_epochs")
     lines = [f"# Transfer learning vs fine-tuning ({variant} variant)", "",
-             f"Reproduces {study.paper}.", ""]
+             f"Reproduces {study.paper}.", ""] + data_section(collected)
     baselines = reports.dev_baselines(tasks, collected, out, {t: paper_metric(t) for t in tasks})
     if any(baselines.values()):
         reports.write_baselines(out, baselines)

@@ -97,7 +97,8 @@ class GlueSettings(RunSettings):
     max_seq_length: int = setting(128, "Token budget per example, [CLS] and [SEP]s included.")
     data_dir: Optional[str] = setting(None, "GLUE folder in the original TSV layout (default $GLUE_DIR); with "
                                             "neither, tensorflow-datasets glue/<task> is used.")
-    validation_fraction: float = setting(0.1, "Share of GLUE train held out for early stopping.")
+    validation_fraction: float = setting(0.1, "Share of the training data (GLUE train or --train_file) held out, "
+                                              "seeded, for early stopping when no validation file is given.")
     max_train_examples: Optional[int] = setting(None, "Train on at most this many examples (after the split).")
     lr_schedule: str = setting("constant", "constant, or linear (warm-up then linear decay to 0, as BERT).")
     warmup_proportion: float = setting(0.1, "Share of all steps spent warming up (--lr_schedule=linear).")

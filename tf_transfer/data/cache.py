@@ -145,6 +145,32 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     return cached, cached.build_s, False
 
 
+def extend(blocks, cached: CachedSplit, key: str, max_length: int, batch_size: int = 64, bucket_step: int = 16):
+    """Returns `(CachedSplit, seconds spent, reused?)`: `cached` (a prefix's outputs, every real token) run through
+    `blocks` (a model from `{"hidden", "padding_mask"}` to the next blocks' output, `cached_prefix.blocks_model`) in
+    inference mode, for a deeper frozen prefix, without running the embeddings and the earlier blocks again. Kept in
+    memory under `key` (which must name the whole sequence of depths: the stored float16 outputs are rounded at each
+    depth, so an extended cache differs from one built at once in the last float16 bits)."""
+    if key in _MEMORY:
+        return _MEMORY[key], 0.0, True
+    start, cpu_start = time.perf_counter(), machine.cpu_seconds()
+    import tensorflow as tf
+
+    run_blocks = tf.function(lambda features: blocks(features, training=False), reduce_retracing=True,
+                             autograph=False)
+    hidden = np.empty((int(cached.offsets[-1]), int(blocks.output.shape[-1])), np.float16)
+    plan = inputs.plan_eval_batches(cached.lengths, batch_size, "bucket")
+    for indices, features in zip(plan, batches(cached, plan, bucket_step, max_length, with_labels=False)):
+        output = run_blocks(features).numpy()
+        for row, index in enumerate(indices):
+            begin, end = cached.offsets[index], cached.offsets[index + 1]
+            hidden[begin:end] = output[row, :end - begin]
+    extended = CachedSplit(hidden, cached.offsets, cached.lengths, cached.labels, cached.regression)
+    extended.build_s, extended.build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
+    _MEMORY[key] = extended
+    return extended, extended.build_s, False
+
+
 def _load(folder: str, encoded: inputs.Encoded) -> Optional[CachedSplit]:
     if not os.path.exists(os.path.join(folder, "meta.json")):
         return None
@@ -158,6 +184,11 @@ def _load(folder: str, encoded: inputs.Encoded) -> Optional[CachedSplit]:
 
 def clear_memory() -> None:
     _MEMORY.clear()
+
+
+def forget(key: str) -> None:
+    """Drops one cache from the process's memory (a prefix that will not be read again)."""
+    _MEMORY.pop(key, None)
 
 
 def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True,

@@ -42,3 +42,16 @@ def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "flo
     pooled = backbone.get_layer("pooled_dense")(first) if families.of(backbone).pooler else first
     outputs = head(pooled)
     return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, outputs, name="cached_classifier")
+
+
+def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16"):
+    """Blocks `start..stop-1` of the backbone as a model on a cached prefix's outputs (`{"hidden", "padding_mask"}`,
+    the output of block start-1 or of the embeddings): extends a frozen-prefix cache by the blocks that froze next
+    (`cache.extend`), weights shared with `backbone`."""
+    import keras
+
+    hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden")
+    mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+    x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
+    x = families.run_blocks(backbone, backbone.transformer_layers[start:stop], x, mask_input)
+    return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, x, name=f"blocks_{start}_{stop}")

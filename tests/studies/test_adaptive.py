@@ -1,0 +1,140 @@
+"""Adaptive freezing (--method=autofreeze, freezeout): the rule and schedule, the gradient sums, the growing cache,
+a run that freezes, its record, its resume, and bad input."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tf_transfer.core.errors import TransferError
+from tf_transfer.models import freeze_schedules as fs
+from tf_transfer.studies import glue_task
+from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.training import record
+from tf_transfer.training.run_folder import RunFolder
+
+from conftest import run_module
+
+
+# --- the rule and the schedule (numbers only) ------------------------------------------------------------------------
+
+def test_autofreeze_freezes_the_blocks_below_the_first_that_still_changes():
+    # Changes 0.25, 0.5, 0.75, 0.625: median 0.5625, block 2 is the first at or above it: blocks 0 and 1 freeze.
+    frozen, changes, threshold = fs.autofreeze_frozen([2.0] * 4, [1.5, 1.0, 0.5, 0.75], 0, 50, 1)
+    assert (frozen, threshold) == (2, 0.5625) and changes == [0.25, 0.5, 0.75, 0.625]
+    # The first interval only measures.
+    assert fs.autofreeze_frozen(None, [1.0] * 4, 0, 50, 1) == (0, None, None)
+
+
+def test_autofreeze_never_unfreezes_never_freezes_above_a_training_block_and_keeps_the_top():
+    # Block 0 changes most: nothing above it may freeze, even blocks that changed little.
+    assert fs.autofreeze_frozen([1.0] * 4, [0.1, 1.0, 1.0, 1.0], 0, 50, 1)[0] == 0
+    # Equal changes: the first block reaches the percentile, nothing freezes.
+    assert fs.autofreeze_frozen([1.0] * 4, [1.0, 1.0, 1.0, 1.0], 0, 50, 1)[0] == 0
+    # Only the top block changing: all but the top min_trainable freeze.
+    assert fs.autofreeze_frozen([1.0] * 4, [1.0, 1.0, 1.0, 0.1], 0, 100, 1)[0] == 3
+    assert fs.autofreeze_frozen([1.0] * 4, [1.0, 1.0, 1.0, 0.1], 0, 100, 2)[0] == 2
+    # Two blocks frozen already: the percentile is over the other two (changes 0.1 and 0.8: median 0.45).
+    frozen, changes, threshold = fs.autofreeze_frozen([0, 0, 1.0, 1.0], [0, 0, 0.9, 0.2], 2, 50, 1)
+    assert frozen == 3 and threshold == pytest.approx(0.45)
+    # ... and the count never goes down.
+    assert fs.autofreeze_frozen([1.0] * 3, [0.9, 0.9, 0.9], 2, 50, 0)[0] == 2
+
+
+def test_freezeout_times_are_the_authors_cubic_schedule():
+    times = fs.freezeout_times(num_blocks=6, t0=0.8, scale="cubic", min_trainable=1)
+    # Layer i of N = 7 (embeddings 0, blocks 1..6, head 7): (0.8 + 0.2 i / 7)^3; the top block is kept (t = 1).
+    assert times[:6] == pytest.approx([(0.8 + 0.2 * i / 7) ** 3 for i in range(6)])
+    assert times[6] == 1.0 and times == sorted(times)
+    steps = fs.freezeout_freeze_steps(times, 1000)
+    assert steps[0] == 512 and steps[6] is None
+    assert fs.freezeout_frozen(511, steps) == -1 and fs.freezeout_frozen(512, steps) == 0
+    assert fs.freezeout_frozen(1000, steps) == 5  # the kept block never freezes
+    linear = fs.freezeout_times(num_blocks=2, t0=0.5, scale="linear", min_trainable=0)
+    assert linear == pytest.approx([0.5, 0.5 + 0.5 / 3, 0.5 + 1 / 3])
+
+
+def test_freezeout_rate_anneals_to_zero_by_cosine():
+    assert fs.freezeout_rate_factor(0, 0.5, 100, scale_lr=True) == pytest.approx(2.0)
+    assert fs.freezeout_rate_factor(25, 0.5, 100, scale_lr=False) == pytest.approx(0.5)
+    assert fs.freezeout_rate_factor(50, 0.5, 100, scale_lr=False) == 0.0
+
+
+# --- the TensorFlow parts ---------------------------------------------------------------------------------------------
+
+def _tiny_dense_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3,))
+    hidden = keras.layers.Dense(4, name="b0")(inputs)
+    outputs = keras.layers.Dense(1, name="b1")(hidden)
+    return keras.Model(inputs, outputs)
+
+
+def test_block_gradient_sums_are_the_steps_gradients_summed():
+    import keras
+    import tensorflow as tf
+
+    from tf_transfer.training.block_gradients import BlockGradients
+
+    model = _tiny_dense_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    blocks = [model.get_layer("b0").trainable_variables, model.get_layer("b1").trainable_variables]
+    sums = BlockGradients(None, blocks)
+    sums.install(model.optimizer)
+    x, y = np.random.default_rng(0).normal(size=(8, 3)).astype("float32"), np.ones((8, 1), "float32")
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)  # two steps; lr 0: the same weights
+    expected = []
+    for block in blocks:
+        total = [0.0 * v.numpy() for v in block]
+        for half in (slice(0, 4), slice(4, 8)):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x[half]) - y[half]))
+            total = [t + g.numpy() for t, g in zip(total, tape.gradient(loss, [v.value for v in block]))]
+        expected.append(sum(np.abs(t).sum() for t in total))
+    assert sums.norms() == pytest.approx(expected, rel=1e-5)
+    sums.reset()
+    assert sums.norms() == [0.0, 0.0]
+
+
+def test_layer_rates_anneal_each_layers_updates():
+    import keras
+
+    from tf_transfer.training import layer_rates
+
+    model = _tiny_dense_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    b0, b1 = model.get_layer("b0"), model.get_layer("b1")
+    model.optimizer.build(model.trainable_variables)
+    # b0 frozen after 1 of 4 steps (t = 0.25), b1 never (no layer: t = 1).
+    layer_rates.anneal_layers(model.optimizer, [b0.trainable_variables], [0.25], total_steps=4, scale_lr=False)
+    x, y = np.ones((8, 3), "float32"), np.zeros((8, 1), "float32")
+    before = [v.numpy().copy() for v in b0.trainable_variables]
+    model.fit(x[:2], y[:2], batch_size=2, epochs=1, verbose=0)  # step 0: factor 1
+    after_one = [v.numpy().copy() for v in b0.trainable_variables]
+    assert any(not np.allclose(a, b) for a, b in zip(before, after_one))
+    model.fit(x[:4], y[:4], batch_size=2, epochs=1, verbose=0)  # steps 1, 2: past t_0 T = 1, factor 0
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(after_one, b0.trainable_variables))
+
+
+def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs(tiny_preset):
+    from tf_transfer.data import cache, inputs
+    from tf_transfer.data.examples import Examples
+    from tf_transfer.models import backbones, cached_prefix
+
+    loaded = backbones.load_preset(tiny_preset)
+    sentences = ["the cat is happy", "a dog runs in the house now", "she eats", "who ran from the green house ?"]
+    examples = Examples(sentences, None, np.array([0, 1, 0, 1]))
+    encoded = inputs.encode(examples, loaded.tokenizer, 16)
+    backbone = loaded.backbone
+    one, _, _ = cache.build(cached_prefix.prefix_model(backbone, 2), encoded, "ext-test-d1", batch_size=3)
+    extended, seconds, reused = cache.extend(cached_prefix.blocks_model(backbone, 1, 3), one, "ext-test-d1+3",
+                                             max_length=16, batch_size=3)
+    at_once, _, _ = cache.build(cached_prefix.prefix_model(backbone, 0), encoded, "ext-test-d3", batch_size=3)
+    assert not reused and seconds > 0
+    assert extended.hidden.shape == at_once.hidden.shape
+    # The same blocks on the same inputs; only the float16 rounding of the stored depth-1 outputs differs.
+    np.testing.assert_allclose(extended.hidden.astype("float32"), at_once.hidden.astype("float32"), atol=2e-2)
+    for key in ("ext-test-d1", "ext-test-d1+3", "ext-test-d3"):
+        cache.forget(key)

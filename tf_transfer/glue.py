@@ -75,6 +75,10 @@ def _train(config: GlueSettings, output_dir: str) -> None:
         return
     summary = study.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir)
     best = summary["best_epoch"]
+    if summary.get("freezing"):  # --method=autofreeze or freezeout: when each block froze, before the last line
+        from tf_transfer.studies.adaptive_task import freeze_line
+
+        print(freeze_line(summary))
     if best:
         scores = summary["epochs"][best - 1]
         test = scores_text(scores["test"])

@@ -138,3 +138,97 @@ def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs
     np.testing.assert_allclose(extended.hidden.astype("float32"), at_once.hidden.astype("float32"), atol=2e-2)
     for key in ("ext-test-d1", "ext-test-d1+3", "ext-test-d3"):
         cache.forget(key)
+
+
+# --- runs -------------------------------------------------------------------------------------------------------------
+
+def _settings(glue_dir, preset, **overrides):
+    values = dict(task="sst2", preset=preset, method="autofreeze", lr=1e-3, batch_size=4, max_epochs=3,
+                  patience=10, data_dir=glue_dir, max_seq_length=16, seed=0, freeze_interval_steps=2,
+                  freeze_percentile=100.0)
+    values.update(overrides)
+    return GlueSettings(**values)
+
+
+def test_autofreeze_records_its_freezes_and_resumes_after_one_with_the_same_numbers(glue_dir, tiny_preset, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """Killed right after epoch 1 (whose step 4 froze the embeddings and blocks 0-1; the gradient sums of an
+    unfinished interval pending), the rerun replays the freeze and ends with the unbroken run's numbers."""
+    settings = _settings(glue_dir, tiny_preset, max_epochs=2)
+    straight = glue_task.run_glue(settings, str(tmp_path / "straight"))
+    freezing = straight["freezing"]
+    events = freezing["events"]
+    assert straight["completed"] and events, freezing["decisions"]
+    # Bottom-up, never the top block, each with its step, epoch and the statistic that decided it.
+    assert events[0]["embeddings"] and events[-1]["frozen_blocks"] <= 2
+    assert [e["frozen_blocks"] for e in events] == sorted({e["frozen_blocks"] for e in events})
+    for event in events:
+        assert event["step"] % 2 == 0 and event["changes"] and event["threshold"] is not None
+        assert event["changes"][event["frozen_blocks"]] >= event["threshold"] > max(event["changes"][:event["frozen_blocks"]])
+    assert [d["step"] for d in freezing["decisions"]] == list(range(2, freezing["global_step"] + 1, 2))
+    assert events[0]["epoch"] == 1, "the kill below must come after the first freeze"
+    assert f"at step {events[0]['step']} (epoch 1)" in capsys.readouterr().out
+    params = [e["trainable_params"] for e in straight["epochs"]]
+    assert params == sorted(params, reverse=True) and params[-1] == events[-1]["trainable_params"]
+    assert sum(p["steps"] for p in freezing["phases"]) == freezing["global_step"]
+
+    original_save = RunFolder.save_epoch
+
+    def save_then_die(self, epoch, model, optimizer=None):
+        original_save(self, epoch, model, optimizer)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunFolder, "save_epoch", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        glue_task.run_glue(settings, str(tmp_path / "resumed"))
+    monkeypatch.setattr(RunFolder, "save_epoch", original_save)
+    resumed = glue_task.run_glue(settings, str(tmp_path / "resumed"))
+    assert [r["after_epoch"] for r in resumed["resumes"]] == [1]
+    timings = ("cache_s", "compile_s")
+    assert [{k: v for k, v in e.items() if k not in timings} for e in resumed["freezing"]["events"]] == [
+        {k: v for k, v in e.items() if k not in timings} for e in events]
+    assert resumed["freezing"]["decisions"] == freezing["decisions"]
+    for a, b in zip(straight["epochs"], resumed["epochs"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+        assert b["val"] == pytest.approx(a["val"])
+
+
+def test_freezeout_through_the_command_prints_when_each_block_froze(glue_dir, tiny_preset, tmp_path):
+    result = run_module("tf_transfer.glue", "--task=sst2", f"--data_dir={glue_dir}", f"--preset={tiny_preset}",
+                        "--method=freezeout", "--freezeout_t0=0.3", "--lr=1e-3", "--batch_size=4",
+                        "--max_epochs=2", "--max_seq_length=16", f"--output_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = record.read_summary(str(tmp_path))
+    freezing = summary["freezing"]
+    # Cubic from t0 = 0.3 over 18 steps: the embeddings at 0.027 T, block 0 at (0.3 + 0.7/4)^3 T, ...; the top kept.
+    assert freezing["freeze_steps"][0] == math.ceil(0.3 ** 3 * 18 - 1e-9) and freezing["freeze_steps"][3] is None
+    events = freezing["events"]
+    assert events and events[0]["embeddings"] and events[-1]["frozen_blocks"] == 2
+    for event in events:
+        assert event["rule"] == "freezeout" and event["step"] in freezing["freeze_steps"]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2].startswith("froze ") and "the last 1 of 3 blocks trained at the end" in lines[-2]
+    assert lines[-1].startswith("done: best epoch")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--method=autofreeze", "--freeze_interval_steps=0"], "--freeze_interval_steps"),
+    (["--method=autofreeze", "--freeze_percentile=150"], "--freeze_percentile"),
+    (["--method=autofreeze", "--freeze_percentile=0"], "--freeze_percentile"),
+    (["--method=freezeout", "--freezeout_t0=1"], "--freezeout_t0"),
+    (["--method=autofreeze", "--cache_frozen"], "caches each frozen prefix itself"),
+    (["--method=autofreeze", "--lora_rank=4"], "--lora_rank is for --method=lora"),
+    (["--method=freezeout", "--freeze_percentile=40"], "--freeze_percentile is for --method=autofreeze"),
+    (["--method=freeze", "--min_trainable_layers=2"], "--min_trainable_layers is for"),
+    (["--method=autofreeze", "--trainable_layers=1"], "can never freeze a block"),
+    (["--method=autofreeze", "--min_trainable_layers=4"], "exceeds the backbone's 3 encoder blocks"),
+], ids=["interval0", "percentile150", "percentile0", "t0", "cache", "lora", "percentile_freezeout", "freeze_min",
+        "k_bound", "beyond_depth"])
+def test_bad_adaptive_input_is_one_error_line_and_nothing_completed(glue_dir, tiny_preset, tmp_path, flags, message):
+    result = run_module("tf_transfer.glue", "--task=sst2", f"--data_dir={glue_dir}", f"--preset={tiny_preset}",
+                        "--max_epochs=1", f"--output_dir={tmp_path}", *flags)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    summary = record.read_summary(str(tmp_path))
+    assert not (summary or {}).get("completed")

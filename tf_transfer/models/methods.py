@@ -36,7 +36,10 @@ from typing import Sequence
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing
 
-METHODS = ("freeze", "lora", "bitfit")
+# Freezing decided during training (`tf_transfer.models.freeze_schedules`): what trains at the start is the freezing
+# rule's, and a growing prefix freezes as the run goes.
+ADAPTIVE = ("autofreeze", "freezeout")
+METHODS = ("freeze", "lora", "bitfit") + ADAPTIVE
 
 # Where each target sits in a block of keras-hub's encoders (TransformerEncoder, and DeBERTa-v3's
 # DisentangledAttentionEncoder): (attribute of the block, attribute of that, or None).
@@ -78,7 +81,7 @@ def apply(backbone, method: str, trainable_layers=freezing.ALL, lora_rank: int =
     the strategy's scope, after the pretrained weights are loaded and before the model is compiled)."""
     check_method(method, lora_targets)
     freezing.set_trainable_layers(backbone, trainable_layers)
-    if method == "freeze":
+    if method == "freeze" or method in ADAPTIVE:
         return
     blocks = _blocks_in_scope(backbone, trainable_layers, method)
     if method == "lora":

@@ -88,6 +88,22 @@ class GlueSettings(RunSettings):
                              "either way.")
     bitfit_layer_norm: bool = setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); their "
                                              "betas are bias terms and train anyway.")
+    freeze_interval_steps: Optional[int] = setting(
+        None, "--method=autofreeze: training steps between freezing decisions (default: a tenth of all steps, "
+              "--max_epochs x steps per epoch, as the AutoFreeze authors' 10 intervals).")
+    freeze_percentile: float = setting(
+        50.0, "--method=autofreeze: blocks below the first one whose gradient-norm change reaches this percentile "
+              "(0-100] of the training blocks' changes freeze (AutoFreeze: the median, 50).")
+    min_trainable_layers: int = setting(
+        1, "--method=autofreeze or freezeout: the top blocks that never freeze (0: every block may freeze, the "
+           "pooler and head train to the end).")
+    freezeout_t0: float = setting(
+        0.8, "--method=freezeout: how far into training (before scaling) the embeddings freeze, in (0, 1); the "
+             "blocks above follow, evenly spaced to the head's 1 (FreezeOut's default 0.8).")
+    freezeout_scale: str = setting("cubic", "--method=freezeout: linear, squared or cubic scaling of each layer's "
+                                            "freezing time (FreezeOut's recommended and default: cubic).")
+    freezeout_scale_lr: bool = setting(True, "--method=freezeout: start each layer's rate at lr / t_i, so that "
+                                             "every layer moves about as far (FreezeOut's default).")
     lr: float = setting(2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
     batch_size: int = setting(1, "Training batch size (the paper: 1).")
     max_epochs: int = setting(30, "Most epochs to train.")
@@ -144,6 +160,12 @@ class GlueSettings(RunSettings):
         "lora_init": ((lambda value: value in methods.LORA_INITS), "must be one of " + ", ".join(methods.LORA_INITS)),
         "lora_targets": ((lambda value: bool(value) and set(value) <= set(methods.LORA_TARGETS)),
                          "must name some of " + ", ".join(methods.LORA_TARGETS)),
+        "freeze_interval_steps": settings_lib.optional_at_least_1,
+        "freeze_percentile": ((lambda value: settings_lib.in_range(0.0, 100.0, low_open=True)(value) or value == 100),
+                              "must be in (0, 100]"),
+        "min_trainable_layers": (settings_lib.at_least(0), "must be >= 0"),
+        "freezeout_t0": (settings_lib.in_range(0.0, 1.0, low_open=True), "must be in (0, 1)"),
+        "freezeout_scale": settings_lib.one_of(("linear", "squared", "cubic")),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
@@ -155,7 +177,10 @@ class GlueSettings(RunSettings):
                                       "positive_label": None, "train_split": "train", "validation_split": None,
                                       "test_split": None, "method": "freeze", "lora_rank": 8, "lora_alpha": 8.0,
                                       "lora_targets": list(methods.DEFAULT_TARGETS), "bitfit_layer_norm": False,
-                                      "lora_init": "gaussian", "allow_many_labels": False}
+                                      "lora_init": "gaussian", "allow_many_labels": False,
+                                      "freeze_interval_steps": None, "freeze_percentile": 50.0,
+                                      "min_trainable_layers": 1, "freezeout_t0": 0.8, "freezeout_scale": "cubic",
+                                      "freezeout_scale_lr": True}
 
     OWN_DATA_SETTINGS: ClassVar[tuple] = ("train_file", "validation_file", "test_file", "text_columns", "label_column",
                                           "regression", "positive_label", "train_split", "validation_split",
@@ -210,6 +235,8 @@ class GlueSettings(RunSettings):
             # Nothing held out: nothing to stop early on or to pick an epoch by (every epoch is trained).
             (self.validation_fraction > 0 or self.patience == 0,
              "--validation_fraction=0 holds nothing out to stop early on: give --patience=0 (early stopping off)"),
+            (self.method not in methods.ADAPTIVE or not self.cache_frozen,
+             f"--method={self.method} caches each frozen prefix itself as it grows: leave --cache_frozen off"),
             (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
              "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
             (self.method == "freeze" or self.trainable_layers != 0,
@@ -218,7 +245,18 @@ class GlueSettings(RunSettings):
             *[(self.method == method or getattr(self, name) == self.__dataclass_fields__[name].default,
                f"--{name} is for --method={method}, not --method={self.method}")
               for name, method in (("lora_rank", "lora"), ("lora_alpha", "lora"), ("lora_targets", "lora"),
-                                   ("lora_init", "lora"), ("bitfit_layer_norm", "bitfit"))],
+                                   ("lora_init", "lora"), ("bitfit_layer_norm", "bitfit"),
+                                   ("freeze_interval_steps", "autofreeze"), ("freeze_percentile", "autofreeze"),
+                                   ("freezeout_t0", "freezeout"), ("freezeout_scale", "freezeout"),
+                                   ("freezeout_scale_lr", "freezeout"))],
+            (self.method in methods.ADAPTIVE or self.min_trainable_layers == 1,
+             f"--min_trainable_layers is for --method=autofreeze or freezeout, not --method={self.method}"),
+            (self.method not in methods.ADAPTIVE or self.steps_per_execution == 1,
+             f"--method={self.method} decides between steps: use --steps_per_execution=1"),
+            (self.method not in methods.ADAPTIVE or self.trainable_layers == freezing.ALL
+             or self.trainable_layers > self.min_trainable_layers,
+             f"--method={self.method} with --trainable_layers={self.trainable_layers} and --min_trainable_layers="
+             f"{self.min_trainable_layers} can never freeze a block: give more trainable layers or fewer kept"),
         ]
 
     # Settings that mean nothing under other methods, left out of their runs' records and names (`lora_init` came
@@ -280,7 +318,8 @@ class GlueSettings(RunSettings):
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self) -> str:
-        method = {"freeze": "", "lora": f"lora_r{self.lora_rank}_", "bitfit": "bitfit_"}[self.method]
+        method = {"freeze": "", "lora": f"lora_r{self.lora_rank}_", "bitfit": "bitfit_", "autofreeze": "autofreeze_",
+                  "freezeout": "freezeout_"}[self.method]
         return f"{method}k{self.trainable_layers}_lr{self.lr:g}_bs{self.batch_size}_{self.fingerprint()}"
 
     def default_output_dir(self, root: str = "runs") -> str:

@@ -360,4 +360,10 @@ class GlueTask(Task):
 def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,
              export_dir: Optional[str] = None) -> dict:
     """Trains and scores one GLUE run in `output_dir` (`runner.run`); returns the final summary."""
+    from tf_transfer.models import methods
+
+    if settings.method in methods.ADAPTIVE:
+        from tf_transfer.studies.adaptive_task import AdaptiveGlueTask
+
+        return runner.run(AdaptiveGlueTask(settings, export_dir), output_dir, strategy, overwrite)
     return runner.run(GlueTask(settings, export_dir), output_dir, strategy, overwrite)

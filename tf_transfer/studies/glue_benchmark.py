@@ -13,8 +13,9 @@ Example:
 from __future__ import annotations
 
 import resource
+import sys
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -82,18 +83,17 @@ def _plan_steps(feed, steps: int) -> list:
 
 
 def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 1,
-            profile_dir: Optional[str] = None) -> dict:
+            profile_dir: Optional[str] = None, before_repeat: Optional[Callable[[int], None]] = None) -> dict:
     """Builds the run's model and feed as a GLUE run does (`GlueTask.build`), then times `steps` training steps,
     `repeats` times.
 
     The figures are the median repeat's; every repeat's rate and CPU utilization is reported too, so a repeat that
-    shared the machine with something else shows itself.
+    shared the machine with something else shows itself. `before_repeat(i)` runs before repeat i (untimed).
     """
     prepared = GlueTask(config)
     prepared.build()
     model, feed, backbone = prepared.model, prepared.feed, prepared.backbone
-    hidden = int(backbone.hidden_dim)
-    intermediate = int(backbone.intermediate_dim)
+    hidden, intermediate = int(backbone.hidden_dim), int(backbone.intermediate_dim)
     plan = _plan_steps(feed, warmup_steps + steps)
     # Warm-up compiles every batch shape the timed steps will see (XLA compiles one program per shape).
     warm, timed = feed.warmup_plan() + plan[:warmup_steps], plan[warmup_steps:]
@@ -111,7 +111,7 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
     # training itself does not add.
     resident_before_mb = memory.resident_mb()
     meter.start()  # the training steps' peak, as a run's summary records it (not the process's since its start)
-    runs = _timed_repeats(train_fit, timed, repeats)
+    runs = _timed_repeats(train_fit, timed, repeats, before_repeat)
     peak_memory_mb = meter.peak_mb()
     elapsed, cpu_utilization = sorted(runs)[len(runs) // 2]
     profile = _profile(train_fit, timed, profile_dir) if profile_dir else None
@@ -129,6 +129,7 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         "timed_examples": examples,
         "warmup_s": warmup_s,
         "cache_time_s": prepared.cache_time_s,
+        "cache_cost_by_split": prepared.cache_split_cost,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_memory_mb": peak_memory_mb,
         "peak_memory_source": meter.source,
@@ -139,14 +140,16 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         "hidden_dim": hidden,
         "intermediate_dim": intermediate,
         "preset_source": prepared.loaded.source,
-        **({"profile": profile} if profile is not None else {}),
+        **(profile or {}),
     }
 
 
-def _timed_repeats(train_fit, timed: list, repeats: int) -> list:
+def _timed_repeats(train_fit, timed: list, repeats: int, before_repeat=None) -> list:
     """`[(seconds, CPU utilization)]` of `repeats` fit calls over the `timed` batches."""
     runs = []
-    for _ in range(repeats):
+    for repeat in range(repeats):
+        if before_repeat is not None:
+            before_repeat(repeat)
         start, cpu_start = time.perf_counter(), machine.cpu_seconds()
         train_fit(timed)
         elapsed = time.perf_counter() - start
@@ -154,15 +157,31 @@ def _timed_repeats(train_fit, timed: list, repeats: int) -> list:
     return runs
 
 
-def _profile(train_fit, timed: list, profile_dir: str) -> list:
-    """The 25 op types that took the most time in one more fit call, traced apart (tracing slows the steps, so it
-    never counts in the timed figures)."""
+def wait_for_go(repeat: int) -> None:
+    """Prints `ready <repeat>` and blocks until a line arrives on stdin (`tf_transfer.bench --wait_between_repeats`):
+    the protocol of benchmarks/fair.py, which runs one program's timed repeat at a time."""
+    print(f"ready {repeat}", flush=True)
+    if not sys.stdin.readline():
+        raise SystemExit("stdin closed while waiting to start a timed repeat")
+
+
+def _profile(train_fit, timed: list, profile_dir: str) -> dict:
+    """One more fit call traced apart (tracing slows the steps, so it never counts in the timed figures): the 25 op
+    types that took the most time (`profile`), op busy time per part of the step (`profile_categories`:
+    `profiling.category`), and the traced call's wall seconds beside the ops' summed busy seconds (with one
+    thread, their difference is the framework's own time: the executor, Python, the input pipeline)."""
     from tf_transfer.training import profiling
 
+    start = time.perf_counter()
     with profiling.trace(profile_dir):
         train_fit(timed)
-    return [{"phase": phase, "op": op, "seconds": round(s, 4), "share": round(share, 4)}
-            for phase, op, s, share in profiling.op_time_table(profile_dir)[:25]]
+    traced_s = time.perf_counter() - start
+    categories = profiling.category_table(profile_dir)
+    return {"profile": [{"phase": phase, "op": op, "seconds": round(s, 4), "share": round(share, 4)}
+                        for phase, op, s, share in profiling.op_time_table(profile_dir)[:25]],
+            "profile_categories": [{"category": name, "seconds": round(s, 4), "share": round(share, 4)}
+                                   for name, s, share in categories],
+            "profile_traced_s": traced_s, "profile_op_busy_s": sum(s for _, s, _ in categories)}
 
 
 def _work_done(feed, timed: list, backbone, config: GlueSettings) -> tuple:

@@ -98,6 +98,7 @@ class GlueTask(Task):
         self.metric = settings.metric_name
         self.task = None  # a `tasks.Task`, known once the data has been read
         self.cache_time_s, self.cache_cost, self.cache_mb = 0.0, None, None
+        self.cache_split_cost = {}  # {split: {"s", "cpu_s"}} built by this run (the benchmark charges train's)
 
     def build(self, strategy=None) -> None:
         """Reads the data, loads the backbone, encodes every split and builds the compiled model and its feed.
@@ -195,6 +196,8 @@ class GlueTask(Task):
             cached[name], spent, reused = cache.build(prefix, split, key, cls_only, settings.cache_dir,
                                                       settings.eval_batch_size, settings.bucket_step)
             self.cache_time_s += spent
+            if not reused:
+                self.cache_split_cost[name] = {"s": spent, "cpu_s": cached[name].build_cpu_s}
             self.cache_mb += cached[name].nbytes / 2**20
             for field in self.cache_cost:
                 value = getattr(cached[name], field)

@@ -19,6 +19,7 @@ import collections
 import contextlib
 import glob
 import os
+import re
 
 
 @contextlib.contextmanager
@@ -43,19 +44,16 @@ def _phase(op_path: str, op_type: str) -> str:
     return "forward/other"  # the forward pass, the loss, and gradient clipping
 
 
-def op_time_table(logdir: str) -> list:
-    """`(phase, op type, seconds, share)` rows, largest first, over the TensorFlow ops the trace recorded on the
-    host's compute threads. Seconds are per-thread busy time, so they add up to more than wall time when ops
-    run side by side."""
+def _op_events(logdir: str):
+    """`(op path, op type, seconds)` of every TensorFlow op event on the host's compute threads of the trace."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     paths = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))
     if not paths:
-        return []
+        return
     space = xplane_pb2.XSpace()
     with open(paths[-1], "rb") as handle:
         space.ParseFromString(handle.read())
-    seconds = collections.Counter()
     for plane in space.planes:
         if plane.name != "/host:CPU":
             continue
@@ -68,6 +66,52 @@ def op_time_table(logdir: str) -> list:
                 if ":" not in name or "::" in name:
                     continue
                 path, op_type = name.rsplit(":", 1)
-                seconds[(_phase(path, op_type), op_type)] += event.duration_ps / 1e12
+                yield path, op_type, event.duration_ps / 1e12
+
+
+def op_time_table(logdir: str) -> list:
+    """`(phase, op type, seconds, share)` rows, largest first, over the TensorFlow ops the trace recorded on the
+    host's compute threads. Seconds are per-thread busy time, so they add up to more than wall time when ops
+    run side by side."""
+    seconds = collections.Counter()
+    for path, op_type, spent in _op_events(logdir):
+        seconds[(_phase(path, op_type), op_type)] += spent
     total = sum(seconds.values()) or 1.0
     return [(phase, op_type, s, s / total) for (phase, op_type), s in seconds.most_common()]
+
+
+_PRODUCTS = ("MatMul", "Einsum", "BatchMatMul")
+# Keras numbers a layer's name scope when it is called again (query_1, ...).
+_PROJECTION = re.compile(r"/(query|key|value|attention_output)(_\d+)?/")
+
+
+def category(path: str, op_type: str) -> str:
+    """What part of a BERT training step a TensorFlow op belongs to, from its name scope (keras-hub's layer names)
+    and type: products (the dense layers and the attention projections), attention (scores, softmax, mask and
+    the product with the values), layer norm, GELU (the intermediate dense layer's activation and bias), dropout,
+    embeddings, optimizer (the update, weight decay and gradient clipping), or other (residual sums, loss, casts)."""
+    lowered, product = path.lower(), any(name in op_type for name in _PRODUCTS)
+    if _phase(path, op_type) == "optimizer" or any(key in lowered for key in ("adam", "clip", "global_norm")):
+        return "optimizer"
+    if "dropout" in lowered or op_type.startswith("StatelessRandom"):
+        return "dropout"
+    if "layer_norm" in lowered or "layernorm" in lowered:
+        return "layer norm"
+    if "self_attention_layer" in lowered and not _PROJECTION.search(lowered + "/"):
+        return "attention"
+    if product:
+        return "matmul"
+    if "feedforward_intermediate_dense" in lowered:
+        return "GELU"
+    if "embedding" in lowered:
+        return "embeddings"
+    return "other"
+
+
+def category_table(logdir: str) -> list:
+    """`(category, seconds, share)` rows, largest first (`category`), over the trace's op busy time."""
+    seconds = collections.Counter()
+    for path, op_type, spent in _op_events(logdir):
+        seconds[category(path, op_type)] += spent
+    total = sum(seconds.values()) or 1.0
+    return [(name, s, s / total) for name, s in seconds.most_common()]

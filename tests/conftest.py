@@ -264,3 +264,29 @@ def quora_rows(n: int, empty_label: bool = True) -> str:
     if empty_label:
         rows.insert(3, "7\tq-empty\tthe cat\tthe dog\t")
     return "\n".join(rows) + "\n"
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server on loopback for the whole session (tests/postgres.py). In CI it must start: `.ci/run`
+    installs Debian's server where it is absent, and the `test` extra psycopg."""
+    import postgres
+
+    server = postgres.start()
+    if server is None:
+        message = "no PostgreSQL server binaries (apt-get install postgresql) or no psycopg (the test extra)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request) -> str:
+    """A new database of its own for one test on the session's server; its SQLAlchemy URL."""
+    import hashlib
+    import re
+
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8]
+    return postgres_server.database(re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:40] + "_" + digest)

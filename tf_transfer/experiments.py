@@ -59,8 +59,14 @@ flags.DEFINE_list("lora_ranks", ["4", "8", "16"], "sweep: the LoRA ranks among t
 flags.DEFINE_integer("sweep_top", 3, "sweep: how many of the best candidates run again at more seeds.")
 flags.DEFINE_integer("sweep_seeds", 3, "sweep: seeds of those candidates; a candidate is recommended only from 2 "
                      "or more seeds that ran to their stopping rule (3 in practice), so 1 recommends nothing.")
-flags.DEFINE_string("storage", None, "sweep: the Optuna storage (an SQLAlchemy URL, e.g. a MySQL or PostgreSQL "
-                    "server that several machines share); default SQLite in the sweep's folder.")
+flags.DEFINE_string("storage", None, "sweep: the Optuna storage, an SQLAlchemy URL: e.g. "
+                    "postgresql://user:password@host:5432/sweeps, a server that several machines share (pip install "
+                    "-e '.[postgres]'; docs/distributed.md); default SQLite in the sweep's folder.")
+flags.DEFINE_string("sweep_name", None, "sweep: the sweep's name, its Optuna study on --storage and its folder under "
+                    "<runs_dir>/sweep/ (default: the data set and a hash of the sweep's settings, e.g. mrpc-1a2b3c4d). "
+                    "Processes and machines that give one name (and the same settings) work on one sweep.")
+flags.DEFINE_integer("sweep_heartbeat", 20, "sweep: seconds between a process's heartbeats for the trial it runs; "
+                     "a trial whose process missed 3 is failed and queued again by any other process on the sweep.")
 flags.DEFINE_list("seeds", None, "Seeds of every setting, instead of the grid's (e.g. 0,1,2).")
 flags.DEFINE_list("lrs", None, "Learning rates of every setting, instead of the grid's (e.g. 2e-5,1e-4).")
 COMMAND_FLAGS = flags_lib.common(
@@ -236,11 +242,13 @@ def _sweep() -> None:
     from tf_transfer.core import settings as settings_lib
     from tf_transfer.core.errors import TransferError
     from tf_transfer.reporting import sweep_report
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies import sweep, sweep_storage
 
     if not FLAGS.budget:
         raise TransferError("experiments sweep needs --budget: the training time to spend, e.g. --budget=30m")
     budget_s = sweep.parse_budget(FLAGS.budget)
+    if FLAGS.sweep_heartbeat < 1:
+        raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
     base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
     base.update({flag: FLAGS[flag].value for flag in OVERRIDABLE if FLAGS[flag].present})
     base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
@@ -254,6 +262,10 @@ def _sweep() -> None:
     except ValueError:
         raise TransferError(f"--lora_ranks takes whole numbers, comma-separated, got {','.join(FLAGS.lora_ranks)}")
     sweep.check_methods(FLAGS.methods)
+    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, "lora_ranks": ranks}
+    sweep_dir, name = _sweep_place(settings.dataset, identity)
+    if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
+        sweep_storage.storage_of(FLAGS.storage, None)
 
     def make_candidates():
         from tf_transfer.models import backbones
@@ -261,16 +273,18 @@ def _sweep() -> None:
         depth = backbones.load_preset(settings.preset).backbone.num_layers
         return sweep.candidates(FLAGS.methods, depth, lrs, ranks)
 
-    sweep_dir = os.path.join(FLAGS.runs_dir, "sweep", settings.dataset)
-    study, url = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
-                                  settings.metric_name in metrics.LOWER_IS_BETTER)
-    study.set_user_attr("command", " ".join(["python -m tf_transfer.experiments", *sys.argv[1:]]))
+    study, where = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
+                                    settings.metric_name in metrics.LOWER_IS_BETTER, name=name, identity=identity,
+                                    heartbeat_s=FLAGS.sweep_heartbeat,
+                                    command=" ".join(["python -m tf_transfer.experiments", *sys.argv[1:]]),
+                                    log=lambda line: print(line, flush=True))
+    print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
     logging.set_verbosity(logging.INFO)
 
     def train(*args):
         return isolated.call(_train_trial, *args) if FLAGS.isolate_runs else _train_trial(*args)
 
-    ended = sweep.run_sweep(study, url, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds,
+    ended = sweep.run_sweep(study, where, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds,
                             log=lambda line: print(line, flush=True))
     out = FLAGS.out or sweep_dir
     _, line = sweep_report.write_report(study, sweep_dir, out)
@@ -279,12 +293,25 @@ def _sweep() -> None:
     print(line)
 
 
+def _sweep_place(dataset: str, identity: dict) -> tuple:
+    """`(the sweep's folder, its name)`: `--sweep_name` or one derived from the settings, under
+    <runs_dir>/sweep/; a sweep begun before names (SQLite in <runs_dir>/sweep/<data set>/) goes on there."""
+    from tf_transfer.studies import sweep_storage
+
+    legacy = os.path.join(FLAGS.runs_dir, "sweep", dataset)
+    if not FLAGS.sweep_name and not FLAGS.storage and os.path.exists(os.path.join(legacy, "sweep.db")):
+        return legacy, sweep_storage.LEGACY_NAME
+    name = sweep_storage.check_name(FLAGS.sweep_name) if FLAGS.sweep_name else sweep_storage.default_name(
+        dataset, identity)
+    return os.path.join(FLAGS.runs_dir, "sweep", name), name
+
+
 def _train_trial(*args) -> dict:
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies import sweep_trial
 
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)
-    return sweep.train_trial(*args)
+    return sweep_trial.train_trial(*args)
 
 
 def _train_run(study, settings: dict, folder: str) -> None:

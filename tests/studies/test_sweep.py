@@ -172,12 +172,16 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
               f"--presets={one_block_preset}", "--methods=freeze,lora", "--lora_ranks=2", "--lrs=1e-2",
               "--max_epochs=3", "--max_seq_length=32", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs",
               f"--runs_dir={tmp_path / 'runs'}"]
-    sweep_dir = tmp_path / "runs" / "sweep" / "reviews"
     # A sweep killed while a trial ran: the study holds that trial RUNNING, owned by a process that is gone.
     import optuna
 
-    study, url = sweep.open_study(str(sweep_dir), _base(common), lambda: sweep.candidates(
-        ["freeze", "lora"], 1, [1e-2], [2]), 600.0)
+    from tf_transfer.studies import sweep_storage
+
+    identity = {"base": _base(common), "methods": ["freeze", "lora"], "lrs": [1e-2], "lora_ranks": [2]}
+    name = sweep_storage.default_name("reviews", identity)
+    sweep_dir = tmp_path / "runs" / "sweep" / name
+    study, where = sweep.open_study(str(sweep_dir), _base(common), lambda: sweep.candidates(
+        ["freeze", "lora"], 1, [1e-2], [2]), 600.0, name=name, identity=identity)
     killed = study.ask()
     killed.suggest_categorical("candidate", sorted(study.user_attrs["candidates"]))
     killed.suggest_int("seed", 0, 1000)
@@ -187,7 +191,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     done = run_module("tf_transfer.experiments", *common, "--budget=10m")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].startswith(("Recommended: ", "Nothing to recommend: "))
-    study = optuna.load_study(study_name="sweep", storage=url)
+    study = sweep.load(where)
     by_state = {}
     for trial in study.trials:
         by_state.setdefault(trial.state.name, []).append(trial)
@@ -211,7 +215,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     # Rerun: nothing is left to run; the report and recommendation are the same.
     again = run_module("tf_transfer.experiments", *common, "--budget=10m")
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == done.stdout.strip().splitlines()[-1]
-    assert len(optuna.load_study(study_name="sweep", storage=url).trials) == len(study.trials)
+    assert len(sweep.load(where).trials) == len(study.trials)
 
 
 def _base(common):

@@ -31,11 +31,14 @@ COLUMNS = ("candidate", "method", "trainable_layers", "lora_rank", "lr", "status
 
 
 def _runs(study, sweep_dir: str) -> dict:
-    """`{candidate: [(trial state, seed, summary)]}` of every trial that ran (the latest per seed)."""
-    latest, queued = {}, set()
+    """`{candidate: [(trial state, seed, run record)]}` of every trial that ran (the latest per seed): the record the
+    trial keeps in the storage (`sweep_storage.run_record`), so that every machine's report is the same; a trial of
+    a sweep from before records were kept is read from its run folder under `sweep_dir`."""
+    latest, queued, legacy = {}, set(), "identity" not in study.user_attrs
     for trial in study.get_trials(deepcopy=False):
-        if trial.state.name in ("WAITING", "RUNNING"):
-            if "retry_of" in trial.user_attrs:  # its process died: queued again, so not a failure
+        if trial.state.name in ("WAITING", "RUNNING"):  # its process died: queued again, so not a failure
+            queued.update(trial.system_attrs.get("retry_history") or [])
+            if "retry_of" in trial.user_attrs:
                 queued.add(trial.user_attrs["retry_of"])
             continue
         if "candidate" in trial.params and not trial.user_attrs.get("reference"):  # a measurement, not a run
@@ -44,7 +47,8 @@ def _runs(study, sweep_dir: str) -> dict:
     for (name, seed), trial in sorted(latest.items()):
         if trial.number in queued:
             continue
-        summary = record.read_summary(sweep.run_folder(sweep_dir, name, seed))
+        summary = trial.user_attrs.get("run") if not legacy or "run" in trial.user_attrs else record.read_summary(
+            sweep.run_folder(sweep_dir, name, seed))
         runs[name].append((trial.state.name, seed, summary))
     return runs
 
@@ -59,7 +63,7 @@ def _row(name: str, settings: dict, runs: list, metric: str, judged: Optional[di
     if first and cut == "reference":
         status = f"the reference: stopped after epoch {len(first['epochs'])}, where it set the first rung"
     elif first and status == "pruned":
-        status = f"pruned after epoch {len(first['epochs'])}"
+        status = f"pruned after epoch {first.get('pruned_at') or len(first['epochs'])}"
     elif first and cut == "budget":
         status = f"cut by the budget after epoch {len(first['epochs'])}"
     vals = [tables.best_epoch(s)["val"][metric] for s in ended]

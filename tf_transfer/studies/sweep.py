@@ -10,40 +10,38 @@ the best `top` candidates that ran to their stopping rule run again at further s
 starts whose estimated cost (`estimate_s`) does not fit in the budget left (training wall time, summed over its
 trials), the seed round is queued as soon as it and the next candidate would not both fit, and a run that would
 overrun stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs,
-which applies to any study's runs as well) counts only runs that ended by their stopping rule, on at least two
-seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the stopping
-rule, cache build included) whose seed-paired 95% interval of the difference to the best stays within a point of it.
+which applies to any study's runs as well: `sweep_rule`) counts only runs that ended by their stopping rule, on at
+least two seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the
+stopping rule, cache build included) whose seed-paired 95% interval of the difference to the best stays within a
+point of it.
 
-The study lives in SQLite (`sweep.db` in the sweep's folder; any SQLAlchemy URL with `storage`), so a killed sweep
-continues where it was (a trial whose process died is run again, and its run resumes from its last finished epoch)
-and several processes or machines can work on one sweep.
+The study lives in SQLite (`sweep.db` in the sweep's folder) or on any SQL server (`storage`), and is the sweep's
+queue, record and budget (`sweep_storage`): a killed sweep continues where it was (a trial whose process died is
+run again, and its run resumes from its last finished epoch), and several processes or machines work on one sweep
+and write the same report. A trial's run is `sweep_trial.train_trial`.
 
 Example:
 
 >>> from tf_transfer.studies import sweep
 >>> sweep.parse_budget("30m"), sweep.parse_budget("1h30m"), sweep.parse_budget("90s")
 (1800.0, 5400.0, 90.0)
->>> runs = [sweep.Run(name, seed, 3, 9, None, score, cost) for name, scores, cost in
-...         [("full", [0.84, 0.86, 0.87], 600.0), ("lora", [0.835, 0.857, 0.866], 300.0)]
-...         for seed, score in enumerate(scores)]
->>> decided = sweep.recommend(runs, constant={0: 0.78, 1: 0.80, 2: 0.81})
->>> decided["best"], decided["candidate"]
-('full', 'lora')
+>>> sorted(sweep.candidates(["bitfit"], num_layers=6))
+['bitfit_kall_lr0.001', 'bitfit_kall_lr0.005']
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import os
+import random
 import re
-import socket
 import time
 from typing import Callable, Optional, Sequence
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing
+from tf_transfer.studies import sweep_storage
+# The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
+from tf_transfer.studies.sweep_rule import MARGIN, MIN_SEEDS, Run, constant_prediction, recommend, run_of  # noqa: F401
 
 DEFAULT_LORA_RANKS = (4, 8, 16)
 # Learning rates per kind of candidate: fine-tuning's (the paper's 2e-5 and a larger one), a frozen prefix's, LoRA's
@@ -122,228 +120,49 @@ def candidate_name(settings: dict) -> str:
     return f"{method}{rank}_k{settings['trainable_layers']}_lr{settings['lr']:g}"
 
 
-# --- the recommendation: one rule over finished runs, the sweep's or any study's ------------------------------------
-
-MARGIN = 0.01  # one point of a score in [0, 1]: "as good as the best" within it; "learned" beyond the constant by it
-MIN_SEEDS = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One run as the recommendation reads it.
-
-    `epochs`: epochs trained; `max_epochs`: the cap of its stopping rule; `cut`: None when it ended by its stopping
-    rule (patience, or the cap), else what cut it short ("budget", "pruned", "reference", "unfinished");
-    `score`: the validation score of its best epoch; `cost_s`: seconds to the end of its last epoch (its stopping
-    rule's), building the frozen-prefix cache included."""
-
-    candidate: str
-    seed: int
-    epochs: int
-    max_epochs: int
-    cut: Optional[str]
-    score: Optional[float]
-    cost_s: Optional[float]
-
-
-def run_of(candidate: str, summary: dict, cut: Optional[str] = None) -> Run:
-    """A run's row from its `summary.json`: its score at the best epoch on its own metric, its cost in CPU seconds
-    (training's over all its epochs plus the cache build; wall seconds where no CPU clock was recorded), and `cut`
-    (given, or read from the sweep's mark on its last epoch, or "unfinished")."""
-    epochs = summary.get("epochs") or []
-    marked = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), None)
-    cut = cut or marked or (None if summary.get("completed") else "unfinished")
-    best = summary.get("best_epoch")
-    score = epochs[best - 1]["val"].get(summary["metric"]) if best and len(epochs) >= best else None
-    last = epochs[-1] if epochs else {}
-    if last.get("train_cpu_s") is not None:
-        cost = last["train_cpu_s"] + (summary.get("cache_build_cpu_s") or summary.get("cache_build_s") or 0.0)
-    elif last:
-        cost = last["train_time_s"] + (summary.get("cache_build_s") or 0.0)
-    else:
-        cost = None
-    max_epochs = (summary.get("config") or {}).get("max_epochs", len(epochs))
-    return Run(candidate, int(summary.get("seed", 0)), len(epochs), int(max_epochs), cut, score, cost)
-
-
-def recommend(runs: Sequence[Run], constant: dict, lower_is_better: bool = False, margin: float = MARGIN,
-              min_seeds: int = MIN_SEEDS) -> dict:
-    """What to train, from finished runs: the cheapest eligible candidate that is as good as the best.
-
-    - Eligible: a candidate with at least `min_seeds` seeds whose runs ended by their stopping rule under the largest
-      epoch cap among `runs` (never a run cut by the budget, pruned, or stopped early for any reason but patience).
-    - It must beat the constant prediction: `constant` is `{seed: the constant prediction's validation score}` (the
-      seed fixes the split), and the seed-paired 95% interval of score minus constant must lie above 0.
-    - The best is the one with the best mean score; every other is judged by the 95% interval of its difference to
-      the best (paired over the seeds both ran, since a seed fixes the split and the sample; Welch's otherwise): it
-      is as good as the best where the interval's low bound lies above -`margin` (`stats.verdict`).
-    - Of those, the least cost (mean seconds to the stopping rule, cache build included) wins.
-
-    Returns `{"outcome", "candidate", "best", "margin", "cap", "candidates"}`: outcome "recommended", "nothing beat
-    the constant prediction" or "no eligible candidate" (candidate None then); `candidates[name]` holds `seeds`,
-    `mean`, `cost_s`, `why_not` (None when eligible), `vs_constant` and `vs_best` (`stats.Interval`s or None),
-    `as_good`.
-    """
-    sign = -1.0 if lower_is_better else 1.0
-    cap = max((r.max_epochs for r in runs), default=0)
-    found = _tabulate(runs, cap, min_seeds)
-    eligible = [name for name, c in found.items() if c["why_not"] is None]
-    result = {"outcome": "no eligible candidate", "candidate": None, "best": None, "margin": margin, "cap": cap,
-              "candidates": found}
-    if not eligible:
-        return result
-    contenders = _above_constant(found, eligible, constant, sign)
-    if not contenders:
-        result["outcome"] = "nothing beat the constant prediction"
-        return result
-    best = max(contenders, key=lambda name: (sign * found[name]["mean"], -(found[name]["cost_s"] or math.inf)))
-    _judge_against(best, found, contenders, sign, margin)
-    chosen = min((name for name in contenders if found[name]["as_good"]),
-                 key=lambda name: (found[name]["cost_s"] if found[name]["cost_s"] is not None else math.inf,
-                                   -sign * found[name]["mean"]))
-    result.update(outcome="recommended", candidate=chosen, best=best)
-    return result
-
-
-def _tabulate(runs: Sequence[Run], cap: int, min_seeds: int) -> dict:
-    """Per candidate: its seeds that ran to their stopping rule under `cap`, their scores and mean cost, and why it is
-    not eligible (None when it is)."""
-    from tf_transfer.core import stats
-
-    by_name: dict = {}
-    for run in runs:
-        by_name.setdefault(run.candidate, {})[run.seed] = run  # the latest row of a seed counts
-    found = {}
-    for name, seeds in sorted(by_name.items()):
-        ended = {seed: r for seed, r in seeds.items() if r.cut is None and r.score is not None and r.max_epochs == cap}
-        cuts = sorted({r.cut for r in seeds.values() if r.cut})
-        why_not = None
-        if len(ended) < min_seeds:
-            why_not = (f"{len(ended)} of its seeds ran to their stopping rule (needs {min_seeds})"
-                       + (f"; {', '.join(cuts)}" if cuts else "")
-                       + (f"; capped below {cap} epochs" if any(r.max_epochs < cap for r in seeds.values()) else ""))
-        scores = {seed: r.score for seed, r in sorted(ended.items())}
-        costs = [r.cost_s for r in ended.values() if r.cost_s is not None]
-        found[name] = {"seeds": sorted(scores), "scores": scores,
-                       "mean": stats.mean(list(scores.values())) if scores else None,
-                       "cost_s": stats.mean(costs) if costs else None, "why_not": why_not,
-                       "vs_constant": None, "vs_best": None, "as_good": False}
-    return found
-
-
-def _above_constant(found: dict, eligible: list, constant: dict, sign: float) -> list:
-    """The eligible candidates whose seed-paired 95% interval against the constant prediction lies above 0 (a
-    candidate whose seeds' constants are not all known is kept: nothing says it did not learn)."""
-    from tf_transfer.core import stats
-
-    contenders = []
-    for name in eligible:
-        c = found[name]
-        known = [seed for seed in c["seeds"] if constant.get(seed) is not None]
-        if len(known) == len(c["seeds"]):
-            c["vs_constant"] = stats.paired_difference([sign * c["scores"][s] for s in known],
-                                                       [sign * constant[s] for s in known])
-            if not (c["vs_constant"].defined and c["vs_constant"].low > 0):
-                c["why_not"] = "not above the constant prediction"
-                continue
-        contenders.append(name)
-    return contenders
-
-
-def _judge_against(best: str, found: dict, contenders: list, sign: float, margin: float) -> None:
-    """Sets each contender's interval of its difference to `best` (paired over the seeds both ran, Welch's
-    otherwise) and whether it is as good (low bound above -`margin`)."""
-    from tf_transfer.core import stats
-
-    for name in contenders:
-        c, b = found[name], found[best]
-        common = [seed for seed in c["seeds"] if seed in b["scores"]]
-        paired = len(common) >= 2
-        mine = [sign * c["scores"][s] for s in (common if paired else c["seeds"])]
-        theirs = [sign * b["scores"][s] for s in (common if paired else b["seeds"])]
-        c["vs_best"] = stats.difference(mine, theirs, paired)
-        c["as_good"] = name == best or stats.verdict(c["vs_best"], margin, "as good as") == stats.REPRODUCED
-
-
-def constant_prediction(settings: dict) -> dict:
-    """The validation score of a model that learned nothing, on the split these settings' runs hold out (the seed
-    fixes it): always the training split's majority class (regression: always its mean, whose correlation is
-    undefined and counted 0). `{"score", "predicts", "examples"}`; score None where it cannot be computed."""
-    import numpy as np
-
-    from tf_transfer.core import metrics
-    from tf_transfer.studies.glue_settings import GlueSettings
-    from tf_transfer.studies.glue_task import load_data
-
-    glue_settings = GlueSettings.from_dict(settings)
-    task, train, validation, _, _ = load_data(glue_settings)
-    metric, labels = glue_settings.metric_name, np.asarray(validation.labels)
-    if not len(labels):
-        return {"score": None, "predicts": None, "examples": 0}
-    train_labels = np.asarray(train.labels)
-    if task.labels is None or train_labels.dtype.kind == "f":
-        guess = float(train_labels.mean())
-        score = 0.0 if metric in ("spearman", "pearson") else metrics.compute([metric], labels,
-                                                                               np.full(len(labels), guess))[metric]
-        return {"score": float(score), "predicts": f"{guess:.3g}", "examples": len(labels)}
-    values, counts = np.unique(train_labels, return_counts=True)
-    majority = values[int(np.argmax(counts))]
-    score = metrics.compute([metric], labels, np.full_like(labels, majority))[metric]
-    name = task.labels[int(majority)] if task.labels else str(majority)
-    return {"score": float(score), "predicts": str(name), "examples": len(labels)}
-
-
 # --- the Optuna study ------------------------------------------------------------------------------------------------
 
-def _storage(sweep_dir: str, storage: Optional[str]) -> str:
-    return storage or "sqlite:///" + os.path.abspath(os.path.join(sweep_dir, "sweep.db"))
-
-
 def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: float,
-               storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None):
-    """Creates the sweep's Optuna study (or loads it: a rerun or another process) with the reference (`reference`)
-    queued first where the constant prediction's validation score at seed 0 is known (`constant`, else
-    `constant_prediction` of `base`), then every candidate of `make_candidates()` once at seed 0. A sweep keeps its
-    settings and candidates; `budget_s` replaces the budget it had (a rerun with a larger budget goes on)."""
-    import optuna
-
-    from tf_transfer.studies import grid
-
+               storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None,
+               name: Optional[str] = None, identity: Optional[dict] = None,
+               heartbeat_s: int = sweep_storage.HEARTBEAT_S, command: Optional[str] = None, log: Callable = print):
+    """Creates the sweep's Optuna study `name` on `storage` (default SQLite in `sweep_dir`), or joins it (a rerun,
+    another process or machine): its creator queues the reference (`reference`) first where the constant
+    prediction's validation score at seed 0 is known (`constant`, else `constant_prediction` of `base`), then every
+    candidate of `make_candidates()` once at seed 0 (`sweep_storage.create_or_join`). A sweep keeps its settings
+    and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
+    budget it had (a rerun with a larger budget goes on). Returns `(study, where)`; `where` is `(url, name)`."""
     os.makedirs(sweep_dir, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = _storage(sweep_dir, storage)
-    direction = "minimize" if lower_is_better else "maximize"
-    while not grid.acquire_lock(sweep_dir):  # one process queues the candidates; the others wait for it
-        time.sleep(0.5)
-    try:
-        study = optuna.create_study(study_name="sweep", storage=url, direction=direction,
-                                    pruner=pruner_of_sweeps(), load_if_exists=True)
-        if "candidates" not in study.user_attrs:
-            found = make_candidates()
-            study.set_user_attr("candidates", found)
-            study.set_user_attr("base", base)
-            try:
-                constant = constant or constant_prediction({**base, "seed": 0})
-            except TransferError:  # no data to split (e.g. a test's made-up sweep): the first rung is assumed
-                constant = {"score": None}
-            study.set_user_attr("constant", {"0": constant})
-            if constant["score"] is None:
-                study.set_user_attr("first_rung", 1)
-            else:
-                study.enqueue_trial({"candidate": reference(found), "seed": 0},
-                                    user_attrs={"queued": True, "reference": True})
-            for name in found:
-                study.enqueue_trial({"candidate": name, "seed": 0}, user_attrs={"queued": True})
-        elif study.user_attrs["base"] != json.loads(json.dumps(base)):
-            raise TransferError(f"{sweep_dir} holds a sweep of other settings: give another --runs_dir to start a "
-                                "new one")
-        if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") for t in study.trials):
-            study.set_user_attr("first_rung", 1)  # a sweep from before the first rung was measured
-        study.set_user_attr("budget_s", budget_s)
-    finally:
-        grid.release_lock(sweep_dir)
+    url = sweep_storage.url_of(sweep_dir, storage)
+    identity = identity or {"base": base}
+    name = name or sweep_storage.default_name("sweep", identity)
+
+    def queue(study):
+        found = make_candidates()
+        study.set_user_attr("candidates", found)
+        study.set_user_attr("base", base)
+        if command:
+            study.set_user_attr("command", command)
+        try:
+            known = constant or constant_prediction({**base, "seed": 0})
+        except TransferError:  # no data to split (e.g. a test's made-up sweep): the first rung is assumed
+            known = {"score": None}
+        study.set_user_attr("constant", {"0": known})
+        if known["score"] is None:
+            study.set_user_attr("first_rung", 1)
+        else:
+            study.enqueue_trial({"candidate": reference(found), "seed": 0},
+                                user_attrs={"queued": True, "reference": True})
+        for candidate in found:
+            study.enqueue_trial({"candidate": candidate, "seed": 0}, user_attrs={"queued": True})
+
+    study = sweep_storage.create_or_join(url, name, "minimize" if lower_is_better else "maximize", pruner_of_sweeps(),
+                                         heartbeat_s, queue, identity, log)
+    if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") for t in study.trials):
+        study.set_user_attr("first_rung", 1)  # a sweep from before the first rung was measured
+    study.set_user_attr("budget_s", budget_s)
     study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
-    return study, url
+    return study, (url, study.study_name)
 
 
 def reference(found: dict) -> str:
@@ -354,55 +173,73 @@ def reference(found: dict) -> str:
     return max(full, key=lambda name: found[name]["lr"]) if full else next(iter(found))
 
 
+class _AmongLiveTrials:
+    """A pruner that ranks a trial among the trials that did not fail: a trial whose process died is queued again
+    with the rungs it passed (Optuna's retry copies them), so the failed one must not compete there a second time."""
+
+    def __init__(self, pruner):
+        self._pruner = pruner
+
+    def prune(self, study, trial) -> bool:
+        return self._pruner.prune(_LiveTrials(study), trial)
+
+
+class _LiveTrials:
+    def __init__(self, study):
+        self._study = study
+
+    def __getattr__(self, name):
+        return getattr(self._study, name)
+
+    def get_trials(self, deepcopy: bool = True, states=None):
+        return [t for t in self._study.get_trials(deepcopy=deepcopy, states=states) if t.state.name != "FAIL"]
+
+
 def pruner_of_sweeps(first_rung: Optional[int] = None):
     """Successive halving at epochs r, 3r, 9r, ... (r: the first rung, `first_rung`, 1 until it is measured): the
-    best third of the trials that reached an epoch go on. Every process that reports to the study loads it with
-    this pruner (Optuna does not store it)."""
+    best third of the trials that reached an epoch go on (failed trials left out: `_AmongLiveTrials`). Every process
+    that reports to the study loads it with this pruner (Optuna does not store it)."""
     import optuna
 
-    return optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung or 1, reduction_factor=3)
+    return _AmongLiveTrials(optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung or 1, reduction_factor=3))
 
 
-def load(url: str):
-    """The sweep's study, as another process (a trial's child) reads it, with the pruner of its first rung."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name="sweep", storage=url)
+def load(where: tuple):
+    """The sweep's study at `where` (`(url, name)`), as another process (a trial's child) reads it, with the pruner
+    of its first rung."""
+    study = sweep_storage.load(*where)
     study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
     return study
 
 
-def spent_s(study) -> float:
-    """Training wall time the sweep has used: each trial's `train_s` (updated after every epoch)."""
-    return sum(t.user_attrs.get("train_s", 0.0) for t in study.get_trials(deepcopy=False))
+spent_s = sweep_storage.spent_s
 
 
-def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int = 3, seeds: int = 3,
+def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: int = 3, seeds: int = 3,
               log: Callable = print) -> str:
-    """Works through the queue until it is empty and the seed round is queued and run, or the budget is spent;
-    returns why it ended ("done" or "budget"). `train_trial(url, trial_id, settings, folder, remaining_s)` trains one
-    trial's run and returns `{"value", "pruned", "epoch_time_s", "epochs", ...}`.
+    """Works through the queue until it is empty and the seed round is queued and run, or the budget is spent, and
+    every trial of the sweep (other processes' too) has ended; returns why it ended ("done" or "budget").
+    `train_trial(where, trial_id, settings, folder, keep_s)` trains one trial's run, leaving `keep_s` of the budget
+    unspent, and returns `{"value", "pruned", "epoch_time_s", "epochs", ...}`.
 
     No trial starts whose estimated cost (`estimate_s`: its first rung, or a seed-round run's whole run) does not fit
-    in the budget left; and once the next seed-0 trial and the seed round of the best candidates so far would not
-    both fit, the seed round is queued at once and the candidates not reached wait behind it."""
-    import optuna
-
-    budget_s = study.user_attrs["budget_s"]
+    in the budget left, what running trials (any process's) have reserved counted as spent; and once the next seed-0
+    trial and the seed round of the best candidates so far would not both fit, the seed round is queued at once and
+    the candidates not reached wait behind it."""
     found, base = study.user_attrs["candidates"], study.user_attrs["base"]
     while True:
-        _retry_dead(study)
-        remaining = budget_s - spent_s(study)
-        if remaining <= 0:
-            return "budget"
+        sweep_storage.recover(study, log)
+        budget_s = study.user_attrs["budget_s"]
+        remaining = budget_s - sweep_storage.committed_s(study)
         trials = study.get_trials(deepcopy=False)
-        waiting = [t for t in trials if t.state == optuna.trial.TrialState.WAITING]
-        running = any(t.state == optuna.trial.TrialState.RUNNING for t in trials)
-        if not waiting:
+        waiting = [t for t in trials if t.state.name == "WAITING"]
+        running = any(t.state.name == "RUNNING" for t in trials)
+        if remaining <= 0 or not waiting:
             if running:
-                time.sleep(2)  # another process's trial may still queue the seed round
+                time.sleep(2)  # another process's trial: it may free budget or queue the seed round
                 continue
+            if remaining <= 0:
+                return "budget"
             if not _queue_seed_round(study, top, seeds):
                 return "done"
             continue
@@ -416,43 +253,74 @@ def run_sweep(study, url: str, sweep_dir: str, train_trial: Callable, top: int =
         if reserve is None:
             continue  # the seed round was queued ahead of the candidates not reached
         if cost is not None and cost > remaining:
+            if running:
+                time.sleep(2)
+                continue
             log(f"[sweep] {remaining / 60:.1f} min of the budget left: too little for the next trial "
                 f"({cost / 60:.1f} min estimated)")
             return "budget"
-        taken = _take(study, found)
+        taken = sweep_storage.take(study, sorted(found))
         if taken is None:
             continue
-        trial, name, seed = taken
-        settings = {**base, **found[name], "seed": seed}
-        is_reference = bool(trial.user_attrs.get("reference"))
-        folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
-        log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of the "
-            f"budget left -> {folder}")
-        start = time.time()
-        try:  # a seed-0 run that goes on past its first rung stops before it eats into the seed round's share
-            result = train_trial(url, trial._trial_id, settings, folder, remaining - reserve)
-        except Exception as e:  # a failed run must not stop the sweep: its error is kept beside it
-            trial.set_user_attr("error", f"{type(e).__name__}: {e}")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            log(f"[sweep] {name} seed {seed} failed: {type(e).__name__}: {e}")
+        trial = taken[0]
+        if trial.number != following.number:  # another process took the one estimated
+            cost = estimate_s(study, found, study.get_trials(deepcopy=False)[trial.number])
+        if cost is not None and not sweep_storage.reserve(study, trial, cost, budget_s):
+            sweep_storage.give_way(study, trial)  # trials of other processes reserved the budget meanwhile
+            time.sleep(1 + random.random())
             continue
-        _tell(study, trial, name, result, start, int(base.get("max_epochs", 9)), log)
+        _run_trial(study, where, sweep_dir, train_trial, taken, reserve, log)
 
 
-def _take(study, found: dict):
-    """Asks Optuna for the next queued trial: `(trial, candidate, seed)`, or None where another process took the
-    last queued one meanwhile (the empty trial Optuna made instead is failed)."""
+def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken: tuple, reserve: float,
+               log: Callable) -> None:
+    """Trains one taken trial with its heartbeat on and records how it ended: told to the study with its run's
+    record; queued again where its training process died; failed, its error kept, where its run failed."""
     import optuna
+    from concurrent.futures.process import BrokenProcessPool
 
-    trial = study.ask()
-    if not trial.user_attrs.get("queued"):
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        return None
-    name = trial.suggest_categorical("candidate", sorted(found))
-    seed = trial.suggest_int("seed", 0, 1000)
-    trial.set_user_attr("host", socket.gethostname())
-    trial.set_user_attr("pid", os.getpid())
-    return trial, name, seed
+    trial, name, seed = taken
+    base, max_epochs = study.user_attrs["base"], int(study.user_attrs["base"].get("max_epochs", 9))
+    settings = {**base, **study.user_attrs["candidates"][name], "seed": seed}
+    is_reference = bool(trial.user_attrs.get("reference"))
+    folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
+    remaining = study.user_attrs["budget_s"] - sweep_storage.committed_s(study, but=trial.number)
+    log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of the "
+        f"budget left -> {folder}")
+    start = time.time()
+    try:
+        with sweep_storage.heartbeat(study, trial):
+            try:  # a seed-0 run that goes on past its first rung stops before it eats into the seed round's share
+                result = train_trial(where, trial._trial_id, settings, folder, reserve)
+            except BrokenProcessPool as e:  # killed (the OOM killer, a signal): its checkpoint is still there
+                _keep_run(trial, folder)
+                sweep_storage.retry(study, trial, f"its training process died ({e or 'killed'})", log)
+                return
+            except Exception as e:  # a failed run must not stop the sweep: its error is kept beside it
+                _keep_run(trial, folder)
+                trial.set_user_attr("error", f"{type(e).__name__}: {e}")
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                log(f"[sweep] {name} seed {seed} failed: {type(e).__name__}: {e}")
+                return
+            _keep_run(trial, folder, result.get("pruned_at"))
+            _tell(study, trial, name, result, start, max_epochs, log)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log(f"[sweep] {name} seed {seed}: another process took this one for dead (no heartbeat for "
+            f"{sweep_storage.GRACE_BEATS} beats) and queued its trial again; its run stays in {folder}")
+
+
+def _keep_run(trial, folder: str, pruned_at: Optional[int] = None) -> None:
+    """Keeps the run's record (`sweep_storage.run_record`) in its trial, for any machine's report, with the epoch
+    at which a resumed run was pruned where that was one it had already trained (`pruned_at`)."""
+    from tf_transfer.training import record
+
+    try:
+        kept = sweep_storage.run_record(record.read_summary(folder))
+    except record.UnreadableRecord:
+        return
+    if kept and pruned_at:
+        kept["pruned_at"] = pruned_at
+    trial.set_user_attr("run", kept)
 
 
 def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log: Callable):
@@ -464,7 +332,7 @@ def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log
     if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
         log(f"[sweep] {remaining / 60:.1f} min of the budget left: kept for the seed round "
             f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
-        _defer_waiting(study, until="seed_round")
+        sweep_storage.defer_waiting(study, until="seed_round")
         return None
     return reserve
 
@@ -473,7 +341,7 @@ def _await_reference(study, waiting: list, running: bool, max_epochs: int, log: 
     """Before the first rung is known only the reference may run: put it first again (queued again after a kill),
     wait for another process's, or, where it failed, go on with nothing pruned."""
     if any(t.user_attrs.get("reference") for t in waiting):
-        _defer_waiting(study, until="reference")
+        sweep_storage.defer_waiting(study, until="reference")
     elif running:
         time.sleep(2)  # another process's reference run is still measuring the first rung
     else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
@@ -530,7 +398,7 @@ def estimate_s(study, found: dict, trial) -> Optional[float]:
     blocks; else one epoch's. Start-up, the longest measured."""
     import optuna
 
-    name = trial.system_attrs.get("fixed_params", {}).get("candidate")
+    name = sweep_storage.key_of(trial)[0]
     if name not in found:
         return None
     measured = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("epoch_time_s")
@@ -566,21 +434,6 @@ def estimate_s(study, found: dict, trial) -> Optional[float]:
     return startup + cache + epochs * epoch
 
 
-def _retry_dead(study) -> None:
-    """A running trial of this host whose process is gone was killed: fail it and queue it again (its run folder
-    resumes from its last finished epoch)."""
-    import optuna
-
-    from tf_transfer.studies import grid
-
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        attrs = trial.user_attrs
-        if attrs.get("host") == socket.gethostname() and "pid" in attrs and not grid._pid_alive(attrs["pid"]):
-            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)  # its train_s stays spent
-            kept = {key: attrs[key] for key in ("reference", "seed_round") if attrs.get(key)}
-            study.enqueue_trial(trial.params, user_attrs={"queued": True, "retry_of": trial.number, **kept})
-
-
 def _seed_round_candidates(study, top: int) -> list:
     """The `top` best seed-0 trials that ran to their stopping rule (never one cut by the budget) and beat the
     constant prediction on validation (where it is known)."""
@@ -614,28 +467,6 @@ def _queue_seed_round(study, top: int, seeds: int) -> bool:
     return True
 
 
-def _defer_waiting(study, until: str) -> None:
-    """Moves the trials waiting before the first one marked `until` ("seed_round": the seed round just queued;
-    "reference": the reference queued again after a kill) behind the queue: each is taken, failed as deferred and
-    queued again (as a killed trial is), so that it still runs, or a rerun with a larger budget reaches it."""
-    import optuna
-
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        if trial.user_attrs.get(until):
-            break
-        taken = study.ask()
-        frozen = study.get_trials(deepcopy=False)[taken.number]
-        params = frozen.system_attrs.get("fixed_params", {})
-        if taken.number != trial.number or frozen.user_attrs.get(until):  # another process took one
-            study.tell(taken, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(params, user_attrs=dict(frozen.user_attrs))
-            break
-        taken.set_user_attr("deferred", True)
-        study.tell(taken, state=optuna.trial.TrialState.FAIL)
-        kept = {key: frozen.user_attrs[key] for key in ("seed_round",) if frozen.user_attrs.get(key)}
-        study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": taken.number, **kept})
-
-
 def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
     """Reports a candidate's validation score after `epoch`; True when successive halving prunes it. A run at its
     `last_epoch` has ended anyway: its score is final, never pruned. Runs of the seed round neither report nor get
@@ -645,81 +476,3 @@ def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
         return False
     trial.report(value, epoch)
     return epoch < last_epoch and trial.should_prune()
-
-
-def train_trial(url: str, trial_id: int, settings: dict, folder: str, remaining_s: float) -> dict:
-    """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial and stopping when the
-    pruner says so or when the next epoch would overrun `remaining_s`; the reference (`reference`) stops at the
-    first epoch whose best validation score beats the constant prediction by `MARGIN` (`learned_at`). Runs in the
-    sweep's process or a child. Returns the best epoch's validation score (`value`), `pruned`, `cut` (what cut the
-    run short, None when its stopping rule ended it), and what the budget's estimates need: wall seconds per epoch
-    (evaluation included), the cache's build, the start-up before the first epoch, the encoder's depth."""
-    import optuna
-
-    from tf_transfer.core import metrics
-    from tf_transfer.studies.glue_settings import GlueSettings
-    from tf_transfer.studies.glue_task import GlueTask
-    from tf_transfer.training import record, runner
-
-    trial = optuna.trial.Trial(load(url), trial_id)
-    task = GlueTask(GlueSettings.from_dict(settings))
-    metric, start, state = task.metric, time.time(), {"pruned": False, "best": None, "at": [], "learned_at": None}
-    lower = metric in metrics.LOWER_IS_BETTER
-    pick = min if lower else max
-    is_reference = bool(trial.user_attrs.get("reference"))
-    floor = ((trial.study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
-
-    def best_so_far(value: float) -> float:
-        # What the run has reached by this epoch (early stopping keeps its best epoch), not the epoch's own score.
-        state["best"] = value if state["best"] is None else pick(state["best"], value)
-        return state["best"]
-
-    earlier = record.read_summary(folder)
-    done_before = len((earlier or {}).get("epochs", []))
-    for epoch_record in (earlier or {}).get("epochs", []):  # a resumed run: its finished epochs count at their rungs
-        value = best_so_far(epoch_record["val"][metric])
-        if not trial.user_attrs.get("seed_round") and not is_reference:
-            trial.report(value, epoch_record["epoch"])
-
-    def after_epoch(epoch_record: dict) -> bool:
-        elapsed = time.time() - start
-        state["at"].append(elapsed)
-        trial.set_user_attr("train_s", elapsed)
-        best = best_so_far(epoch_record["val"][metric])
-        if is_reference and floor is not None and (floor - best if lower else best - floor) >= MARGIN:
-            state["learned_at"] = epoch_record["epoch"]
-            epoch_record["sweep"] = "reference"
-            return True
-        if report_epoch(trial, best, epoch_record["epoch"], task.max_epochs):
-            state["pruned"] = True
-            epoch_record["sweep"] = "pruned"
-            return True
-        if elapsed + 1.1 * _epoch_wall(state["at"], epoch_record["epoch_time_s"]) > remaining_s:
-            epoch_record["sweep"] = "budget"
-            return True
-        return False
-
-    task.after_epoch = after_epoch
-    return _trial_result(runner.run(task, folder), metric, state, done_before, start)
-
-
-def _trial_result(summary: dict, metric: str, state: dict, done_before: int, start: float) -> dict:
-    """`train_trial`'s answer from the run's final summary and what its epochs' hook saw."""
-    epochs = summary["epochs"]
-    best = next((e for e in epochs if e["epoch"] == summary.get("best_epoch")), None)
-    pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in epochs)
-    cut = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), None)
-    wall = _epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
-    built = summary.get("cache_build_s") or 0.0
-    return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,
-            "learned_at": state["learned_at"], "epoch_time_s": wall, "epochs": len(epochs),
-            "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
-            "startup_s": max(state["at"][0] - wall - built, 0.0) if state["at"] and wall else None,
-            "elapsed_s": time.time() - start}
-
-
-def _epoch_wall(marks: list, first_epoch_s: float) -> float:
-    """Wall seconds per epoch, its evaluation included: the longest gap between two epochs' ends, or the first
-    epoch's training time while only one has ended."""
-    gaps = [b - a for a, b in zip(marks, marks[1:])]
-    return max(gaps) if gaps else first_epoch_s

@@ -1,0 +1,170 @@
+"""One sweep over many processes (standing in for machines) on a real PostgreSQL server started on loopback
+(tests/postgres.py): one queue, one record, one report; a trial whose process dies is retried and completes; a
+resumed trial is pruned at the rung an unbroken one is; a storage that cannot be used is one error line.
+
+The runs are made up (tests/sweep_fakes.py) except in the command's own test, so that the faults are cheap to inject.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import sweep_fakes
+from conftest import REPO, run_module
+from tf_transfer.studies import sweep, sweep_storage
+
+pytestmark = pytest.mark.xdist_group("postgres")  # one server for all of them, in one test process
+
+
+def _process(url: str, name: str, runs_dir, budget_s: float = 600.0, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "sweep_fakes.py"), url, name, str(runs_dir),
+                             str(budget_s), *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [REPO, os.path.join(REPO, "tests"), os.environ.get("PYTHONPATH", "")])})
+
+
+def _runs(study) -> dict:
+    """`{(candidate, seed): [state of each trial that ran it]}`: trials that trained (not the copies skipped)."""
+    found = {}
+    for trial in study.get_trials(deepcopy=False):
+        if "candidate" in trial.params and not trial.user_attrs.get("deferred"):
+            found.setdefault((trial.params["candidate"], trial.params["seed"]), []).append(trial.state.name)
+    return found
+
+
+def test_two_processes_with_their_own_runs_dirs_run_one_sweep_and_report_alike(postgres_url, tmp_path):
+    first, second = (_process(postgres_url, "fake", tmp_path / f"machine{i}") for i in (1, 2))
+    outputs = [p.communicate(timeout=120) for p in (first, second)]
+    for process, (out, err) in zip((first, second), outputs):
+        assert process.returncode == 0, err[-3000:]
+    study = sweep.load((postgres_url, "fake"))
+    # Successive halving at epoch 1: b loses to a there; a and c run 3 epochs; the seed round runs a at seed 1.
+    assert _runs(study) == {("a", 0): ["COMPLETE"], ("b", 0): ["PRUNED"], ("c", 0): ["COMPLETE"],
+                            ("a", 1): ["COMPLETE"]}
+    assert len({t.user_attrs["pid"] for t in study.trials if "candidate" in t.params}) == 2  # both took trials
+    lines = [out.strip().splitlines()[-1] for out, _ in outputs]
+    assert lines[0] == lines[1] and lines[0].startswith("Recommended: a: validation accuracy 0.855 over seeds 0, 1")
+    reports = [tmp_path / f"machine{i}" / "sweep" / "fake" for i in (1, 2)]
+    assert (reports[0] / "candidates.csv").read_text() == (reports[1] / "candidates.csv").read_text()
+    # Each machine's report reads the runs from the storage: a run trained on the other machine is in both.
+    table = [[line for line in (r / "README.md").read_text().splitlines() if line.startswith("| ")] for r in reports]
+    assert table[0] == table[1] and any(line.startswith("| c |") and "| 0.830 |" in line for line in table[0])
+
+
+def test_a_trial_whose_training_child_is_killed_is_retried_once_and_resumes(postgres_url, tmp_path):
+    """kill -9 of the trainer child (the OOM killer's signal) after its first epoch: the trial is queued again (behind
+    the queue, with the rung it passed) and its run resumes from the epoch it had finished."""
+    sweep_dir = tmp_path / "sweep" / "child"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "die_after_epoch").touch()
+    sweep_fakes.main(postgres_url, "child", str(tmp_path), 600.0, isolate=True)
+    study = sweep.load((postgres_url, "child"))
+    runs = _runs(study)
+    assert runs[("a", 0)] == ["FAIL", "COMPLETE"] and all(len(v) == 1 for k, v in runs.items() if k != ("a", 0))
+    died, again = [t for t in study.trials if t.params.get("candidate") == "a" and t.params["seed"] == 0]
+    assert sweep_storage.retried_from(again) == died.number
+    import json
+
+    summary = json.loads((sweep_dir / "a" / "seed0" / "summary.json").read_text())
+    assert [e["epoch"] for e in summary["epochs"]] == [1, 2, 3] and summary["completed"]  # epoch 1 not trained twice
+
+
+def test_a_trial_whose_sweep_process_stops_heartbeating_is_retried_by_another(postgres_url, tmp_path):
+    """kill -9 of a whole sweep process (a machine gone): its trial's heartbeat stops, the process still alive fails
+    it after 3 missed beats and runs it again (afresh: its own --runs_dir has no checkpoint of it)."""
+    gone = _process(postgres_url, "beat", tmp_path / "gone")
+    study = None
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            study = sweep.load((postgres_url, "beat"))
+            running = [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"
+                       and t.user_attrs.get("pid") == gone.pid]
+        except KeyError:  # not created yet
+            running = []
+        if running:
+            break
+        time.sleep(0.2)
+    assert running, gone.communicate(timeout=5)
+    os.kill(gone.pid, signal.SIGKILL)
+    gone.wait()
+    sweep_fakes.main(postgres_url, "beat", str(tmp_path / "alive"), 600.0)
+    study = sweep.load((postgres_url, "beat"))
+    dead = study.trials[running[0].number]
+    assert dead.state.name == "FAIL"
+    retried = [t for t in study.trials if sweep_storage.retried_from(t) == dead.number]
+    assert len(retried) == 1 and retried[0].state.name in ("COMPLETE", "PRUNED")
+    assert all(states[-1] in ("COMPLETE", "PRUNED") for states in _runs(study).values())
+
+
+# Rivals' validation scores at the rungs (epochs 1 and 3 of successive halving from epoch 1), and two curves of the
+# trial that is killed (and of the same unbroken): one passes epoch 1 and is pruned at 3, one is pruned at 1 though
+# its epoch 2 would pass there (what a resumed run that reports epoch 1 without asking the pruner would let through).
+RIVALS = {1: [0.60, 0.55], 3: [0.78, 0.75]}
+CURVES = {3: [0.65, 0.70, 0.74, 0.80, 0.81], 1: [0.58, 0.70, 0.74, 0.80, 0.81]}
+
+
+def _study_with_rivals(storage, name: str):
+    import optuna
+
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                pruner=sweep.pruner_of_sweeps(1))
+    for values in zip(*RIVALS.values()):
+        rival = study.ask()
+        for epoch, value in zip(RIVALS, values):
+            rival.report(value, epoch)
+            rival.should_prune()
+        study.tell(rival, max(values))
+    return study
+
+
+def _pruned_at(trial, curve, epochs) -> int:
+    for epoch in epochs:
+        if sweep.report_epoch(trial, max(curve[:epoch]), epoch, len(curve)):
+            return epoch
+    return 0
+
+
+@pytest.mark.parametrize("expected", sorted(CURVES))
+def test_a_resumed_trial_is_pruned_at_the_rung_an_unbroken_one_is(postgres_url, expected):
+    """Killed after each epoch before it is pruned, after the pruner answered for that epoch or before: the run
+    resumed by the trial's retry re-reports its finished epochs and is pruned where the unbroken run was."""
+    from tf_transfer.studies import sweep_trial
+
+    curve, storage = CURVES[expected], sweep_storage.storage_of(postgres_url, 1)
+    assert _pruned_at(_study_with_rivals(storage, "unbroken").ask(), curve, range(1, len(curve) + 1)) == expected
+    kills = [(k, asked) for k in range(1, expected + 1) for asked in (True, False) if k < expected or not asked]
+    for killed_after, asked in kills:
+        study = _study_with_rivals(storage, f"killed{killed_after}{asked}")
+        trial = study.ask()
+        assert _pruned_at(trial, curve, range(1, killed_after)) == 0
+        trial.report(max(curve[:killed_after]), killed_after)  # its last epoch, killed before or after asking
+        if asked:
+            trial.should_prune()
+        sweep_storage.retry(study, trial, "killed", log=lambda line: None)
+        resumed = study.ask()
+        epochs = [{"epoch": e, "val": {"f1": curve[e - 1]}} for e in range(1, killed_after + 1)]
+        best = []
+        at = sweep_trial.resume_reports(resumed, epochs, "f1", lambda v: best.append(max(best + [v])) or best[-1],
+                                        len(curve))
+        assert (at or _pruned_at(resumed, curve, range(killed_after + 1, len(curve) + 1))) == expected, (
+            killed_after, asked)
+
+
+@pytest.mark.parametrize("storage, fragment", [
+    ("postgresql://nobody@127.0.0.1:9/sweeps", "cannot reach the database"),
+    ("postgresql+nodriver://nobody@127.0.0.1:9/sweeps", "SQLAlchemy knows no database or driver"),
+    ("postgresql://nobody:secret@127.0.0.1:9/sweeps", "its database driver is not installed"),
+])
+def test_a_storage_that_cannot_be_used_is_one_error_line(tmp_path, monkeypatch, storage, fragment):
+    if "secret" in storage:  # psycopg, the driver postgresql:// takes, as if not installed
+        monkeypatch.setitem(sys.modules, "psycopg", None)
+    done = run_module("tf_transfer.experiments", "sweep", "--task=rte", "--budget=1m", f"--storage={storage}",
+                      f"--runs_dir={tmp_path}")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "secret" not in done.stderr and not os.listdir(tmp_path)

@@ -1,0 +1,110 @@
+"""A sweep whose runs are made up, for tests of what several processes do on one sweep (the queue, heartbeats,
+retries, the budget, the report) without training: each candidate's validation score per epoch is `CURVES`', an
+epoch takes `EPOCH_S` seconds, and a run resumes from its folder's `summary.json` as a real one does.
+
+A process on the sweep, as a test starts it (prints "ended: done|budget" and the report's recommendation line):
+
+    python tests/sweep_fakes.py URL NAME RUNS_DIR BUDGET_S [isolate]
+
+`isolate` trains each trial in a child process (`tf_transfer.core.isolated`); a file `die_after_epoch` in the
+sweep's folder makes the next run that finishes an epoch kill its process (SIGKILL), once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+CURVES = {"a": [0.70, 0.80, 0.85], "b": [0.60, 0.61, 0.62], "c": [0.72, 0.79, 0.83]}
+EPOCH_S = 0.5
+CONSTANT = {"score": 0.5, "predicts": "0", "examples": 10}
+
+
+def candidates() -> dict:
+    return {name: {"trainable_layers": "all", "lr": 1e-3 * (i + 1)} for i, name in enumerate(CURVES)}
+
+
+def _write(folder: str, summary: dict) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "summary.json.tmp"), "w") as f:
+        json.dump(summary, f)
+    os.replace(os.path.join(folder, "summary.json.tmp"), os.path.join(folder, "summary.json"))
+
+
+def train(where, trial_id, settings, folder, keep_s):
+    """A made-up run with the sweep's `train_trial` contract: reports each epoch, stops where the pruner or the
+    budget says, resumes from its folder."""
+    import optuna
+
+    from tf_transfer.studies import sweep, sweep_storage, sweep_trial
+
+    study = sweep.load(where)
+    trial = optuna.trial.Trial(study, trial_id)
+    name, seed = os.path.basename(os.path.dirname(folder)), settings["seed"]
+    curve = [v + 0.01 * seed for v in CURVES[name]]
+    summary = {"seed": seed, "metric": "accuracy", "completed": False, "best_epoch": None, "epochs": [],
+               "config": {"max_epochs": len(curve)}, "machine": {"cpu": "made up", "cores": 1}}
+    if os.path.exists(os.path.join(folder, "summary.json")):
+        with open(os.path.join(folder, "summary.json")) as f:
+            summary = json.load(f)
+    best = []
+
+    def best_so_far(value):
+        best.append(max(best + [value]))
+        return best[-1]
+
+    result = {"value": None, "pruned": False, "cut": None, "epoch_time_s": EPOCH_S, "startup_s": 0.0}
+    pruned_at = sweep_trial.resume_reports(trial, summary["epochs"], "accuracy", best_so_far, len(curve))
+    if pruned_at:
+        return {**result, "pruned": True, "pruned_at": pruned_at, "cut": "pruned", "epochs": len(summary["epochs"])}
+    start = time.time()
+    for epoch in range(len(summary["epochs"]) + 1, len(curve) + 1):
+        time.sleep(EPOCH_S)
+        summary["epochs"].append({"epoch": epoch, "val": {"accuracy": curve[epoch - 1]}, "epoch_time_s": EPOCH_S,
+                                  "train_time_s": EPOCH_S * epoch})
+        summary["best_epoch"] = 1 + max(range(epoch), key=lambda i: curve[i])
+        _write(folder, summary)
+        trial.set_user_attr("train_s", time.time() - start)
+        if sweep.report_epoch(trial, best_so_far(curve[epoch - 1]), epoch, len(curve)):
+            summary["epochs"][-1]["sweep"] = "pruned"
+            _write(folder, summary)
+            return {**result, "pruned": True, "cut": "pruned", "epochs": epoch}
+        if not sweep_storage.reserve(study, trial, time.time() - start + 1.1 * EPOCH_S,
+                                     study.user_attrs["budget_s"] - keep_s):
+            summary["epochs"][-1]["sweep"] = "budget"
+            _write(folder, summary)
+            return {**result, "cut": "budget", "epochs": epoch, "value": max(curve[:epoch])}
+        marker = os.path.join(os.path.dirname(os.path.dirname(folder)), "die_after_epoch")
+        if os.path.exists(marker):  # killed once its epoch is recorded and reported, as a real run can be
+            os.remove(marker)
+            os.kill(os.getpid(), signal.SIGKILL)
+    summary["completed"] = True
+    _write(folder, summary)
+    return {**result, "value": max(curve), "epochs": len(curve)}
+
+
+def main(url: str, name: str, runs_dir: str, budget_s: float, isolate: bool = False) -> None:
+    from tf_transfer.core import isolated
+    from tf_transfer.reporting import sweep_report
+    from tf_transfer.studies import sweep
+
+    sweep_dir = os.path.join(runs_dir, "sweep", name)
+    study, where = sweep.open_study(sweep_dir, {"max_epochs": 3}, candidates, budget_s, storage=url, name=name,
+                                    heartbeat_s=1, constant={"score": None})
+    # The constant prediction of every seed's split, known: the report judges without data to read.
+    study.set_user_attr("constant", {str(seed): CONSTANT for seed in range(3)})
+
+    def run(*args):
+        return isolated.call(train, *args) if isolate else train(*args)
+
+    ended = sweep.run_sweep(study, where, sweep_dir, run, top=1, seeds=2, log=lambda line: print(line, flush=True))
+    _, line = sweep_report.write_report(study, sweep_dir, sweep_dir)
+    print(f"ended: {ended}", flush=True)
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), "isolate" in sys.argv[5:])

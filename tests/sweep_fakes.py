@@ -19,7 +19,7 @@ import sys
 import time
 
 CURVES = {"a": [0.70, 0.80, 0.85], "b": [0.60, 0.61, 0.62], "c": [0.72, 0.79, 0.83]}
-EPOCH_S = 0.5
+EPOCH_S = 0.25
 CONSTANT = {"score": 0.5, "predicts": "0", "examples": 10}
 
 

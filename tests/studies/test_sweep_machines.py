@@ -168,3 +168,38 @@ def test_a_storage_that_cannot_be_used_is_one_error_line(tmp_path, monkeypatch, 
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "secret" not in done.stderr and not os.listdir(tmp_path)
+
+
+def test_the_dashboard_serves_the_sweeps_trials_scores_and_pruning(postgres_url, tmp_path):
+    """`optuna-dashboard <storage URL>`, the sweep's live view (docs/distributed.md): its server, on the sweep's
+    study, lists the study and gives each trial's state, candidate and validation score per epoch."""
+    import json
+    import threading
+    import urllib.request
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    import optuna_dashboard
+
+    sweep_fakes.main(postgres_url, "watched", str(tmp_path), 600.0)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = make_server("127.0.0.1", 0, optuna_dashboard.wsgi(postgres_url), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        site = f"http://127.0.0.1:{server.server_port}"
+        with urllib.request.urlopen(f"{site}/dashboard", timeout=60) as page:
+            assert page.status == 200 and b"<html" in page.read().lower()
+        with urllib.request.urlopen(f"{site}/api/studies", timeout=60) as answer:
+            listed = {s["study_name"]: s for s in json.load(answer)["study_summaries"]}
+        with urllib.request.urlopen(f"{site}/api/studies/{listed['watched']['study_id']}", timeout=60) as answer:
+            trials = json.load(answer)["trials"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    shown = {tuple(p["param_external_value"] for p in t["params"]) + (t["state"],):
+             [v["value"] for v in t["intermediate_values"]] for t in trials if t["params"]}
+    # b was pruned at epoch 1 (0.60 against a's 0.70); a ran its 3 epochs, each its best score so far.
+    assert shown[("b", "0", "Pruned")] == [0.6] and shown[("a", "0", "Complete")] == [0.7, 0.8, 0.85]

@@ -171,6 +171,11 @@ def test_autofreeze_records_its_freezes_and_resumes_after_one_with_the_same_numb
     params = [e["trainable_params"] for e in straight["epochs"]]
     assert params == sorted(params, reverse=True) and params[-1] == events[-1]["trainable_params"]
     assert sum(p["steps"] for p in freezing["phases"]) == freezing["global_step"]
+    from tf_transfer.reporting import runs_table
+
+    shown = runs_table.collect(str(tmp_path / "straight")).rows[0]["method"]
+    assert shown.startswith(f"autofreeze: k={3 - events[-1]['frozen_blocks']} at the end; froze "
+                            f"{events[0]['frozen_blocks']}@{events[0]['step']}"), shown
 
     original_save = RunFolder.save_epoch
 
@@ -232,3 +237,29 @@ def test_bad_adaptive_input_is_one_error_line_and_nothing_completed(glue_dir, ti
     assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
     summary = record.read_summary(str(tmp_path))
     assert not (summary or {}).get("completed")
+
+
+def test_two_replicas_freeze_the_same_blocks_at_the_same_steps_as_one_device(glue_dir, tiny_preset, tmp_path):
+    """MirroredStrategy over two logical CPUs: the gradient sums are all-reduced on read, so the statistics, the
+    decisions and (dropout 0) the losses are one device's."""
+    from conftest import TWO_CPUS
+    from tf_transfer.core import strategies
+
+    settings = _settings(glue_dir, tiny_preset, max_epochs=1, dropout=0.0)
+    one = glue_task.run_glue(settings, str(tmp_path / "one"))
+    two = glue_task.run_glue(dataclasses_replace(settings, distribution="mirrored"), str(tmp_path / "two"),
+                             strategies.make_strategy("mirrored", TWO_CPUS))
+    assert one["freezing"]["events"], one["freezing"]["decisions"]
+    for a, b in zip(one["freezing"]["decisions"], two["freezing"]["decisions"]):
+        assert (b["step"], b["frozen_blocks"]) == (a["step"], a["frozen_blocks"])
+        assert b["norms"] == pytest.approx(a["norms"], rel=1e-4)
+    assert [e["frozen_blocks"] for e in two["freezing"]["events"]] == [
+        e["frozen_blocks"] for e in one["freezing"]["events"]]
+    assert two["epochs"][0]["loss"] == pytest.approx(one["epochs"][0]["loss"], rel=1e-4)
+    assert two["epochs"][0]["val"] == pytest.approx(one["epochs"][0]["val"], rel=1e-4)
+
+
+def dataclasses_replace(settings, **changes):
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)

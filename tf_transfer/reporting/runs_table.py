@@ -126,10 +126,19 @@ def _row(run: str, summary: dict) -> dict:
 
 
 def _method(summary: dict) -> str:
-    """freeze (runs from before methods existed too), bitfit, or lora with its rank and targets."""
+    """freeze (runs from before methods existed too), bitfit, lora with its rank and targets, or autofreeze and
+    freezeout with the blocks still training at the end and when each freeze came (`autofreeze: k=1 at the end; froze
+    2@40, 5@120`: 2 blocks frozen at step 40, 5 at step 120)."""
     method = summary.get("method", "freeze")
-    lora = summary.get("lora")
-    return f"lora r{lora['rank']} ({','.join(lora['targets'])})" if method == "lora" and lora else method
+    lora, freezing = summary.get("lora"), summary.get("freezing")
+    if method == "lora" and lora:
+        return f"lora r{lora['rank']} ({','.join(lora['targets'])})"
+    if isinstance(freezing, dict) and isinstance(summary.get("num_layers"), int):
+        events = [e for e in freezing.get("events", []) if isinstance(e, dict)]
+        frozen = max([e.get("frozen_blocks", 0) for e in events] + [0])
+        steps = ", ".join(f"{e.get('frozen_blocks')}@{e.get('step')}" for e in events)
+        return f"{method}: k={summary['num_layers'] - frozen} at the end; froze {steps or 'nothing'}"
+    return method
 
 
 def _setting(summary: dict) -> str:

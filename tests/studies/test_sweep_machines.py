@@ -28,11 +28,13 @@ def _process(url: str, name: str, runs_dir, budget_s: float = 600.0, *extra: str
 
 
 def _runs(study) -> dict:
-    """`{(candidate, seed): [state of each trial that ran it]}`: trials that trained (not the copies skipped)."""
+    """`{(candidate, seed): [state of each trial that ran it]}`: trials that trained (not the copies skipped), the
+    reference's as `(candidate, "reference")`."""
     found = {}
     for trial in study.get_trials(deepcopy=False):
         if "candidate" in trial.params and not trial.user_attrs.get("deferred"):
-            found.setdefault((trial.params["candidate"], trial.params["seed"]), []).append(trial.state.name)
+            seed = "reference" if trial.user_attrs.get("reference") else trial.params["seed"]
+            found.setdefault((trial.params["candidate"], seed), []).append(trial.state.name)
     return found
 
 
@@ -53,6 +55,37 @@ def test_two_processes_with_their_own_runs_dirs_run_one_sweep_and_report_alike(p
     # Each machine's report reads the runs from the storage: a run trained on the other machine is in both.
     table = [[line for line in (r / "README.md").read_text().splitlines() if line.startswith("| ")] for r in reports]
     assert table[0] == table[1] and any(line.startswith("| c |") and "| 0.830 |" in line for line in table[0])
+
+
+def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_and_reports_alike(
+        postgres_url, tmp_path, one_block_preset):
+    """The real command, one process started apart and one in this test's process, each with its own --runs_dir."""
+    from conftest import SENTENCES, write_csv
+
+    data = write_csv(tmp_path / "reviews.csv", ["review", "stars"],
+                     [(f"{SENTENCES[i % len(SENTENCES)]} {SENTENCES[(5 * i) % len(SENTENCES)]}", ("bad", "good")[i % 2])
+                      for i in range(40)])
+    common = ["sweep", f"--train_file={data}", "--text_columns=review", "--label_column=stars",
+              f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=2",
+              "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs", "--budget=10m",
+              f"--storage={postgres_url}", "--sweep_name=shared", "--sweep_heartbeat=2"]
+    other = subprocess.Popen([sys.executable, "-m", "tf_transfer.experiments", *common,
+                              f"--runs_dir={tmp_path / 'other'}"], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    here = run_module("tf_transfer.experiments", *common, f"--runs_dir={tmp_path / 'here'}")
+    out, err = other.communicate(timeout=600)
+    assert here.returncode == 0 and other.returncode == 0, (here.stderr[-2000:], err[-2000:])
+    assert here.stdout.strip().splitlines()[-1] == out.strip().splitlines()[-1]
+    study = sweep.load((postgres_url, "shared"))
+    ran = _runs(study)
+    assert all(len(states) == 1 for states in ran.values())  # the reference, each candidate at seed 0, ...
+    assert {("freeze_kall_lr0.01", "reference"), ("freeze_kall_lr0.01", 0), ("bitfit_kall_lr0.01", 0)} <= set(ran)
+    trained = [str(p.parent.relative_to(tmp_path / root / "sweep" / "shared")) for root in ("here", "other")
+               for p in (tmp_path / root).rglob("summary.json")]
+    assert len(trained) == len(set(trained)) == len(ran)  # every run trained once, on one machine or the other
+    tables = [[line for line in (tmp_path / root / "sweep" / "shared" / "README.md").read_text().splitlines()
+               if line.startswith("| ")] for root in ("here", "other")]
+    assert tables[0] == tables[1]
 
 
 def test_a_trial_whose_training_child_is_killed_is_retried_once_and_resumes(postgres_url, tmp_path):

@@ -199,6 +199,7 @@ def take(study, candidates: list):
               and key_of(t) == key]
     if not frozen.user_attrs.get("queued") or copies:
         trial.set_user_attr("skipped", "a copy of an earlier trial" if copies else "nothing queued")
+        trial.set_user_attr("train_s", 0.0)  # a copy of a retried trial carries what its dead trial spent
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return None
     name = trial.suggest_categorical("candidate", candidates)

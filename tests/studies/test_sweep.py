@@ -359,3 +359,13 @@ def test_bad_sweep_flags_are_one_error_line_before_anything_is_written(tmp_path,
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
     assert not os.listdir(tmp_path)
+
+
+def test_a_sweep_name_given_to_other_settings_is_refused_naming_what_differs(tmp_path):
+    first, _ = sweep.open_study(str(tmp_path), {"lr": 1.0, "max_epochs": 3}, lambda: {"a": {}}, 60.0, name="mine")
+    with pytest.raises(TransferError, match=r"the sweep mine on sqlite:///.*has other settings \(max_epochs differ\): "
+                                            r"give the same settings to join it, or another --sweep_name"):
+        sweep.open_study(str(tmp_path), {"lr": 1.0, "max_epochs": 5}, lambda: {"a": {}}, 60.0, name="mine")
+    again, _ = sweep.open_study(str(tmp_path), {"lr": 1.0, "max_epochs": 3}, lambda: {"b": {}}, 90.0, name="mine")
+    assert again.user_attrs["candidates"] == {"a": {}} and again.user_attrs["budget_s"] == 90.0  # joined, not requeued
+    assert len(again.trials) == len(first.trials) == 1

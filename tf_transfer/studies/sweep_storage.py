@@ -163,12 +163,12 @@ def create_or_join(url: str, name: str, direction: str, pruner, heartbeat_s: int
 
 
 def _check_same(study, name: str, url: str, identity: dict) -> None:
-    stored = study.user_attrs.get("identity")
+    stored, mine = study.user_attrs.get("identity"), json.loads(json.dumps(identity))
     if stored is None:  # a sweep from before --sweep_name: its settings alone were recorded
-        stored, identity = study.user_attrs.get("base"), identity.get("base")
-    mine = json.loads(json.dumps(identity))
+        stored, mine = {"base": study.user_attrs.get("base")}, {"base": mine.get("base")}
     if stored != mine:
-        differ = sorted(k for k in set(stored or {}) | set(mine or {}) if (stored or {}).get(k) != (mine or {}).get(k))
+        flat = [{**{k: v for k, v in d.items() if k != "base"}, **(d.get("base") or {})} for d in (stored, mine)]
+        differ = sorted(k for k in set(flat[0]) | set(flat[1]) if flat[0].get(k) != flat[1].get(k))
         raise TransferError(f"the sweep {name} on {shown_url(url)} has other settings ({', '.join(differ)} differ): "
                             "give the same settings to join it, or another --sweep_name to start a new sweep")
 

@@ -93,8 +93,9 @@ def cache_key(preset: str, task: str, split: str, encoded: inputs.Encoded, depth
 
 
 def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cache_dir: Optional[str] = None,
-          batch_size: int = 64, bucket_step: int = 16):
-    """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix`."""
+          batch_size: int = 64, bucket_step: int = 16, run=None):
+    """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix` (through
+    `run`, a function of a batch's features, where given: `traced_inference`, shared by several splits)."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     if cache_dir:
@@ -118,8 +119,8 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     import tensorflow as tf
 
     # A traced function: calling the Keras model eagerly per batch is several times slower on CPU.
-    run_prefix = tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
-                             autograph=False)
+    run_prefix = run or tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
+                                    autograph=False)
     plan = inputs.plan_eval_batches(encoded.lengths, batch_size, "bucket")
     for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", bucket_step, with_labels=False)):
         output = run_prefix(features).numpy()
@@ -145,7 +146,28 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     return cached, cached.build_s, False
 
 
-def extend(blocks, cached: CachedSplit, key: str, max_length: int, batch_size: int = 64, bucket_step: int = 16):
+def traced_inference(model):
+    """`model` in inference mode as one traced function of any batch size and length: traced once, on its first
+    batch, for every split it then runs over (a function per call, with Keras' shape relaxing, traces a few times per
+    split)."""
+    import tensorflow as tf
+
+    traced = None
+
+    def run(features):
+        nonlocal traced
+        if traced is None:
+            spec = {name: tf.TensorSpec([None] * np.ndim(value), tf.as_dtype(value.dtype))
+                    for name, value in features.items()}
+            traced = tf.function(lambda batch: model(batch, training=False), input_signature=[spec],
+                                 autograph=False)
+        return traced(features)
+
+    return run
+
+
+def extend(blocks, cached: CachedSplit, key: str, max_length: int, batch_size: int = 64, bucket_step: int = 16,
+           run=None):
     """Returns `(CachedSplit, seconds spent, reused?)`: `cached` (a prefix's outputs, every real token) run through
     `blocks` (a model from `{"hidden", "padding_mask"}` to the next blocks' output, `cached_prefix.blocks_model`) in
     inference mode, for a deeper frozen prefix, without running the embeddings and the earlier blocks again. Kept in
@@ -154,10 +176,7 @@ def extend(blocks, cached: CachedSplit, key: str, max_length: int, batch_size: i
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     start, cpu_start = time.perf_counter(), machine.cpu_seconds()
-    import tensorflow as tf
-
-    run_blocks = tf.function(lambda features: blocks(features, training=False), reduce_retracing=True,
-                             autograph=False)
+    run_blocks = run or traced_inference(blocks)
     hidden = np.empty((int(cached.offsets[-1]), int(blocks.output.shape[-1])), np.float16)
     plan = inputs.plan_eval_batches(cached.lengths, batch_size, "bucket")
     for indices, features in zip(plan, batches(cached, plan, bucket_step, max_length, with_labels=False)):

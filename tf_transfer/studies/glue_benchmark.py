@@ -23,7 +23,7 @@ from tf_transfer.data import inputs
 from tf_transfer.core import machine, memory
 from tf_transfer.training import record
 from tf_transfer.studies.glue_settings import GlueSettings
-from tf_transfer.studies.glue_task import GlueTask, load_data
+from tf_transfer.studies.glue_task import load_data, task_for
 
 
 def block_flops(batch: int, length: int, hidden: int, intermediate: int) -> float:
@@ -90,7 +90,7 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
     The figures are the median repeat's; every repeat's rate and CPU utilization is reported too, so a repeat that
     shared the machine with something else shows itself. `before_repeat(i)` runs before repeat i (untimed).
     """
-    prepared = GlueTask(config)
+    prepared = task_for(config)  # an adaptive method's: its gradient sums or annealed rates in the step
     prepared.build()
     model, feed, backbone = prepared.model, prepared.feed, prepared.backbone
     hidden, intermediate = int(backbone.hidden_dim), int(backbone.intermediate_dim)

@@ -363,10 +363,15 @@ class GlueTask(Task):
 def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,
              export_dir: Optional[str] = None) -> dict:
     """Trains and scores one GLUE run in `output_dir` (`runner.run`); returns the final summary."""
+    return runner.run(task_for(settings, export_dir), output_dir, strategy, overwrite)
+
+
+def task_for(settings: GlueSettings, export_dir: Optional[str] = None) -> GlueTask:
+    """The task of a GLUE run: `GlueTask`, or for a method that freezes as it trains `adaptive_task.AdaptiveGlueTask`."""
     from tf_transfer.models import methods
 
     if settings.method in methods.ADAPTIVE:
         from tf_transfer.studies.adaptive_task import AdaptiveGlueTask
 
-        return runner.run(AdaptiveGlueTask(settings, export_dir), output_dir, strategy, overwrite)
-    return runner.run(GlueTask(settings, export_dir), output_dir, strategy, overwrite)
+        return AdaptiveGlueTask(settings, export_dir)
+    return GlueTask(settings, export_dir)

@@ -198,15 +198,21 @@ def test_autofreeze_records_its_freezes_and_resumes_after_one_with_the_same_numb
         assert b["val"] == pytest.approx(a["val"])
 
 
-def test_freezeout_through_the_command_prints_when_each_block_froze(glue_dir, tiny_preset, tmp_path):
-    result = run_module("tf_transfer.glue", "--task=sst2", f"--data_dir={glue_dir}", f"--preset={tiny_preset}",
-                        "--method=freezeout", "--freezeout_t0=0.3", "--lr=1e-3", "--batch_size=4",
-                        "--max_epochs=2", "--max_seq_length=16", f"--output_dir={tmp_path}")
+def test_freezeout_on_a_users_file_prints_when_each_block_froze(tiny_preset, tmp_path):
+    from conftest import SENTENCES, write_csv
+
+    rows = [(i, SENTENCES[i % len(SENTENCES)], i % 2) for i in range(40)]
+    data = write_csv(tmp_path / "mine.csv", ["id", "text", "target"], rows)
+    result = run_module("tf_transfer.glue", f"--train_file={data}", "--text_columns=text", "--label_column=target",
+                        f"--preset={tiny_preset}", "--method=freezeout", "--freezeout_t0=0.3", "--lr=1e-3",
+                        "--batch_size=4", "--max_epochs=2", "--max_seq_length=16", f"--output_dir={tmp_path / 'run'}")
     assert result.returncode == 0, result.stderr[-2000:]
-    summary = record.read_summary(str(tmp_path))
+    summary = record.read_summary(str(tmp_path / "run"))
     freezing = summary["freezing"]
-    # Cubic from t0 = 0.3 over 18 steps: the embeddings at 0.027 T, block 0 at (0.3 + 0.7/4)^3 T, ...; the top kept.
-    assert freezing["freeze_steps"][0] == math.ceil(0.3 ** 3 * 18 - 1e-9) and freezing["freeze_steps"][3] is None
+    # 36 rows (4 held out) in batches of 4, 2 epochs: 18 steps. Cubic from t0 = 0.3: the embeddings at 0.027 T,
+    # block 0 at (0.3 + 0.7/4)^3 T, block 1 at (0.3 + 1.4/4)^3 T; the top block is kept.
+    assert freezing["total_steps"] == 18 and freezing["freeze_steps"][3] is None
+    assert freezing["freeze_steps"][:3] == [math.ceil(t ** 3 * 18 - 1e-9) for t in (0.3, 0.475, 0.65)]
     events = freezing["events"]
     assert events and events[0]["embeddings"] and events[-1]["frozen_blocks"] == 2
     for event in events:

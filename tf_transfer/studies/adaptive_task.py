@@ -56,7 +56,9 @@ def freeze_line(summary: dict) -> str:
         blocks = event["blocks"]
         named = (f"blocks {blocks[0]}-{blocks[-1]}" if len(blocks) > 1 else f"block {blocks[0]}" if blocks
                  else "the embeddings")
-        parts.append(f"{named} at step {event['step']} (epoch {event['epoch']})")
+        when = ("from the start (--trainable_layers)" if event.get("rule") == "--trainable_layers"
+                else f"at step {event['step']} (epoch {event['epoch']})")
+        parts.append(f"{named} {when}")
     num_blocks = summary.get("num_layers")
     final = max((e["frozen_blocks"] for e in freezing["events"]), default=-1)
     left = num_blocks - max(final, 0) if num_blocks is not None else "?"

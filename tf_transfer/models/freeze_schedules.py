@@ -52,11 +52,12 @@ def autofreeze_frozen(previous: Optional[Sequence[float]], current: Sequence[flo
                       percentile: float, min_trainable: int) -> tuple:
     """`(frozen blocks after this decision, each block's change, the threshold)` from the blocks' gradient norms of
     the interval before (`previous`, None at the first interval: nothing freezes) and of this one (`current`), with
-    `frozen` blocks frozen so far. Changes and threshold are None at the first interval."""
+    `frozen` blocks frozen so far. Changes and threshold are None at the first interval; a frozen block's change is
+    None (it has no gradient to change)."""
     num_blocks = len(current)
     if previous is None:
         return frozen, None, None
-    changes = norm_changes(previous, current)
+    changes = [None] * frozen + norm_changes(previous[frozen:], current[frozen:])
     active = [c for c in changes[frozen:] if not math.isnan(c)]
     if not active:
         return frozen, changes, None

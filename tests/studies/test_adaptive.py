@@ -270,3 +270,10 @@ def dataclasses_replace(settings, **changes):
     import dataclasses
 
     return dataclasses.replace(settings, **changes)
+
+
+def test_the_budgeted_sweep_refuses_adaptive_methods_with_a_pointer():
+    from tf_transfer.studies import sweep
+
+    with pytest.raises(TransferError, match="'autofreeze' is not a method: use some of freeze, lora, bitfit .*glue"):
+        sweep.check_methods(["freeze", "autofreeze"])

@@ -103,10 +103,14 @@ def check_methods(methods: Sequence[str]) -> None:
     """`TransferError` unless `methods` names some of the training methods."""
     from tf_transfer.models import methods as methods_lib
 
-    unknown = [m for m in methods if m not in methods_lib.METHODS]
+    # Adaptive freezing decides k itself, and its cost is not a fixed depth's: not a candidate of this sweep (yet).
+    swept = [m for m in methods_lib.METHODS if m not in methods_lib.ADAPTIVE]
+    unknown = [m for m in methods if m not in swept]
     if unknown or not methods:
         raise TransferError(f"--methods: {unknown[0] if unknown else 'none'!r} is not a method: use some of "
-                            f"{', '.join(methods_lib.METHODS)}")
+                            f"{', '.join(swept)}" + (" (--method=autofreeze and freezeout choose k as they train: "
+                                                     "run them with tf_transfer.glue)" if set(unknown) & set(
+                                                         methods_lib.ADAPTIVE) else ""))
 
 
 def run_folder(sweep_dir: str, candidate: str, seed: int) -> str:

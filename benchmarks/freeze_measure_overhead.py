@@ -56,8 +56,11 @@ def main():
             times[method].append(seconds)
             print(json.dumps({"method": method, "repeat": repeat, "step_s": seconds}), flush=True)
     median = {method: sorted(values)[len(values) // 2] for method, values in times.items()}
+    # Each repeat's two timings are adjacent in time, so their ratio cancels load that changes slowly.
+    pairs = sorted(a / f for a, f in zip(times["autofreeze"], times["freeze"]))
     print(json.dumps({"median_step_s": median, "autofreeze_over_freeze": median["autofreeze"] / median["freeze"],
-                      "steps": len(timed), "batch_size": args.batch_size}))
+                      "median_paired_ratio": pairs[len(pairs) // 2], "steps": len(timed),
+                      "batch_size": args.batch_size}))
 
 
 if __name__ == "__main__":

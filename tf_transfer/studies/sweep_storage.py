@@ -204,7 +204,8 @@ def take(study, candidates: list):
         return None
     name = trial.suggest_categorical("candidate", candidates)
     seed = trial.suggest_int("seed", 0, 1000)
-    for attr, value in (("host", socket.gethostname()), ("pid", os.getpid()), ("train_s", 0.0), ("reserved_s", 0.0)):
+    for attr, value in (("host", socket.gethostname()), ("pid", os.getpid()), ("train_s", 0.0), ("reserved_s", 0.0),
+                        ("started_at", time.time())):
         trial.set_user_attr(attr, value)
     return trial, name, seed
 

@@ -40,6 +40,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     lower = metric in metrics.LOWER_IS_BETTER
     is_reference = bool(trial.user_attrs.get("reference"))
     floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    taken = min(trial.user_attrs.get("started_at") or start, start)
 
     def best_so_far(value: float) -> float:
         # What the run has reached by this epoch (early stopping keeps its best epoch), not the epoch's own score.
@@ -53,9 +54,9 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         return _pruned_before(earlier, pruned_at, start)
 
     def after_epoch(epoch_record: dict) -> bool:
-        elapsed = time.time() - start
-        state["at"].append(elapsed)
-        trial.set_user_attr("train_s", elapsed)
+        state["at"].append(time.time() - start)
+        spent = time.time() - taken  # the trial's time so far as the sweep counts it: the child's start-up too
+        trial.set_user_attr("train_s", spent)
         best = best_so_far(epoch_record["val"][metric])
         if is_reference and floor is not None and (floor - best if lower else best - floor) >= sweep.MARGIN:
             state["learned_at"] = epoch_record["epoch"]
@@ -65,9 +66,9 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
             return True
-        next_end = elapsed + 1.1 * _epoch_wall(state["at"], epoch_record["epoch_time_s"])
+        next_end = spent + 1.1 * _epoch_wall(state["at"], epoch_record["epoch_time_s"])
         if not sweep_storage.reserve(study, trial, next_end, study.user_attrs["budget_s"] - keep_s):
-            trial.set_user_attr("reserved_s", elapsed)
+            trial.set_user_attr("reserved_s", spent)
             epoch_record["sweep"] = "budget"
             return True
         return False

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from experiments.methods_report import write_report
 from experiments.transfer_learning import pinned_commands
+from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant
@@ -77,7 +78,8 @@ def family_of(settings: dict) -> str:
 def search_runs(settings: dict) -> list:
     """The settings of the search runs whose best rate `settings` (a run of the study) takes."""
     rates, searcher = SEARCH[family_of(settings)]
-    probe = {k: v for k, v in settings.items() if k not in ("lora_rank", "cache_frozen")}
+    # The searcher's own method settings (LoRA's rank) and cache, not the run's: the family shares its rate.
+    probe = {k: v for k, v in settings.items() if k not in (*methods.registry.owners(), "cache_frozen")}
     probe.update({k: v for k, v in METHODS[searcher].items() if k != "family"})
     probe.setdefault("cache_frozen", False)
     if not probe["cache_frozen"]:

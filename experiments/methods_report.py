@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
+from tf_transfer.models import methods as methods_lib
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.reporting import validation_baselines
@@ -168,10 +169,10 @@ def trainable_text(table: dict, method: str, tasks: list) -> str:
         cell = table.get((method, task))
         if cell and cell["summaries"]:
             summary = cell["summaries"][0]
-            lora = (summary.get("lora") or {}).get("weights")
+            added = methods_lib.registry.added_weights(summary)
             share = summary["trainable_params"] / summary["total_params"]
             return (f"{summary['trainable_params']:,} ({100 * share:.2f}%)"
-                    + (f", of which LoRA {lora:,}" if lora else ""))
+                    + (f", of which {methods_lib.of(summary).title} {added:,}" if added else ""))
     return "n/a"
 
 
@@ -384,9 +385,9 @@ def search_rows(collected: list, tasks: list, study) -> list:
 
 
 def _color(settings: dict) -> str:
-    if settings.get("method", "freeze") != "freeze":
-        return {"lora": "tab:orange", "bitfit": "tab:green"}[settings["method"]]
-    return "black" if settings.get("trainable_layers") == "all" else "tab:blue"
+    if methods_lib.name_of(settings) != methods_lib.DEFAULT:
+        return methods_lib.of(settings).color
+    return "black" if settings.get("trainable_layers") == "all" else methods_lib.of(settings).color
 
 
 def figure(path: str, summary: dict, methods: dict, x_key: str, x_label: str, title: str) -> None:

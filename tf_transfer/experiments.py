@@ -28,6 +28,7 @@ from absl import flags, logging
 
 from tf_transfer.core import cli, isolated
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.models import methods
 from tf_transfer.studies.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
@@ -51,11 +52,12 @@ OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_colum
                "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
                "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen",
                "allow_many_labels")
-flags.DEFINE_list("methods", ["freeze", "lora", "bitfit"], "sweep: the training methods whose candidates compete "
+flags.DEFINE_list("methods", list(methods.registry.in_sweep()), "sweep: the training methods whose candidates compete "
                   "(docs/methods.md).")
 flags.DEFINE_string("budget", None, "sweep: training wall time to spend, summed over its runs: e.g. 30m, 2h, 1h30m, "
                     "90s. A rerun with a larger budget goes on.")
-flags.DEFINE_list("lora_ranks", ["4", "8", "16"], "sweep: the LoRA ranks among the candidates.")
+for _flag, (_default, _help, _) in methods.registry.sweep_options().items():  # e.g. LoRA's --lora_ranks
+    flags.DEFINE_list(_flag, _default, _help)
 flags.DEFINE_integer("sweep_top", 3, "sweep: how many of the best candidates run again at more seeds.")
 flags.DEFINE_integer("sweep_seeds", 3, "sweep: seeds of those candidates; a candidate is recommended only from 2 "
                      "or more seeds that ran to their stopping rule (3 in practice), so 1 recommends nothing.")
@@ -257,12 +259,10 @@ def _sweep() -> None:
         base["data_dir"] = _glue_data_dir()
     base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
     lrs = _axes_given().get("lr")
-    try:
-        ranks = [int(rank) for rank in FLAGS.lora_ranks]
-    except ValueError:
-        raise TransferError(f"--lora_ranks takes whole numbers, comma-separated, got {','.join(FLAGS.lora_ranks)}")
+    options = _sweep_options()
     sweep.check_methods(FLAGS.methods)
-    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, "lora_ranks": ranks}
+    # What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options.
+    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options}
     sweep_dir, name = _sweep_place(settings.dataset, identity)
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(FLAGS.storage, None)
@@ -271,7 +271,7 @@ def _sweep() -> None:
         from tf_transfer.models import backbones
 
         depth = backbones.load_preset(settings.preset).backbone.num_layers
-        return sweep.candidates(FLAGS.methods, depth, lrs, ranks)
+        return sweep.candidates(FLAGS.methods, depth, lrs, options)
 
     study, where = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
                                     settings.metric_name in metrics.LOWER_IS_BETTER, name=name, identity=identity,
@@ -304,6 +304,21 @@ def _sweep_place(dataset: str, identity: dict) -> tuple:
     name = sweep_storage.check_name(FLAGS.sweep_name) if FLAGS.sweep_name else sweep_storage.default_name(
         dataset, identity)
     return os.path.join(FLAGS.runs_dir, "sweep", name), name
+
+
+def _sweep_options() -> dict:
+    """The methods' sweep flags (`methods.registry.sweep_options`, e.g. --lora_ranks), parsed."""
+    from tf_transfer.core.errors import TransferError
+
+    words = {int: "whole numbers", float: "numbers", str: "words"}
+    parsed = {}
+    for flag, (_, _, kind) in methods.registry.sweep_options().items():
+        try:
+            parsed[flag] = [kind(value) for value in FLAGS[flag].value]
+        except ValueError:
+            raise TransferError(f"--{flag} takes {words.get(kind, kind.__name__)}, comma-separated, got "
+                                f"{','.join(FLAGS[flag].value)}") from None
+    return parsed
 
 
 def _train_trial(*args) -> dict:

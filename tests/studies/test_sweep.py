@@ -181,7 +181,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     name = sweep_storage.default_name("reviews", identity)
     sweep_dir = tmp_path / "runs" / "sweep" / name
     study, where = sweep.open_study(str(sweep_dir), _base(common), lambda: sweep.candidates(
-        ["freeze", "lora"], 1, [1e-2], [2]), 600.0, name=name, identity=identity)
+        ["freeze", "lora"], 1, [1e-2], {"lora_ranks": [2]}), 600.0, name=name, identity=identity)
     killed = study.ask()
     killed.suggest_categorical("candidate", sorted(study.user_attrs["candidates"]))
     killed.suggest_int("seed", 0, 1000)

@@ -46,6 +46,14 @@ def setting(default, help: str, *, flag: Optional[str] = None):  # noqa: A002 (a
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def add_fields(namespace: dict, fields: dict) -> None:
+    """Declares `{name: (type, setting(...))}` in a settings class's body (`add_fields(vars(), ...)`), in the order
+    given, where the call stands among the class's own fields: settings another module owns (a training method's)."""
+    for name, (kind, field) in fields.items():
+        namespace.setdefault("__annotations__", {})[name] = kind
+        namespace[name] = field
+
+
 def flag_name(field: dataclasses.Field) -> str:
     return field.metadata.get("flag", field.name)
 

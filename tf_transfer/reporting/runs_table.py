@@ -11,7 +11,8 @@ it was recorded). Summaries of other entry points that name a task and a metric 
 are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped; files that are
 not JSON (a truncated summary) are named under the table and left out. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
 
-The `method` column says what trained (freeze, bitfit, or lora with its rank and targets: `models.methods`).
+The `method` column says what trained: each method's `table_label` (`models.methods`: freeze, bitfit, or lora with its
+rank and targets).
 The reference of a GLUE task, preset and data (the training-set cap `max_train_examples` and the validation split
 `validation_fraction`: a run is compared with fine-tuning on the same examples) is its completed full fine-tuning
 runs (`trainable_layers` "all", method freeze: LoRA and BitFit over all blocks are not fine-tuning) of one
@@ -41,6 +42,7 @@ from typing import Optional
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.tasks import TASKS
 from tf_transfer.core import stats
+from tf_transfer.models import methods
 from tf_transfer.reporting import tables
 from tf_transfer.training import record
 
@@ -126,19 +128,8 @@ def _row(run: str, summary: dict) -> dict:
 
 
 def _method(summary: dict) -> str:
-    """freeze (runs from before methods existed too), bitfit, lora with its rank and targets, or autofreeze and
-    freezeout with the blocks still training at the end and when each freeze came (`autofreeze: k=1 at the end; froze
-    2@40, 5@120`: 2 blocks frozen at step 40, 5 at step 120)."""
-    method = summary.get("method", "freeze")
-    lora, freezing = summary.get("lora"), summary.get("freezing")
-    if method == "lora" and lora:
-        return f"lora r{lora['rank']} ({','.join(lora['targets'])})"
-    if isinstance(freezing, dict) and isinstance(summary.get("num_layers"), int):
-        events = [e for e in freezing.get("events", []) if isinstance(e, dict)]
-        frozen = max([e.get("frozen_blocks", 0) for e in events] + [0])
-        steps = ", ".join(f"{e.get('frozen_blocks')}@{e.get('step')}" for e in events)
-        return f"{method}: k={summary['num_layers'] - frozen} at the end; froze {steps or 'nothing'}"
-    return method
+    """The method's `table_label` (runs from before methods existed: the default, freezing)."""
+    return methods.registry.table_label(summary)
 
 
 def _setting(summary: dict) -> str:
@@ -172,7 +163,7 @@ def _references(runs: list) -> dict:
     """(task, preset, data) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
     settings = {}
     for row, summary in runs:
-        if _comparable(row) and row["trainable_layers"] == "all" and row["method"] == "freeze":
+        if _comparable(row) and row["trainable_layers"] == "all" and methods.name_of(summary) == methods.DEFAULT:
             key = (row["task"], row["preset"], _data(summary))
             group = settings.setdefault(key, {}).setdefault(_setting(summary), [])
             group.append((row, _validation(summary)))

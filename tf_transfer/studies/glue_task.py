@@ -170,8 +170,7 @@ class GlueTask(Task):
 
         settings, backbone = self.settings, self.backbone
         head = heads.pooled_head(self.task.num_labels, settings.dropout, backbone)
-        methods.apply(backbone, settings.method, settings.trainable_layers, settings.lora_rank, settings.lora_alpha,
-                      settings.lora_targets, settings.bitfit_layer_norm, settings.lora_init)
+        methods.apply(backbone, settings.method, settings.trainable_layers, **methods.registry.options_of(settings))
         if settings.cache_frozen:
             feed = self._cached_feed()
             return cached_prefix.suffix_classifier(backbone, settings.trainable_layers, head), feed
@@ -226,9 +225,10 @@ class GlueTask(Task):
                            jit_compile=settings.jit, steps_per_execution=settings.steps_per_execution)
 
     def describe(self) -> str:
+        from tf_transfer.models import methods
+
         settings = self.settings
-        method = {"freeze": "", "lora": f", LoRA r={settings.lora_rank} on {','.join(settings.lora_targets)}",
-                  "bitfit": ", BitFit"}[settings.method]
+        method = methods.get(settings.method).describe(settings)
         return f"{settings.dataset}, trainable_layers={settings.trainable_layers}{method}"
 
     def fresh_summary(self, table: list) -> dict:
@@ -267,20 +267,14 @@ class GlueTask(Task):
         }
 
     def _method_facts(self) -> dict:
-        """What trained besides the blocks' own rule: the method, and LoRA's rank, scale, targets and weights."""
+        """What trained besides the blocks' own rule: the method, and what it records of itself (LoRA's rank, scale,
+        targets and weights)."""
         from tf_transfer.models import methods
 
         settings = self.settings
-        facts = {"method": settings.method}
-        if settings.method == "lora":
-            layers = methods.lora_layers(self.backbone)
-            facts["lora"] = {"rank": settings.lora_rank, "alpha": settings.lora_alpha, "init": settings.lora_init,
-                             "targets": list(settings.lora_targets), "layers": len(layers),
-                             "weights": sum(int(l.lora_a.shape[0] + l.lora_b.shape[1]) * settings.lora_rank
-                                            for l in layers)}
-        elif settings.method == "bitfit":
-            facts["bitfit"] = {"layer_norm": settings.bitfit_layer_norm}
-        return facts
+        method = methods.get(settings.method)
+        options = method.options(methods.registry.options_of(settings))
+        return {"method": settings.method, **method.summary_facts(options, self.backbone)}
 
     def _dataset_facts(self) -> dict:
         """For a user's own data set: where it came from, its labels in class order (positive last of two), its
@@ -298,12 +292,13 @@ class GlueTask(Task):
                 "labels": list(self.task.labels) if self.task.labels else None}
 
     def hparams(self) -> dict:
+        from tf_transfer.models import methods
+
         s = self.settings
         return {"task": s.dataset, "preset": s.preset, "trainable_layers": str(s.trainable_layers), "lr": s.lr,
                 "batch_size": s.batch_size, "seed": s.seed, "padding": s.padding, "max_seq_length": s.max_seq_length,
                 "lr_schedule": s.lr_schedule, "cache_frozen": s.cache_frozen, "precision": s.precision,
-                "method": s.method, "lora_rank": s.lora_rank if s.method == "lora" else 0,
-                "lora_init": s.lora_init if s.method == "lora" else "-"}
+                "method": s.method, **methods.registry.hparams(s)}
 
     def trial_name(self) -> str:
         return f"{self.settings.dataset}/{self.settings.run_name()}/seed{self.settings.seed}"
@@ -347,13 +342,14 @@ class GlueTask(Task):
 
     def _export(self, summary: dict) -> None:
         """Exports the best epoch's weights (the early-stopping choice) as a keras-hub preset folder."""
-        from tf_transfer.models import export
+        from tf_transfer.models import export, methods
         from tf_transfer.training import checkpoints
 
         best = summary.get("best_epoch")
         if best and os.path.exists(checkpoints.path(self.folder.path, "best")):
             with self.strategy.scope():
                 checkpoints.restore(self.folder.path, "best", self.model)
+        methods.get(self.settings.method).merge_for_export(self.backbone)
         export.export_classifier(self.backbone, self.loaded.tokenizer, self.model.get_layer("head"), self.task,
                                  self.settings.max_seq_length, self.export_dir, self.settings.dropout)
         summary["exported"] = {"folder": os.path.abspath(self.export_dir), "epoch": best}
@@ -367,11 +363,14 @@ def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: 
 
 
 def task_for(settings: GlueSettings, export_dir: Optional[str] = None) -> GlueTask:
-    """The task of a GLUE run: `GlueTask`, or for a method that freezes as it trains `adaptive_task.AdaptiveGlueTask`."""
+    """The task of a GLUE run: `GlueTask`, or the subclass the run's method names as its `trainer` (AutoFreeze's and
+    FreezeOut's `adaptive_task.AdaptiveGlueTask`)."""
+    import importlib
+
     from tf_transfer.models import methods
 
-    if settings.method in methods.ADAPTIVE:
-        from tf_transfer.studies.adaptive_task import AdaptiveGlueTask
-
-        return AdaptiveGlueTask(settings, export_dir)
-    return GlueTask(settings, export_dir)
+    trainer = methods.get(settings.method).trainer
+    if trainer is None:
+        return GlueTask(settings, export_dir)
+    module, _, name = trainer.partition(":")
+    return getattr(importlib.import_module(module), name)(settings, export_dir)

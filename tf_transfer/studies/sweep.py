@@ -38,15 +38,10 @@ import time
 from typing import Callable, Optional, Sequence
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models import freezing
+from tf_transfer.models import freezing, methods
 from tf_transfer.studies import sweep_storage
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep_rule import MARGIN, MIN_SEEDS, Run, constant_prediction, recommend, run_of  # noqa: F401
-
-DEFAULT_LORA_RANKS = (4, 8, 16)
-# Learning rates per kind of candidate: fine-tuning's (the paper's 2e-5 and a larger one), a frozen prefix's, LoRA's
-# (10-100x fine-tuning's) and BitFit's. `lrs` replaces them all.
-LEARNING_RATES = {"full": (2e-5, 1e-4), "freeze": (1e-4, 1e-3), "lora": (5e-4, 2e-3), "bitfit": (1e-3, 5e-3)}
 
 
 def parse_budget(text: str) -> float:
@@ -64,25 +59,20 @@ def parse_budget(text: str) -> float:
     return total
 
 
-def candidates(methods: Sequence[str], num_layers: int, lrs: Optional[Sequence[float]] = None,
-               lora_ranks: Sequence[int] = DEFAULT_LORA_RANKS) -> dict:
-    """`{name: settings overrides}`: for `freeze`, full fine-tuning and the last 1, 2 and L/2 blocks over the cache;
-    for `lora`, each rank on every block and on the last 2 over the cache; for `bitfit`, every block; each at the
-    rates of `LEARNING_RATES` (or `lrs`)."""
-    check_methods(methods)
-    depths = sorted({k for k in (1, 2, num_layers // 2) if 1 <= k < num_layers})
-    shapes = {
-        "freeze": [("full", {"trainable_layers": freezing.ALL})] + [
-            ("freeze", {"trainable_layers": k, "cache_frozen": True}) for k in depths],
-        "lora": [("lora", {"method": "lora", "lora_rank": r, "trainable_layers": freezing.ALL}) for r in lora_ranks]
-        + [("lora", {"method": "lora", "lora_rank": r, "trainable_layers": min(2, num_layers), "cache_frozen": True})
-           for r in lora_ranks if min(2, num_layers) < num_layers],
-        "bitfit": [("bitfit", {"method": "bitfit", "trainable_layers": freezing.ALL})],
-    }
+def candidates(names: Sequence[str], num_layers: int, lrs: Optional[Sequence[float]] = None,
+               options: Optional[dict] = None) -> dict:
+    """`{name: settings overrides}`: each method's `sweep_candidates` (freezing: full fine-tuning and the last 1, 2
+    and L/2 blocks over the cache; LoRA: each rank of `options["lora_ranks"]` on every block and on the last 2 over
+    the cache; BitFit: every block), each at the method's rates (or `lrs`). `options`: the methods' sweep options
+    (`methods.registry.sweep_options`), their defaults where not given."""
+    check_methods(names)
+    given = {flag: [kind(value) for value in default]
+             for flag, (default, _, kind) in methods.registry.sweep_options().items()}
+    given.update(options or {})
     found = {}
-    for method in methods:
-        for kind, overrides in shapes[method]:
-            for lr in (lrs or LEARNING_RATES[kind]):
+    for name in names:
+        for overrides, rates in methods.get(name).sweep_candidates(num_layers, given):
+            for lr in (lrs or rates):
                 settings = {**overrides, "lr": float(lr)}
                 found[candidate_name(settings)] = settings
     # Cheapest first: successive halving lets the first run of a rung through unopposed, so the costly candidates
@@ -92,25 +82,24 @@ def candidates(methods: Sequence[str], num_layers: int, lrs: Optional[Sequence[f
 
 def relative_cost(settings: dict, num_layers: int) -> int:
     """A candidate's work per step in block passes: forward through the blocks that run (the trained ones alone
-    over the cache), backward through the trained ones (weights' gradients too under freezing)."""
+    over the cache), backward through the trained ones (the method's `backward_passes`: weights' gradients too
+    under freezing)."""
     k = settings["trainable_layers"]
     trained = num_layers if k == freezing.ALL else k
     forward = trained if settings.get("cache_frozen") else num_layers
-    return forward + trained * (2 if settings.get("method", "freeze") == "freeze" else 1)
+    return forward + trained * methods.of(settings).backward_passes
 
 
-def check_methods(methods: Sequence[str]) -> None:
-    """`TransferError` unless `methods` names some of the training methods."""
-    from tf_transfer.models import methods as methods_lib
-
-    # Adaptive freezing decides k itself, and its cost is not a fixed depth's: not a candidate of this sweep (yet).
-    swept = [m for m in methods_lib.METHODS if m not in methods_lib.ADAPTIVE]
-    unknown = [m for m in methods if m not in swept]
-    if unknown or not methods:
+def check_methods(names: Sequence[str]) -> None:
+    """`TransferError` unless `names` names some of the methods the sweep tries (`methods.registry.in_sweep`: those
+    with candidates; adaptive freezing decides k itself, and its cost is not a fixed depth's)."""
+    swept = methods.registry.in_sweep()
+    unknown = [m for m in names if m not in swept]
+    if unknown or not names:
+        pointer = (f" (--method={unknown[0]} gives the sweep no candidates: run it with tf_transfer.glue)"
+                   if unknown and unknown[0] in methods.names() else "")
         raise TransferError(f"--methods: {unknown[0] if unknown else 'none'!r} is not a method: use some of "
-                            f"{', '.join(swept)}" + (" (--method=autofreeze and freezeout choose k as they train: "
-                                                     "run them with tf_transfer.glue)" if set(unknown) & set(
-                                                         methods_lib.ADAPTIVE) else ""))
+                            f"{', '.join(swept)}{pointer}")
 
 
 def run_folder(sweep_dir: str, candidate: str, seed: int) -> str:
@@ -119,9 +108,7 @@ def run_folder(sweep_dir: str, candidate: str, seed: int) -> str:
 
 def candidate_name(settings: dict) -> str:
     """`method[_r<rank>]_k<depth>_lr<rate>`: a candidate's name, and its run folder's."""
-    method = settings.get("method", "freeze")
-    rank = f"_r{settings['lora_rank']}" if method == "lora" else ""
-    return f"{method}{rank}_k{settings['trainable_layers']}_lr{settings['lr']:g}"
+    return f"{methods.of(settings).candidate_tag(settings)}_k{settings['trainable_layers']}_lr{settings['lr']:g}"
 
 
 # --- the Optuna study ------------------------------------------------------------------------------------------------
@@ -173,7 +160,7 @@ def reference(found: dict) -> str:
     """The candidate whose learning curve sets the first rung: full fine-tuning at its largest rate (the soonest to
     learn), else the first candidate queued (the cheapest)."""
     full = [name for name, s in found.items()
-            if s.get("method", "freeze") == "freeze" and s["trainable_layers"] == freezing.ALL]
+            if methods.name_of(s) == methods.DEFAULT and s["trainable_layers"] == freezing.ALL]
     return max(full, key=lambda name: found[name]["lr"]) if full else next(iter(found))
 
 
@@ -389,7 +376,7 @@ def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callab
 
 def _shape(settings: dict) -> tuple:
     """What sets a candidate's cost per epoch (its rate and rank hardly do)."""
-    return settings.get("method", "freeze"), settings["trainable_layers"], bool(settings.get("cache_frozen"))
+    return methods.name_of(settings), settings["trainable_layers"], bool(settings.get("cache_frozen"))
 
 
 def estimate_s(study, found: dict, trial) -> Optional[float]:

@@ -30,12 +30,12 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
 
     from tf_transfer.core import metrics
     from tf_transfer.studies.glue_settings import GlueSettings
-    from tf_transfer.studies.glue_task import GlueTask
+    from tf_transfer.studies.glue_task import task_for
     from tf_transfer.training import record, runner
 
     study = sweep.load(where)
     trial = optuna.trial.Trial(study, trial_id)
-    task = GlueTask(GlueSettings.from_dict(settings))
+    task = task_for(GlueSettings.from_dict(settings))
     metric, start, state = task.metric, time.time(), {"pruned": False, "best": None, "at": [], "learned_at": None}
     lower = metric in metrics.LOWER_IS_BETTER
     is_reference = bool(trial.user_attrs.get("reference"))

@@ -1,12 +1,8 @@
-"""Training methods beside freezing: LoRA as in its paper, and BitFit. Each decides which backbone weights train.
-
-`freeze` (the default) is `tf_transfer.models.freezing`: the last k blocks and the pooler train, nothing else.
-
-`lora` (Hu et al. 2021, arXiv 2106.09685) trains a rank-r update of each targeted weight matrix and nothing else of
-the blocks: h = W x + b + (alpha / r) B A x, with B (r, d_out) zero, so that the first step computes what the
-pretrained model computes, and A (d_in, r) drawn as the LoRA authors' loralib and Hugging Face PEFT's default draw it:
-Kaiming-uniform with a = sqrt(5), i.e. uniform in +-1 / sqrt(d_in) (std 0.03 at d_in = 384, whatever the rank);
-`lora_init="gaussian"` draws A from N(0, 1 / r) instead (PEFT's "gaussian", this project's only choice before
+"""`--method=lora` (Hu et al. 2021, arXiv 2106.09685): trains a rank-r update of each targeted weight matrix and
+nothing else of the blocks: h = W x + b + (alpha / r) B A x, with B (r, d_out) zero, so that the first step computes
+what the pretrained model computes, and A (d_in, r) drawn as the LoRA authors' loralib and Hugging Face PEFT's default
+draw it: Kaiming-uniform with a = sqrt(5), i.e. uniform in +-1 / sqrt(d_in) (std 0.03 at d_in = 384, whatever the
+rank); `lora_init="gaussian"` draws A from N(0, 1 / r) instead (PEFT's "gaussian", this project's only choice before
 2026-11-25: 4.2x larger at r = 8, so a rate searched under one does not carry over to the other). A kernel
 of several axes (BERT's query: hidden x heads x head_dim) is seen as the matrix (hidden, heads * head_dim), as the
 paper and PEFT see Wq; keras-hub's `enable_lora` factorizes per head instead (A: hidden x heads x r), which trains
@@ -14,15 +10,11 @@ six times the weights on all-MiniLM-L6 (docs/methods.md). The update is computed
 B), as PEFT does, so no gradient of the frozen W is ever formed. With `trainable_layers=k` only the last k blocks
 get adapters (the rest can be cached); the pooler and the head train in full.
 
-`bitfit` (Ben Zaken et al. 2021, arXiv 2106.10199) trains the bias terms of the blocks in scope (and of the
-embeddings' and pooler's layers when every block is in scope): every dense layer's bias and every LayerNorm's beta
-(the BitFit code trains every parameter named "bias", LayerNorm's included); `bitfit_layer_norm` adds the
-LayerNorms' gamma. The head trains in full.
-
 Example (all-MiniLM-L6-v2, r=8 on query and value: 6 blocks x 2 targets x (384 + 384) x 8 = 73,728 weights):
 
 >>> from tf_transfer.models import methods
->>> methods.lora_weight_count(hidden=384, layers=6, rank=8, targets=("query", "value"))
+>>> from tf_transfer.models.methods import lora
+>>> lora.lora_weight_count(hidden=384, layers=6, rank=8, targets=("query", "value"))
 73728
 >>> methods.apply(backbone, "lora", trainable_layers="all", lora_rank=8)  # doctest: +SKIP
 """
@@ -33,13 +25,12 @@ import math
 import re
 from typing import Sequence
 
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
-
-# Freezing decided during training (`tf_transfer.models.freeze_schedules`): what trains at the start is the freezing
-# rule's, and a growing prefix freezes as the run goes.
-ADAPTIVE = ("autofreeze", "freezeout")
-METHODS = ("freeze", "lora", "bitfit") + ADAPTIVE
+from tf_transfer.models.methods import scope
+from tf_transfer.models.methods.registry import Method, register
 
 # Where each target sits in a block of keras-hub's encoders (TransformerEncoder, and DeBERTa-v3's
 # DisentangledAttentionEncoder): (attribute of the block, attribute of that, or None).
@@ -65,46 +56,103 @@ def lora_weight_count(hidden: int, layers: int, rank: int, targets: Sequence[str
     return layers * sum(rank * (sizes[t][0] + sizes[t][1]) for t in targets)
 
 
-def check_method(method: str, lora_targets: Sequence[str]) -> None:
-    if method not in METHODS:
-        raise TransferError(f"--method={method!r} is not a training method: use one of {', '.join(METHODS)}")
-    unknown = [t for t in lora_targets if t not in LORA_TARGETS]
-    if unknown:
-        raise TransferError(f"--lora_targets: {unknown[0]!r} is not a LoRA target: use some of "
-                            f"{', '.join(LORA_TARGETS)}")
+RATES = (5e-4, 2e-3)  # the sweep's (the paper's GLUE rates for RoBERTa-base: 4e-4..5e-4)
 
 
-def apply(backbone, method: str, trainable_layers=freezing.ALL, lora_rank: int = 8, lora_alpha: float = 8.0,
-          lora_targets: Sequence[str] = DEFAULT_TARGETS, bitfit_layer_norm: bool = False,
-          lora_init: str = LORA_INITS[0]) -> None:
-    """Sets what trains in `backbone` for `method` (in place; LoRA's variables are created here, so call it inside
-    the strategy's scope, after the pretrained weights are loaded and before the model is compiled)."""
-    check_method(method, lora_targets)
-    freezing.set_trainable_layers(backbone, trainable_layers)
-    if method == "freeze" or method in ADAPTIVE:
-        return
-    blocks = _blocks_in_scope(backbone, trainable_layers, method)
-    if method == "lora":
-        layers = [_target(backbone, block, target) for block in blocks for target in lora_targets]
+@register
+class LoRA(Method):
+    name = "lora"
+    title = "LoRA"
+    help = ("the paper's rank-r update of --lora_targets in the last --trainable_layers blocks, all by default; the "
+            "pooler and head in full")
+    color = "tab:orange"
+    settings = {
+        "lora_rank": (int, setting(8, "--method=lora: the rank r of each update.")),
+        "lora_alpha": (float, setting(8.0, "--method=lora: updates are scaled by lora_alpha / lora_rank (the paper "
+                                           "fixes alpha at the first rank it tries; Hugging Face PEFT's default is "
+                                           "8).")),
+        "lora_targets": (tuple, setting(DEFAULT_TARGETS, "--method=lora: the dense layers of each block that get an "
+                                        "update, some of " + ", ".join(LORA_TARGETS) + " (the paper: query,value).")),
+        "lora_init": (str, setting(LORA_INITS[0], "--method=lora: how A is drawn: kaiming_uniform (the LoRA authors' "
+                                   "code and Hugging Face PEFT's default: uniform in +-1/sqrt(d_in)) or gaussian (N(0, "
+                                   "1/r), PEFT's option; this project's LoRA runs before 2026-11-25). B starts at zero "
+                                   "either way.")),
+    }
+    checks = {
+        "lora_rank": (settings_lib.at_least(1), "must be at least 1"),
+        "lora_alpha": (settings_lib.in_range(0.0, float("inf"), low_open=True), "must be above 0"),
+        "lora_init": ((lambda value: value in LORA_INITS), "must be one of " + ", ".join(LORA_INITS)),
+        "lora_targets": ((lambda value: bool(value) and set(value) <= set(LORA_TARGETS)),
+                         "must name some of " + ", ".join(LORA_TARGETS)),
+    }
+    older_runs = {"lora_rank": 8, "lora_alpha": 8.0, "lora_targets": list(DEFAULT_TARGETS), "lora_init": "gaussian"}
+    # `lora_init` came after runs of every method were made, with another default than those runs had: recorded
+    # only for LoRA runs, so that no other run's name changed.
+    recorded_only_for_it = ("lora_init",)
+    hparams_off = {"lora_rank": 0, "lora_init": "-"}
+    backward_passes = 1  # the activations' gradients; LoRA's rank-r products are not counted
+    sweep_options = {"lora_ranks": (["4", "8", "16"], "sweep: the LoRA ranks among the candidates.", int)}
+    trainer = None
+    sweep_columns = ("lora_rank",)
+
+    def check_together(self, settings) -> list:
+        return scope.needs_a_block(settings)
+
+    def apply(self, backbone, options, trainable_layers) -> None:
+        unknown = [t for t in options.lora_targets if t not in LORA_TARGETS]
+        if unknown:
+            raise TransferError(f"--lora_targets: {unknown[0]!r} is not a LoRA target: use some of "
+                                f"{', '.join(LORA_TARGETS)}")
+        blocks = scope.blocks_in_scope(backbone, trainable_layers, self.name)
+        layers = [_target(backbone, block, target) for block in blocks for target in options.lora_targets]
         for block in blocks:
             _freeze_weights_of(block)
         for layer in layers:
-            enable_lora(layer, lora_rank, lora_alpha, lora_init)
+            enable_lora(layer, options.lora_rank, options.lora_alpha, options.lora_init)
         if trainable_layers == freezing.ALL:  # the embeddings train only under the freezing rule's "all"
             for layer in backbone.layers:
                 if freezing.block_of(backbone, layer) == "embeddings":
                     layer.trainable = False
-        return
-    _bitfit(backbone, blocks, trainable_layers == freezing.ALL, bitfit_layer_norm)
 
+    def describe(self, settings) -> str:
+        return f", LoRA r={settings.lora_rank} on {','.join(settings.lora_targets)}"
 
-def _blocks_in_scope(backbone, trainable_layers, method: str) -> list:
-    blocks = list(backbone.transformer_layers)
-    if trainable_layers == 0:
-        raise TransferError(f"--method={method} with --trainable_layers=0 trains nothing of the blocks (only the "
-                            "pooler and head, which --method=freeze --trainable_layers=0 trains): give k >= 1 or "
-                            "'all'")
-    return blocks if trainable_layers == freezing.ALL else blocks[len(blocks) - trainable_layers:]
+    def summary_facts(self, options, backbone) -> dict:
+        layers = lora_layers(backbone)
+        return {"lora": {"rank": options.lora_rank, "alpha": options.lora_alpha, "init": options.lora_init,
+                         "targets": list(options.lora_targets), "layers": len(layers),
+                         "weights": sum(int(l.lora_a.shape[0] + l.lora_b.shape[1]) * options.lora_rank
+                                        for l in layers)}}
+
+    def added_weights(self, summary: dict):
+        return (summary.get("lora") or {}).get("weights")
+
+    def hparams(self, settings) -> dict:
+        return {"lora_rank": settings.lora_rank, "lora_init": settings.lora_init}
+
+    def run_name_part(self, settings) -> str:
+        return f"lora_r{settings.lora_rank}_"
+
+    def table_label(self, summary: dict) -> str:
+        lora = summary.get("lora")
+        return f"lora r{lora['rank']} ({','.join(lora['targets'])})" if lora else self.name
+
+    def sweep_candidates(self, num_layers: int, options: dict) -> list:
+        """Each of `options["lora_ranks"]` on every block, and on the last 2 over the frozen-prefix cache."""
+        ranks, tail = options["lora_ranks"], min(2, num_layers)
+        return [({"method": self.name, "lora_rank": r, "trainable_layers": freezing.ALL}, RATES) for r in ranks] + [
+            ({"method": self.name, "lora_rank": r, "trainable_layers": tail, "cache_frozen": True}, RATES)
+            for r in ranks if tail < num_layers]
+
+    def candidate_tag(self, settings: dict) -> str:
+        return f"{self.name}_r{settings['lora_rank']}"
+
+    def merge_for_export(self, backbone) -> None:
+        """Folds each update into its kernel (B then zero): the exported backbone is a plain one. (Saving merges
+        too, `save_own_variables`; folding first makes the live model and the saved one the same weights.)"""
+        for layer in lora_layers(backbone):
+            layer._kernel.assign(layer.merged_kernel())
+            layer.lora_b.assign(layer.lora_b * 0)
 
 
 def _target(backbone, block, target: str):
@@ -122,24 +170,6 @@ def _freeze_weights_of(block) -> None:
     block.trainable = True  # a layer that is not trainable hides every variable in it, LoRA's too
     for variable in block.weights:
         variable.trainable = False
-
-
-def _bitfit(backbone, blocks: list, everything: bool, layer_norm: bool) -> None:
-    wanted = ("bias", "beta") + (("gamma",) if layer_norm else ())
-    # Outside the blocks: the pooler's bias always, the embeddings' LayerNorm only when every block trains (the
-    # freezing rule has already frozen the embeddings otherwise).
-    in_scope = list(blocks) + [layer for layer in backbone.layers
-                               if freezing.block_of(backbone, layer) in (("pooler", "embeddings") if everything
-                                                                         else ("pooler",))]
-    count = 0
-    for layer in in_scope:
-        layer.trainable = True
-        for variable in layer.weights:
-            variable.trainable = variable.name in wanted
-            count += math.prod(variable.shape) if variable.trainable else 0
-    if not count:
-        raise TransferError(f"--method=bitfit: {type(backbone).__name__} has no bias terms in the blocks it would "
-                            "train: use --method=freeze or lora")
 
 
 def _lora_a_initializer(init: str, d_in: int, rank: int):

@@ -1,0 +1,130 @@
+"""A training method is one registration: a method defined here, in the test, trains through the GLUE trainer, a
+grid, the budgeted sweep and `experiments table` without any other module knowing it; a method that forgets a piece
+is refused naming the piece."""
+
+import json
+
+import pytest
+
+from conftest import run_module
+from tf_transfer.core.errors import TransferError
+from tf_transfer.models import freezing, methods
+from tf_transfer.models.methods.registry import Method, register
+
+
+class LayerNormsOnly(Method):
+    """Trains the LayerNorms (gamma and beta) of the blocks in scope and nothing else of them."""
+
+    name = "layernorms"
+    title = "LayerNorms only"
+    help = "the LayerNorms of those blocks; the head"
+    color = "tab:purple"
+    settings = {}
+    checks = {}
+    older_runs = {}
+    recorded_only_for_it = ()
+    hparams_off = {"layernorms": False}
+    backward_passes = 1
+    sweep_options = {}
+    sweep_columns = ()
+    trainer = None
+
+    def check_together(self, settings):
+        return [(settings.trainable_layers != 0, "--method=layernorms needs a block to train")]
+
+    def apply(self, backbone, options, trainable_layers):
+        blocks = list(backbone.transformer_layers)
+        for block in blocks if trainable_layers == freezing.ALL else blocks[len(blocks) - trainable_layers:]:
+            block.trainable = True
+            for variable in block.weights:
+                variable.trainable = variable.name in ("gamma", "beta")
+
+    def describe(self, settings):
+        return ", LayerNorms only"
+
+    def summary_facts(self, options, backbone):
+        return {"layernorms": {"blocks": len(backbone.transformer_layers)}}
+
+    def added_weights(self, summary):
+        return None
+
+    def hparams(self, settings):
+        return {"layernorms": True}
+
+    def run_name_part(self, settings):
+        return "ln_"
+
+    def table_label(self, summary):
+        return "LayerNorms only"
+
+    def sweep_candidates(self, num_layers, options):
+        return [({"method": self.name, "trainable_layers": freezing.ALL}, (1e-2,))]
+
+    def candidate_tag(self, settings):
+        return "ln"
+
+    def merge_for_export(self, backbone):
+        pass
+
+
+@pytest.fixture
+def layernorms():
+    register(LayerNormsOnly)
+    yield methods.get("layernorms")
+    methods.unregister("layernorms")
+
+
+def test_a_method_that_forgets_a_piece_is_refused_naming_it():
+    pieces = {k: v for k, v in vars(LayerNormsOnly).items() if k not in ("apply", "__dict__", "__weakref__")}
+    forgetful = type("Forgetful", (Method,), {**pieces, "name": "forgetful"})
+    with pytest.raises(TransferError, match=r"training method 'forgetful' has no 'apply' \(apply\(backbone"):
+        register(forgetful)
+    assert "forgetful" not in methods.names()
+    with pytest.raises(TransferError, match="--method='prompt' is not a training method: use one of freeze, lora"):
+        methods.get("prompt")
+
+
+def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_sweep_and_the_table(
+        layernorms, tmp_path, glue_dir, one_block_preset):
+    from tf_transfer.studies import grid as studies
+    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.grid import Grid, Variant
+
+    flagfile = tmp_path / "ln.flags"
+    flagfile.write_text(f"--preset={one_block_preset}\n--batch_size=8\n--max_epochs=1\n--max_seq_length=32\n")
+    grid = Grid(name="ln", paper="a test", flagfile=str(flagfile),
+                axes={"task": ["rte"], "method": ["layernorms"], "trainable_layers": ["all"], "lr": [1e-2],
+                      "seed": [0]}, variants={"paper": Variant()}, report=lambda *a: None)
+    runs = grid.runs()
+    for run in runs:
+        run["data_dir"] = glue_dir
+    runs_dir = str(tmp_path / "runs")
+
+    def train(settings, folder):
+        studies.train_run(grid, settings, folder)
+
+    counts = studies.run_until_settled(grid, runs, runs_dir, train, log=print)
+    assert counts["ran"] == 1 and counts["failed"] == 0, counts
+    folder = studies.run_dir(runs_dir, grid, runs[0])
+    assert "/ln_kall_lr0.01_bs8_" in folder  # the method's part of the run name
+    summary = json.loads(open(f"{folder}/summary.json").read())
+    assert summary["completed"] and summary["method"] == "layernorms" and summary["layernorms"] == {"blocks": 1}
+    table = {row["part"]: row["trainable"] for row in summary["parameter_table"]}
+    assert table["block_0"] == 2 * 2 * 16  # two LayerNorms of width 16, gamma and beta
+    assert GlueSettings.from_dict({k: v for k, v in runs[0].items() if k != "part"}).to_dict() == summary["config"]
+    again = studies.run_until_settled(grid, runs, runs_dir, train, log=lambda line: None)
+    assert again["completed"] == 1 and again["ran"] == 0  # found as completed
+
+    swept = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--data_dir={glue_dir}",
+                       f"--presets={one_block_preset}", "--methods=layernorms", "--max_epochs=1",
+                       "--max_seq_length=32", "--batch_size=8", "--sweep_top=1", "--sweep_seeds=1",
+                       "--noisolate_runs", f"--runs_dir={tmp_path / 'sweep'}", "--budget=10m")
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    sweep_dir = tmp_path / "sweep" / "sweep" / "rte"
+    trial = json.loads((sweep_dir / "ln_kall_lr0.01" / "seed0" / "summary.json").read_text())
+    assert trial["method"] == "layernorms" and trial["completed"]
+    assert "| ln_kall_lr0.01 |" in (sweep_dir / "README.md").read_text()
+
+    listed = run_module("tf_transfer.experiments", "table", str(tmp_path))
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "LayerNorms only" in listed.stdout

@@ -1,0 +1,89 @@
+"""What `--method=autofreeze` and `--method=freezeout` share: freezing decided while training, a growing prefix
+frozen (and cached) as the run goes, from the freezing rule's scope at the start. The rule and the schedule are
+`tf_transfer.models.freeze_schedules`; the run is `tf_transfer.studies.adaptive_task.AdaptiveGlueTask`.
+
+Example:
+
+>>> from tf_transfer.models import methods
+>>> methods.get("autofreeze").trainer
+'tf_transfer.studies.adaptive_task:AdaptiveGlueTask'
+"""
+
+from __future__ import annotations
+
+from tf_transfer.core import settings as settings_lib
+from tf_transfer.core.settings import setting
+from tf_transfer.models import freezing
+from tf_transfer.models.methods import scope
+from tf_transfer.models.methods.registry import Method
+
+MIN_TRAINABLE_LAYERS = {
+    "min_trainable_layers": (int, setting(1, "--method=autofreeze or freezeout: the top blocks that never freeze (0: "
+                                             "every block may freeze, the pooler and head train to the end).")),
+}
+
+
+class Adaptive(Method):
+    """The pieces AutoFreeze and FreezeOut share (each subclass registers itself with its own settings)."""
+
+    recorded_only_for_it = ()
+    hparams_off = {}
+    backward_passes = 2  # the blocks that still train get their weights' gradients
+    sweep_options = {}
+    sweep_columns = ()
+    trainer = "tf_transfer.studies.adaptive_task:AdaptiveGlueTask"
+
+    def check_together(self, settings) -> list:
+        return [
+            (not settings.cache_frozen,
+             f"--method={settings.method} caches each frozen prefix itself as it grows: leave --cache_frozen off"),
+            *scope.needs_a_block(settings),
+            (settings.steps_per_execution == 1,
+             f"--method={settings.method} decides between steps: use --steps_per_execution=1"),
+            (settings.trainable_layers in (0, freezing.ALL) or settings.trainable_layers > settings.min_trainable_layers,
+             f"--method={settings.method} with --trainable_layers={settings.trainable_layers} and "
+             f"--min_trainable_layers={settings.min_trainable_layers} can never freeze a block: give more trainable "
+             "layers or fewer kept"),
+        ]
+
+    def apply(self, backbone, options, trainable_layers) -> None:
+        pass  # the freezing rule sets the start; the run freezes the rest as it goes
+
+    def describe(self, settings) -> str:
+        return ""  # AdaptiveGlueTask says it itself
+
+    def summary_facts(self, options, backbone) -> dict:
+        return {}  # AdaptiveGlueTask records `freezing` as the run goes
+
+    def added_weights(self, summary: dict):
+        return None
+
+    def hparams(self, settings) -> dict:
+        return {}
+
+    def run_name_part(self, settings) -> str:
+        return f"{self.name}_"
+
+    def table_label(self, summary: dict) -> str:
+        """The blocks still training at the end and when each freeze came (`autofreeze: k=1 at the end; froze
+        2@40, 5@120`: 2 blocks frozen at step 40, 5 at step 120)."""
+        freezing_record = summary.get("freezing")
+        if not isinstance(freezing_record, dict) or not isinstance(summary.get("num_layers"), int):
+            return self.name
+        events = [e for e in freezing_record.get("events", []) if isinstance(e, dict)]
+        frozen = max([e.get("frozen_blocks", 0) for e in events] + [0])
+        steps = ", ".join(f"{e.get('frozen_blocks')}@{e.get('step')}" for e in events)
+        return f"{self.name}: k={summary['num_layers'] - frozen} at the end; froze {steps or 'nothing'}"
+
+    def sweep_candidates(self, num_layers: int, options: dict) -> list:
+        return []  # not among the sweep's candidates (yet)
+
+    def candidate_tag(self, settings: dict) -> str:
+        return self.name
+
+    def merge_for_export(self, backbone) -> None:
+        pass  # the trained weights are the backbone's own
+
+
+def checks() -> dict:
+    return {"min_trainable_layers": (settings_lib.at_least(0), "must be >= 0")}

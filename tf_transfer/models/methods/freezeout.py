@@ -1,0 +1,45 @@
+"""`--method=freezeout` (FreezeOut, Brock et al. 2017, arXiv 1706.04983): each layer freezes at its scheduled step,
+the embeddings at `--freezeout_t0` of training and the blocks above evenly after them, each layer's rate annealed to
+zero by then (`models.freeze_schedules.freezeout_times`); what the methods share is `adaptive`.
+
+Example:
+
+>>> from tf_transfer.models import methods
+>>> methods.get("freezeout").run_name_part(None)
+'freezeout_'
+"""
+
+from __future__ import annotations
+
+from tf_transfer.core import settings as settings_lib
+from tf_transfer.core.settings import setting
+from tf_transfer.models.methods import adaptive
+from tf_transfer.models.methods.registry import register
+
+SCALES = ("linear", "squared", "cubic")
+
+
+@register
+class FreezeOut(adaptive.Adaptive):
+    name = "freezeout"
+    title = "FreezeOut"
+    help = "the freezing rule's blocks at first; each layer freezes on its schedule, its rate annealed to zero"
+    color = "tab:purple"
+    settings = {
+        **adaptive.MIN_TRAINABLE_LAYERS,
+        "freezeout_t0": (float, setting(
+            0.8, "--method=freezeout: how far into training (before scaling) the embeddings freeze, in (0, 1); the "
+                 "blocks above follow, evenly spaced to the head's 1 (FreezeOut's default 0.8).")),
+        "freezeout_scale": (str, setting("cubic", "--method=freezeout: linear, squared or cubic scaling of each "
+                                                  "layer's freezing time (FreezeOut's recommended and default: "
+                                                  "cubic).")),
+        "freezeout_scale_lr": (bool, setting(True, "--method=freezeout: start each layer's rate at lr / t_i, so that "
+                                                   "every layer moves about as far (FreezeOut's default).")),
+    }
+    checks = {
+        "freezeout_t0": (settings_lib.in_range(0.0, 1.0, low_open=True), "must be in (0, 1)"),
+        "freezeout_scale": settings_lib.one_of(SCALES),
+        **adaptive.checks(),
+    }
+    older_runs = {"min_trainable_layers": 1, "freezeout_t0": 0.8, "freezeout_scale": "cubic",
+                  "freezeout_scale_lr": True}

@@ -1,0 +1,237 @@
+"""The registry of training methods: the only list of them. A method is one module of this package holding one
+`Method` subclass decorated with `@register`; the GLUE trainer, its settings and grids, the sweep, the bench and the
+reports ask the registry for the method's pieces and never name a method themselves (docs/layout.md, "Adding a
+training method").
+
+Every piece in `PIECES` must be given by the method itself (not inherited from `Method`): a method that forgets one
+is refused when it registers, with a line naming the method and the piece, never a bare `KeyError` later.
+
+Example (a method that trains only the blocks' LayerNorms; tests/models/test_method_registry.py registers it):
+
+>>> from tf_transfer.models.methods import registry
+>>> registry.get("freeze").run_name_part(None)
+''
+>>> registry.get("prompt")
+Traceback (most recent call last):
+...
+tf_transfer.core.errors.TransferError: --method='prompt' is not a training method: use one of freeze, lora, bitfit, autofreeze, freezeout
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Optional
+
+from tf_transfer.core.errors import TransferError
+
+# Runs made before --method existed trained by the freezing rule: a settings dict or summary without `method` is
+# this method's.
+DEFAULT = "freeze"
+
+# piece -> what it is, for the line that names a forgotten one.
+PIECES = {
+    "name": "--method's value and the runs' `method`",
+    "title": "its name in reports' prose (e.g. 'LoRA')",
+    "help": "its words in --method's help",
+    "color": "its colour in figures",
+    "settings": "its settings: {field: (type, core.settings.setting(default, help))}, each a flag ({} for none)",
+    "checks": "rules of its settings: {field: (rule, message)} as core.settings.CHECKS ({} for none)",
+    "older_runs": "the value of each of its settings that runs made before the setting existed had ({} for none)",
+    "recorded_only_for_it": "its settings left out of other methods' run records and names (() for none)",
+    "check_together": "check_together(settings): [(ok, message)] rules across its settings and the scope",
+    "apply": "apply(backbone, options, trainable_layers): sets what trains (after the freezing rule set the scope)",
+    "describe": "describe(settings): what the run's first line adds ('' for nothing)",
+    "summary_facts": "summary_facts(options, backbone): what summary.json records beside `method` ({} for nothing)",
+    "added_weights": "added_weights(summary): weights the method adds to the model, from a summary (None if none)",
+    "hparams": "hparams(settings): its TensorBoard HParams under it ({} for none)",
+    "hparams_off": "its HParams' values in runs of other methods ({} for none)",
+    "run_name_part": "run_name_part(settings): what the run folder's name starts with ('' for nothing)",
+    "table_label": "table_label(summary): its cell in the `method` column of `experiments table`",
+    "backward_passes": "work of a trained block's backward pass in forward passes (2: weights' gradients too; 1: "
+                       "activations' only): how the sweep prices a candidate and the bench counts FLOPs",
+    "sweep_candidates": "sweep_candidates(num_layers, options): [(settings overrides, learning rates)] the budgeted "
+                        "sweep may try ([] for none)",
+    "sweep_options": "the sweep's flags for its candidates: {flag: (default list, help, int|float|str)} ({} for none)",
+    "sweep_columns": "settings shown as columns of the sweep's candidates table (() for none)",
+    "candidate_tag": "candidate_tag(settings): how a sweep candidate's name starts",
+    "merge_for_export": "merge_for_export(backbone): makes the trained backbone a plain one before it is exported",
+    "trainer": "None (the GLUE trainer's task trains it), or 'module:Class' of the GlueTask subclass that does (a "
+               "method decided while training, as AutoFreeze)",
+}
+
+_METHODS: dict = {}
+
+
+class Method:
+    """A training method: subclass it, give every piece of `PIECES`, decorate with `@register`."""
+
+    def options(self, values: dict) -> types.SimpleNamespace:
+        """Its settings with their defaults, updated from `values` (a settings object's fields or keyword
+        arguments; other names are ignored)."""
+        chosen = {name: field.default for name, (_, field) in self.settings.items()}
+        chosen.update({k: v for k, v in values.items() if k in chosen})
+        return types.SimpleNamespace(**chosen)
+
+
+def register(cls: type) -> type:
+    """Class decorator: checks that `cls` gives every piece and adds one instance of it to the registry."""
+    name = cls.__dict__.get("name") or cls.__name__
+    missing = [piece for piece in PIECES if not any(piece in klass.__dict__ for klass in cls.__mro__
+                                                     if klass is not Method and klass is not object)]
+    if missing:
+        raise TransferError(f"training method {name!r} has no {missing[0]!r} ({PIECES[missing[0]]}): give it in its "
+                            "class before registering it")
+    if name in _METHODS and type(_METHODS[name]) is not cls:
+        raise TransferError(f"training method {name!r} is registered twice ({_METHODS[name].__class__.__module__} "
+                            f"and {cls.__module__})")
+    # A setting two methods share (AutoFreeze's and FreezeOut's --min_trainable_layers) is one field: declared the
+    # same way by each.
+    taken = {field: (other.name, other.settings[field]) for other in _METHODS.values() if other.name != name
+             for field in other.settings}
+    clash = [field for field, (kind, spec) in cls.settings.items() if field in taken and (
+        taken[field][1][0] is not kind or taken[field][1][1].default != spec.default
+        or taken[field][1][1].metadata != spec.metadata)]
+    if clash:
+        raise TransferError(f"training method {name!r}: setting {clash[0]!r} is already {taken[clash[0]][0]!r}'s, "
+                            "declared otherwise")
+    _METHODS[name] = cls()
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Takes a method out (tests that register a method of their own)."""
+    _METHODS.pop(name, None)
+
+
+def names() -> tuple:
+    """Every registered method, in registration order."""
+    return tuple(_METHODS)
+
+
+def get(name: str) -> Method:
+    if name not in _METHODS:
+        raise TransferError(f"--method={name!r} is not a training method: use one of {', '.join(_METHODS)}")
+    return _METHODS[name]
+
+
+def name_of(settings: dict) -> str:
+    """The method of a settings dict or a summary (runs from before methods existed: `DEFAULT`)."""
+    return settings.get("method") or DEFAULT
+
+
+def of(settings: dict) -> Method:
+    return get(name_of(settings))
+
+
+def method_help() -> str:
+    """--method's help: every method in its own words."""
+    parts = [f"{method.name} ({method.help})" for method in _METHODS.values()]
+    listed = ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else parts[0]
+    return f"What trains (docs/methods.md): {listed}."
+
+
+# --- what the settings classes take from every method ---------------------------------------------------------------
+
+def setting_fields() -> dict:
+    """`{field: (type, dataclass field)}` of every method's settings, in registration order (a shared one where
+    its first method declares it)."""
+    fields = {}
+    for method in _METHODS.values():
+        for name, (kind, field) in method.settings.items():
+            fields.setdefault(name, (kind, dataclasses.field(default=field.default, metadata=field.metadata)))
+    return fields
+
+
+def setting_checks() -> dict:
+    return {name: check for method in _METHODS.values() for name, check in method.checks.items()}
+
+
+def older_runs() -> dict:
+    return {name: value for method in _METHODS.values() for name, value in method.older_runs.items()}
+
+
+def owners() -> dict:
+    """`{setting: (method, ...)}`: the methods each method setting is for."""
+    found = {}
+    for method in _METHODS.values():
+        for name in method.settings:
+            found[name] = found.get(name, ()) + (method.name,)
+    return found
+
+
+def recorded_only_for() -> dict:
+    """`{setting: method}`: settings that other methods' runs leave out of their records and names."""
+    return {name: method.name for method in _METHODS.values() for name in method.recorded_only_for_it}
+
+
+def method_rules(settings) -> list:
+    """The chosen method's own rules across a settings object's settings (`Method.check_together`)."""
+    if settings.method not in _METHODS:
+        return []  # the `method` check has refused it already
+    unknown = [name for name in get(settings.method).settings if name not in settings.__dataclass_fields__]
+    if unknown:
+        return [(False, f"--method={settings.method}: its setting {unknown[0]!r} is not one of "
+                        f"{type(settings).__name__}'s (the method was registered after the settings class was "
+                        "made: import its module in tf_transfer/models/methods/__init__.py)")]
+    return get(settings.method).check_together(settings)
+
+
+def other_methods_rules(settings) -> list:
+    """Another method's setting changed from its default is refused, naming the methods it is for."""
+    return [(settings.method in owned or getattr(settings, name) == settings.__dataclass_fields__[name].default,
+             f"--{name} is for --method={' or '.join(owned)}, not --method={settings.method}")
+            for name, owned in owners().items() if name in settings.__dataclass_fields__]
+
+
+def options_of(settings) -> dict:
+    """The chosen method's settings of a settings object, as keyword arguments of `apply`."""
+    return {name: getattr(settings, name) for name in get(settings.method).settings}
+
+
+def apply(backbone, method: str, trainable_layers="all", **options) -> None:
+    """Sets what trains in `backbone` for `method` (in place): the freezing rule's scope of `trainable_layers`, then
+    the method within it. Call it inside the strategy's scope, after the pretrained weights are loaded and before
+    the model is compiled (LoRA creates variables)."""
+    from tf_transfer.models import freezing
+
+    chosen = get(method)
+    unknown = [name for name in options if name not in chosen.settings]
+    if unknown:
+        raise TypeError(f"--method={method} has no setting {unknown[0]!r}")
+    freezing.set_trainable_layers(backbone, trainable_layers)
+    chosen.apply(backbone, chosen.options(options), trainable_layers)
+
+
+def hparams(settings) -> dict:
+    """Every method's HParams: the chosen method's values, the others' `hparams_off`."""
+    values = {}
+    for method in _METHODS.values():
+        values.update(method.hparams(settings) if method.name == settings.method else method.hparams_off)
+    return values
+
+
+def table_label(summary: dict) -> str:
+    """A run's cell in `experiments table`'s `method` column (a method not registered in this process: its name)."""
+    name = name_of(summary)
+    return _METHODS[name].table_label(summary) if name in _METHODS else name
+
+
+def added_weights(summary: dict) -> Optional[int]:
+    name = name_of(summary)
+    return _METHODS[name].added_weights(summary) if name in _METHODS else None
+
+
+def sweep_columns() -> tuple:
+    return tuple(column for method in _METHODS.values() for column in method.sweep_columns)
+
+
+def sweep_options() -> dict:
+    return {flag: option for method in _METHODS.values() for flag, option in method.sweep_options.items()}
+
+
+def in_sweep() -> tuple:
+    """The methods that give the sweep candidates (`sweep_candidates` not empty at 12 blocks and the options'
+    defaults): the sweep's default --methods."""
+    defaults = {flag: [kind(value) for value in default] for flag, (default, _, kind) in sweep_options().items()}
+    return tuple(name for name, method in _METHODS.items() if method.sweep_candidates(12, defaults))

@@ -120,7 +120,7 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
                        "--max_seq_length=32", "--batch_size=8", "--sweep_top=1", "--sweep_seeds=1",
                        "--noisolate_runs", f"--runs_dir={tmp_path / 'sweep'}", "--budget=10m")
     assert swept.returncode == 0, swept.stderr[-3000:]
-    sweep_dir = tmp_path / "sweep" / "sweep" / "rte"
+    [sweep_dir] = (tmp_path / "sweep" / "sweep").glob("rte*")  # named after its settings
     trial = json.loads((sweep_dir / "ln_kall_lr0.01" / "seed0" / "summary.json").read_text())
     assert trial["method"] == "layernorms" and trial["completed"]
     assert "| ln_kall_lr0.01 |" in (sweep_dir / "README.md").read_text()

@@ -5,8 +5,13 @@ Trains all-MiniLM-L6-v2 for sequence classification on the first 512 MRPC traini
 padding (`DataCollatorWithPadding`), float32, and times the steps after the first `--warmup_steps`, as the
 benchmark does. Prints one JSON object as its last line.
 
-It needs PyTorch and transformers (and peft for `--method=lora`), which tf-transfer itself does not install; a
-separate venv keeps them apart:
+The fair peer of benchmarks/fair.py adds `--sampling=group_by_length --steps=16 --rounds=3 --threads=N` (the
+Trainer's length-grouped batches, spans of 16 steps after the warm-up as `tf_transfer.bench --steps=16` times) and
+tries `--compile` and, on CPUs with AVX-512 BF16 or AMX, `--bf16`.
+
+It needs PyTorch, transformers and accelerate (and peft for `--method=lora`), which tf-transfer itself does not
+install: `pip install torch transformers accelerate peft` into the project's venv (what benchmarks/fair.py uses by
+default), or a separate venv to keep them apart (then `fair.py --peer_python=/tmp/hf/bin/python`):
 
     python -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers accelerate safetensors numpy peft
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --trainable_layers=all
@@ -126,8 +131,8 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="Train under bfloat16 autocast (the counterpart of tf_transfer's --precision=mixed_bfloat16).")
     parser.add_argument("--sampling", default="random", choices=("random", "group_by_length"),
-                        help="The Trainer's train_sampling_strategy: random batches (the old rows) or its length-grouped "
-                             "batches (LengthGroupedSampler: the fair peer's).")
+                        help="The Trainer's train_sampling_strategy: random batches (the old rows) or its "
+                             "length-grouped batches (LengthGroupedSampler: the fair peer's).")
     parser.add_argument("--steps", type=int, default=None,
                         help="Training steps to time after --warmup_steps (over as many epochs as needed, as "
                              "tf_transfer.bench's --steps); default: the rest of one epoch.")
@@ -194,7 +199,8 @@ def main() -> None:
         output_dir="/tmp/hf_baseline", per_device_train_batch_size=args.batch_size, num_train_epochs=1,
         learning_rate=2e-5, report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
         dataloader_drop_last=False, seed=0, bf16=args.bf16, train_sampling_strategy=args.sampling,
-        torch_compile=args.compile, **({"max_steps": args.warmup_steps + windows * args.steps + args.profile_steps} if args.steps else {}))
+        torch_compile=args.compile,
+        **({"max_steps": args.warmup_steps + windows * args.steps + args.profile_steps} if args.steps else {}))
     collator = CountingCollator(tokenizer)
     callbacks = [timer.callback(transformers)]
     if args.profile_steps:

@@ -73,21 +73,21 @@ class ProfileSteps:
 
                     owner.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                     owner.profiler.__enter__()
-                    owner.started = time.perf_counter()
+                    owner.started = (time.perf_counter(), time.process_time())
 
             def on_step_end(self, args_, state, control, **kwargs):
                 if owner.profiler is not None and owner.result is None and \
                         state.global_step == owner.first_step + owner.steps:
-                    wall = time.perf_counter() - owner.started
+                    wall, cpu = time.perf_counter() - owner.started[0], time.process_time() - owner.started[1]
                     owner.profiler.__exit__(None, None, None)
-                    owner.result = summary(owner.profiler.events(), wall)
+                    owner.result = summary(owner.profiler.events(), wall, cpu)
 
         return Callback()
 
 
-def summary(events, wall_s: float) -> dict:
+def summary(events, wall_s: float, cpu_s: float) -> dict:
     parts = categories(events)
     busy = sum(parts.values())
     return {"profile_categories": [{"category": name, "seconds": round(s, 4), "share": round(s / busy, 4)}
                                    for name, s in sorted(parts.items(), key=lambda item: -item[1])],
-            "profile_traced_s": wall_s, "profile_op_busy_s": busy}
+            "profile_traced_s": wall_s, "profile_traced_cpu_s": cpu_s, "profile_op_busy_s": busy}

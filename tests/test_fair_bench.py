@@ -109,3 +109,9 @@ def test_both_profiles_split_a_step_into_the_same_parts():
     assert part_of(["aten::_scaled_dot_product_flash_attention_for_cpu"]) == "attention"
     assert part_of(["aten::native_layer_norm"]) == "layer norm"
     assert part_of(["aten::add"]) == "other"
+
+
+def test_the_ab_runner_refuses_a_missing_glue_folder():
+    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "ab.py"), "--data_dir=/nowhere"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error: --data_dir=/nowhere has no MRPC/train.tsv")

@@ -69,6 +69,10 @@ class LayerNormsOnly(Method):
 
 @pytest.fixture
 def layernorms():
+    # The commands' flags are defined once per process, their defaults from the registry (--methods): defined before
+    # the test's method registers, so that later tests (docs/flag_reference) see the built-in defaults.
+    import tf_transfer.experiments  # noqa: F401
+
     register(LayerNormsOnly)
     yield methods.get("layernorms")
     methods.unregister("layernorms")

@@ -50,6 +50,13 @@ def test_filter_works_across_chunk_boundaries():
     assert _feed(*[data[i:i + 7] for i in range(0, len(data), 7)]) == REAL
 
 
+def test_onednn_s_float16_fallback_on_a_cpu_without_avx512_is_not_shown_as_an_error():
+    """Every cached run on an AVX2 machine printed it (seen on a user's first run, 2026-11-25)."""
+    fallback = (b"E0000 00:00:1795637560.640121   17347 util.cc:131] oneDNN supports DT_HALF only on platforms with "
+                b"AVX-512. Falling back to the default Eigen-based implementation if present.\n")
+    assert _feed(fallback + REAL) == REAL
+
+
 def test_cuinit_failure_with_a_driver_is_a_real_error():
     assert _feed(CUINIT) == CUINIT
     no_device = CUINIT.replace(b"UNKNOWN ERROR (303)", b"CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected")

@@ -31,9 +31,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -92,6 +94,24 @@ def cache_key(preset: str, task: str, split: str, encoded: inputs.Encoded, depth
     return f"{task}-{split}-d{depth}-{digest.hexdigest()[:16]}"
 
 
+class _NoRetracingWarning(logging.Filter):
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _bucket_retraces_unreported():
+    """TensorFlow's warning about "excessive" retracing, held back while a cache is built: the prefix is traced once
+    per bucket's shape, a few by design (one trace for all shapes computes other float16 bits), and a user saw the
+    warning on every first run."""
+    logger, quiet = logging.getLogger("tensorflow"), _NoRetracingWarning()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cache_dir: Optional[str] = None,
           batch_size: int = 64, bucket_step: int = 16, run=None):
     """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix` (through
@@ -122,11 +142,12 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     run_prefix = run or tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
                                     autograph=False)
     plan = inputs.plan_eval_batches(encoded.lengths, batch_size, "bucket")
-    for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", bucket_step, with_labels=False)):
-        output = run_prefix(features).numpy()
-        for row, index in enumerate(indices):
-            n = lengths[index]
-            hidden[offsets[index]:offsets[index] + n] = output[row, :n]
+    with _bucket_retraces_unreported():
+        for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", bucket_step, with_labels=False)):
+            output = run_prefix(features).numpy()
+            for row, index in enumerate(indices):
+                n = lengths[index]
+                hidden[offsets[index]:offsets[index] + n] = output[row, :n]
     cached = CachedSplit(hidden, offsets, lengths, encoded.labels, encoded.regression)
     if cache_dir:
         hidden.flush()

@@ -18,7 +18,7 @@ with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (
 
 from __future__ import annotations
 
-from experiments.methods_report import write_report
+from experiments.methods_report import Design
 from experiments.transfer_learning import pinned_commands
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
@@ -144,6 +144,7 @@ GRID = Grid(
                        task_settings={"sst2": {"max_train_examples": 1000}},
                        differences=CPU_DIFFERENCES, clock="cpu", commands=pinned_commands("methods")),
     },
-    report=write_report,
+    report=Design(METHODS, TASKS, method_of, pick_rate, compared_seeds_searched=True,
+                  search_labels={f"search_{family}": searcher for family, (_, searcher) in SEARCH.items()}).write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -129,6 +129,6 @@ GRID = Grid(
     dependent={"lr": resolve_lr},
     task_flagfiles={"sst2": "flags/methods_full_sst2.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=pinned_commands("methods_full"))},
-    report=methods_report.write_report,
+    report=methods_report.Design(METHODS, TASKS, method_of, pick_rate).write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

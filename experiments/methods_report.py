@@ -9,8 +9,10 @@ included; peak memory is each run's process peak resident set (`peak_memory_mb`)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
+from typing import Callable
 
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
@@ -33,11 +35,24 @@ QUARTER_BAND = (0.16, 0.36)
 LEARNED_POINTS = 10.0
 
 
-def _study(study):
-    """The grid's module (its METHODS, TASKS and searches): the cpu study of 3 seeds, or the full-budget one."""
-    from experiments import methods, methods_full  # the grid modules import this one
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """What the report needs of a methods grid, handed over by the grid's module (so that the report imports no grid):
+    its methods in the report's order (`{name: settings}`), its tasks, how a run's settings name their method, how a
+    search picks its rate, each search part's label, and whether the compared runs reuse the search's seed.
 
-    return {"methods": methods, "methods_full": methods_full}[study.name]
+    Example (experiments/methods_full.py): `report=Design(METHODS, TASKS, method_of, pick_rate).write_report`.
+    """
+
+    methods: dict
+    tasks: list
+    method_of: Callable
+    pick_rate: Callable
+    search_labels: dict = dataclasses.field(default_factory=dict)  # part name -> label, where the name is not one
+    compared_seeds_searched: bool = False
+
+    def write_report(self, collected: list, out: str, study, variant: str) -> str:
+        return write_report(collected, out, study, variant, self)
 
 
 def score(summary: dict):
@@ -358,14 +373,14 @@ def claims(table: dict, tasks: list, summary: dict, gains: dict, memory: str) ->
     ]
 
 
-def search_rows(collected: list, tasks: list, study) -> list:
+def search_rows(collected: list, tasks: list, design: Design) -> list:
     """Per task and search: each rate's best validation score (x100) at seed 0, the chosen rate (the runs' own rule,
     once every rate has run) in bold, and whether it lies at an end of the rates tried."""
     found = defaultdict(dict)
     for run in collected:
         part = run["settings"]["part"]
         if part.startswith(("search", "beyond")) and not isinstance(run["settings"]["lr"], str):  # str: pending
-            label = part.split(":", 1)[1].strip() if ":" in part else _study(study).SEARCH[part[len("search_"):]][1]
+            label = part.split(":", 1)[1].strip() if ":" in part else design.search_labels[part]
             value = validation(run["summary"]) if run["summary"] else "missing"
             found[(run["settings"]["task"], label)][run["settings"]["lr"]] = value
     rows = []
@@ -375,7 +390,7 @@ def search_rows(collected: list, tasks: list, study) -> list:
                 continue
             rates = sorted(scores)
             complete = all(v != "missing" for v in scores.values())
-            chosen = _study(study).pick_rate(scores) if complete else None
+            chosen = design.pick_rate(scores) if complete else None
             edge = chosen is not None and chosen in (rates[0], rates[-1])
             rows.append([task, label, "yes" if edge else "", ", ".join(
                 ("**" if lr == chosen else "") + f"{lr:g}: " + (scores[lr] if scores[lr] == "missing" else "n/a"
@@ -429,7 +444,7 @@ CSV_HEADER = ["task", "method", "part", "lr", "seed", "metric", "validation_best
               "machine", "folder"]
 
 
-def csv_rows(collected: list, clock: str, study) -> list:
+def csv_rows(collected: list, clock: str, design: Design) -> list:
     rows = []
     for run in collected:
         summary, s = run["summary"], run["settings"]
@@ -437,7 +452,7 @@ def csv_rows(collected: list, clock: str, study) -> list:
             continue
         value = validation(summary)
         above = summary.get("peak_above_start_mb")
-        rows.append([s["task"], _study(study).method_of(s), s["part"], s["lr"], s["seed"], summary["metric"],
+        rows.append([s["task"], design.method_of(s), s["part"], s["lr"], s["seed"], summary["metric"],
                      None if value is None else round(value, 2), round(score(summary), 2),
                      summary.get("best_epoch"), len(summary["epochs"]),
                      round(reports.time_to_stop(summary, clock), 1), round(epoch_seconds(summary, clock), 2),
@@ -464,13 +479,13 @@ def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory:
     return lines
 
 
-def searches_section(collected: list, tasks: list, study) -> list:
+def searches_section(collected: list, tasks: list, design: Design) -> list:
     lines = ["## The learning-rate searches", "",
              "Seed 0, best validation score (x100, on the split held out of GLUE train) per rate; the chosen rate in "
              "bold (ties: the smaller). The seed-0 runs choose the rate; the compared runs are "
-             + ("the search's own seed-0 run and seeds 1-2." if study.name == "methods" else
+             + ("the search's own seed-0 run and seeds 1-2." if design.compared_seeds_searched else
                 "fresh seeds, so the choice does not flatter its own scores."), ""]
-    searches = search_rows(collected, tasks, study)
+    searches = search_rows(collected, tasks, design)
     edges = sum(1 for row in searches if row[2])
     decided = sum(1 for row in searches if "**" in row[3])
     return lines + [f"{edges} of the {decided} searches finished so far (of {len(searches)}) chose a rate at an end of "
@@ -478,10 +493,10 @@ def searches_section(collected: list, tasks: list, study) -> list:
                     reports.markdown_table(["task", "search", "at an end", "rate: validation"], searches), ""]
 
 
-def write_report(collected: list, out: str, study, variant: str) -> str:
-    chosen, module = study.variant(variant), _study(study)
-    methods = module.METHODS
-    tasks = [t for t in module.TASKS if any(r["settings"]["task"] == t for r in collected)]
+def write_report(collected: list, out: str, study, variant: str, design: Design) -> str:
+    chosen = study.variant(variant)
+    methods = design.methods
+    tasks = [t for t in design.tasks if any(r["settings"]["task"] == t for r in collected)]
     memory = memory_key([r for r in collected if r["settings"]["part"] in methods])
     table = {key: measures(runs, chosen.clock, memory) for key, runs in cells(collected, methods).items()}
     summary = overall(table, tasks, methods)
@@ -491,7 +506,7 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
            "score against training time")
     figure(os.path.join(out, "score_vs_memory.png"), summary, methods, "memory",
            f"memory, MB (mean of tasks; {memory})", "score against memory")
-    reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected, chosen.clock, study))
+    reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected, chosen.clock, design))
     majority = reports.dev_baselines(tasks, collected, out)
     reports.write_baselines(out, majority)
     compared = [r for r in collected if r["settings"]["part"] in methods]
@@ -523,12 +538,12 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
                   reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task), methods)), ""]
     lines += ["† n/m: n of the m runs reached the epoch cap without early stopping (their time is a lower bound).",
               ""]
-    lines += searches_section(collected, tasks, study)
+    lines += searches_section(collected, tasks, design)
     if chosen.differences:
         lines += ["## Settings, and how they differ from the papers", ""]
         lines += [f"- {d}" for d in chosen.differences] + [""]
     lines += reports.commands_section(study, variant, out)
-    lines += reports.still_to_run(study.name, collected, chosen, module.TASKS)
+    lines += reports.still_to_run(study.name, collected, chosen, design.tasks)
     lines += [f"{own} of {len(collected)} runs completed. Every run: `runs.csv`.", ""]
     lines += reports.machines_section(collected)
     with open(os.path.join(out, "README.md"), "w") as f:

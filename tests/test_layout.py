@@ -7,6 +7,7 @@ then the commands at the top of `tf_transfer/`. docs/layout.md draws the same pi
 from __future__ import annotations
 
 import ast
+import graphlib
 import os
 
 from conftest import REPO
@@ -66,3 +67,52 @@ def test_no_function_runs_over_60_lines_outside_the_report_writers():
                     if lines > 60 and (path, node.name) not in REPORT_WRITERS:
                         long.append(f"{path}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+def _module_name(path: str) -> str:
+    name = path[:-len(".py")].replace(os.sep, ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def _imported_modules(tree, known: set) -> set:
+    """The package's own modules `tree` imports, at the top or inside functions: `from a.b import c` is a.b.c where
+    that is a module, else a.b."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                inner = f"{node.module}.{alias.name}"
+                found.add(inner if inner in known else node.module)
+    return found & known
+
+
+def test_no_import_cycle_in_the_package_or_the_experiments():
+    """Not even through imports inside functions: a cycle there is a pair of modules that can only be read together
+    (the methods grids and their report were one, until the grids handed the report a `Design`)."""
+    sources = {_module_name(path): tree for folder in ("tf_transfer", "experiments") for path, tree in _sources(folder)}
+    graph = {name: _imported_modules(tree, set(sources)) - {name} for name, tree in sources.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        raise AssertionError(f"import cycle: {' -> '.join(error.args[1])}") from None
+
+
+def test_only_the_commands_read_flags_and_only_they_load_the_experiments():
+    """The library takes plain arguments (studies, reports and experiments/ never read absl's FLAGS), and only the
+    commands at the top of tf_transfer/ reach up into experiments/."""
+    wrong = []
+    for folder in ("tf_transfer", "experiments"):
+        for path, tree in _sources(folder):
+            command = folder == "tf_transfer" and _layer(path) == "commands"
+            helpers = path in (os.path.join("tf_transfer", "core", "flags.py"), os.path.join("tf_transfer", "core", "cli.py"))
+            reads_flags = any(isinstance(node, ast.Name) and node.id == "FLAGS" or
+                              isinstance(node, ast.Attribute) and node.attr == "FLAGS" for node in ast.walk(tree))
+            if reads_flags and not (command or helpers):
+                wrong.append(f"{path} reads FLAGS")
+            loads_experiments = any(isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "experiments"
+                                    for node in ast.walk(tree))
+            if folder == "tf_transfer" and loads_experiments and not command:
+                wrong.append(f"{path} imports experiments/")
+    assert not wrong, wrong

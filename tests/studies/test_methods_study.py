@@ -7,7 +7,6 @@ import pytest
 
 from experiments import load_study
 from experiments import methods as study_module
-from experiments import methods_report
 from tf_transfer.studies import grid as studies
 from tf_transfer.training import record
 
@@ -93,7 +92,7 @@ def _collected(study, tmp_path, tasks, data_dir=None):
 def test_report_opens_with_the_claims_and_gives_their_verdicts(study, tmp_path, glue_dir):
     collected = _collected(study, tmp_path / "runs", ["mrpc", "rte"], glue_dir)
     out = tmp_path / "report"
-    methods_report.write_report(collected, str(out), study, "cpu")
+    study.report(collected, str(out), study, "cpu")
     text = (out / "README.md").read_text()
     assert text.index("## The claims, checked") < text.index("## Per method")
     claims = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[3] for line in text.splitlines()
@@ -126,7 +125,7 @@ def test_report_of_an_unfinished_grid_says_what_is_missing(study, tmp_path):
             collected.append({"settings": run, "folder": "nowhere", "summary": None, "partial": None, "error": None,
                               "stand_in": None})
     out = tmp_path / "report"
-    methods_report.write_report(collected, str(out), study, "cpu")
+    study.report(collected, str(out), study, "cpu")
     text = (out / "README.md").read_text()
     claims = text.split("## Per method")[0]
     bitfit = next(line for line in claims.splitlines() if line.startswith("| BitFit (biases only)"))

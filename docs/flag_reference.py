@@ -19,7 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTPUT = os.path.join(ROOT, "docs", "flags.md")
 
-COMMANDS = ("glue", "stack", "multitask", "sentiment", "bench", "experiments", "predict")
+COMMANDS = ("glue", "stack", "multitask", "sentiment", "bench", "experiments", "sweep", "predict")
 # bench takes the trainer's flags as its own: it imports tf_transfer.glue and runs with glue.COMMAND_FLAGS.
 EXTENDS = {"bench": "glue"}
 

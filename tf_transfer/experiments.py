@@ -15,20 +15,20 @@ multitask, sentiment, and freezing (every depth on a user's own data set: --trai
 grid and `runs/`), records a failed run's error beside it and goes on; it exits with status 1 when any run
 failed. `report` writes Markdown, CSV and PNG. `table` prints one row per `summary.json` below a folder, of any
 study or none, with the time saved and score difference against the task's fine-tuning
-(`tf_transfer.reporting.runs_table`); `--out=PATH` also writes PATH.csv and PATH.md.
+(`tf_transfer.reporting.runs_table`); `--out=PATH` also writes PATH.csv and PATH.md. `sweep` is the budgeted sweep,
+`python -m tf_transfer.sweep` (its flags and docstring).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from absl import flags, logging
 
+from tf_transfer import grid_flags
+from tf_transfer import sweep as sweep_command  # `sweep` is the sweep's command (its flags are defined)
 from tf_transfer.core import cli, isolated
-from tf_transfer.core import flags as flags_lib
-from tf_transfer.models import methods
 from tf_transfer.studies.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
@@ -36,60 +36,20 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "paper", "Which of the study's variants: paper, or cpu (what this project's 2-core "
                     "machines can afford; its report lists every difference from the paper).")
 flags.DEFINE_list("tasks", None, "Only these tasks (comma-separated).")
-flags.DEFINE_list("presets", None, "Sweep these backbones instead of the variant's (comma-separated keras-hub preset "
-                  "names or local folders of any encoder family: BERT, RoBERTa, DistilBERT, ELECTRA, DeBERTa-v3).")
 flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-th (1 <= I <= N).")
-flags.DEFINE_bool("isolate_runs", True, "run: train each run in a fresh process. In one process TensorFlow keeps "
-                  "part of every finished run's model alive (about 350 MB per fine-tuned all-MiniLM-L6 run), which "
-                  "adds up over a grid and into later runs' peak_memory_mb; --noisolate_runs saves the few seconds "
-                  "of importing TensorFlow per run.")
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
-flags.DEFINE_string("out", None, "report: output folder (default reports/<study>); table: PATH (no extension) "
-                    "to write PATH.csv and PATH.md (default: print only).")
-# Settings of a grid of GLUE-trainer runs that the command line may give the whole grid (a user's data set, the
-# budget): a flag given overrides the grid's setting in every run, a flag not given changes nothing.
-OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_columns", "label_column", "regression",
-               "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
-               "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen",
-               "allow_many_labels")
-flags.DEFINE_list("methods", list(methods.registry.in_sweep()), "sweep: the training methods whose candidates compete "
-                  "(docs/methods.md).")
-flags.DEFINE_string("budget", None, "sweep: training wall time to spend, summed over its runs: e.g. 30m, 2h, 1h30m, "
-                    "90s. A rerun with a larger budget goes on.")
-for _flag, (_default, _help, _) in methods.registry.sweep_options().items():  # e.g. LoRA's --lora_ranks
-    flags.DEFINE_list(_flag, _default, _help)
-flags.DEFINE_integer("sweep_top", 3, "sweep: how many of the best candidates run again at more seeds.")
-flags.DEFINE_integer("sweep_seeds", 3, "sweep: seeds of those candidates; a candidate is recommended only from 2 "
-                     "or more seeds that ran to their stopping rule (3 in practice), so 1 recommends nothing.")
-flags.DEFINE_string("storage", None, "sweep: the Optuna storage, an SQLAlchemy URL: e.g. "
-                    "postgresql://user:password@host:5432/sweeps, a server that several machines share (pip install "
-                    "-e '.[postgres]'; docs/distributed.md); default SQLite in the sweep's folder.")
-flags.DEFINE_string("sweep_name", None, "sweep: the sweep's name, its Optuna study on --storage and its folder under "
-                    "<runs_dir>/sweep/ (default: the data set and a hash of the sweep's settings, e.g. mrpc-1a2b3c4d). "
-                    "Processes and machines that give one name (and the same settings) work on one sweep.")
-flags.DEFINE_integer("sweep_heartbeat", 20, "sweep: seconds between a process's heartbeats for the trial it runs; "
-                     "a trial whose process missed 3 is failed and queued again by any other process on the sweep.")
-flags.DEFINE_list("seeds", None, "Seeds of every setting, instead of the grid's (e.g. 0,1,2).")
-flags.DEFINE_list("lrs", None, "Learning rates of every setting, instead of the grid's (e.g. 2e-5,1e-4).")
-COMMAND_FLAGS = flags_lib.common(
-    runs_dir=("runs", "Root folder of the runs."),
-    data_dir=(None, "Data folder for every run: GLUE's (default $GLUE_DIR), or the CS224N files (multitask; "
-                    "stack_quora: the folder of quora-dev.csv)."),
-    data=(None, "Data file for every run of a study that reads one file (stack_quora: the Quora pairs; sentiment: "
-                "the labelled texts)."),
-    cache_dir=(None, "Frozen-prefix cache folder shared by the runs (variants that cache)."),
-)
-COMMAND_FLAGS.update(flags_lib.settings_flags(GlueSettings, only=OVERRIDABLE))
+flags.adopt_module_key_flags(grid_flags)
+COMMAND_FLAGS = grid_flags.COMMAND_FLAGS
 
-USAGE = ("usage: python -m tf_transfer.experiments run|report STUDY [flags], sweep --budget=30m [data flags], or "
-         "table RUNS_DIR [--out=PATH]")
+USAGE = ("usage: python -m tf_transfer.experiments run|report STUDY [flags], or table RUNS_DIR [--out=PATH] "
+         "(and sweep --budget=30m [data flags], the same as python -m tf_transfer.sweep)")
 
 
 def main(argv):
     from tf_transfer.core.errors import TransferError
 
     if len(argv) == 3 and argv[1] == "run" and not FLAGS.dry_run:
-        _check_files()  # before the grid's modules import TensorFlow
+        grid_flags.check_files()  # before the grid's modules import TensorFlow
     from tf_transfer.studies import grid as studies
 
     if len(argv) == 3 and argv[1] == "table":
@@ -98,7 +58,7 @@ def main(argv):
         runs_table.command(argv[2], FLAGS.out)
         return
     if len(argv) == 2 and argv[1] == "sweep":
-        _sweep()
+        sweep_command.main(argv[1:])
         return
     if len(argv) != 3 or argv[1] not in ("run", "report"):
         raise TransferError(USAGE)
@@ -106,7 +66,7 @@ def main(argv):
     from experiments import load_study
 
     study = load_study(name)
-    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=_axes_given())
+    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=grid_flags.axes_given())
     _override(study, name, runs)
     if FLAGS.tasks and not runs:
         raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
@@ -126,45 +86,16 @@ def main(argv):
     _run(study, name, runs, selected)
 
 
-def _check_files() -> None:
-    """A user's files given on the command line read and checked as every run will read them: a bad file is one line
-    within a second or two, not after TensorFlow's start."""
-    if FLAGS.train_file and FLAGS.text_columns and FLAGS.label_column:
-        from tf_transfer.data import user_data
-
-        spec = user_data.DataSpec(FLAGS.train_file, FLAGS.validation_file, FLAGS.test_file,
-                                  text_columns=tuple(FLAGS.text_columns), label_column=FLAGS.label_column,
-                                  regression=FLAGS.regression, positive_label=FLAGS.positive_label,
-                                  allow_many_labels=FLAGS.allow_many_labels)
-        user_data.check_files(spec, False, FLAGS.metric)
-
-
-def _axes_given() -> dict:
-    from tf_transfer.core.errors import TransferError
-
-    axes = {}
-    try:
-        if FLAGS.seeds:
-            axes["seed"] = [int(seed) for seed in FLAGS.seeds]
-        if FLAGS.lrs:
-            axes["lr"] = [float(lr) for lr in FLAGS.lrs]
-    except ValueError as e:
-        raise TransferError(f"--seeds takes integers and --lrs numbers, comma-separated ({e})") from None
-    return axes
-
-
 def _override(study, name: str, runs: list) -> None:
     """Puts the GLUE settings given on the command line on every run of the grid."""
     from tf_transfer.core.errors import TransferError
 
-    given = {flag: FLAGS[flag].value for flag in OVERRIDABLE if FLAGS[flag].present}
+    given = grid_flags.given_settings()
     if not given:
         return
     if study.settings_class is not GlueSettings:
         raise TransferError(f"--{next(iter(given))} sets GLUE-trainer runs; study {name} takes its own settings "
                             "(see its module in experiments/)")
-    if "text_columns" in given:
-        given["text_columns"] = tuple(given["text_columns"])
     for settings in runs:
         settings.update(given)
         if "cache_frozen" in given:  # full fine-tuning has nothing frozen to cache
@@ -175,17 +106,7 @@ def _data_settings(study) -> dict:
     """What --data_dir and --data are for the study's runs (GLUE: the data folder, default $GLUE_DIR)."""
     if study.data_settings is not None:
         return study.data_settings(FLAGS.data_dir, FLAGS.data)
-    return {"data_dir": _glue_data_dir()}
-
-
-def _glue_data_dir():
-    """--data_dir, else $GLUE_DIR, checked once (not one error per run); None: the runs read TFDS."""
-    from tf_transfer.data import tasks
-
-    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
-    if data_dir:
-        tasks.check_data_dir(data_dir)
-    return data_dir
+    return {"data_dir": grid_flags.glue_data_dir()}
 
 
 def _report(study, name: str, runs: list) -> None:
@@ -236,97 +157,6 @@ def _run(study, name: str, runs: list, selected: list) -> None:
         # Scripts chaining a grid and its report must see that the grid is not whole.
         cli.fail(f"{counts['failed']} runs failed; each one's error is in the error.json beside it under "
                  f"{FLAGS.runs_dir} (rerun the same command to retry them)", status=1)
-
-
-def _sweep() -> None:
-    """A budgeted sweep over training methods on the data the flags name (`tf_transfer.studies.sweep`)."""
-    from tf_transfer.core import metrics
-    from tf_transfer.core import settings as settings_lib
-    from tf_transfer.core.errors import TransferError
-    from tf_transfer.reporting import sweep_report
-    from tf_transfer.studies import sweep, sweep_storage
-
-    if not FLAGS.budget:
-        raise TransferError("experiments sweep needs --budget: the training time to spend, e.g. --budget=30m")
-    budget_s = sweep.parse_budget(FLAGS.budget)
-    if FLAGS.sweep_heartbeat < 1:
-        raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
-    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
-    base.update({flag: FLAGS[flag].value for flag in OVERRIDABLE if FLAGS[flag].present})
-    base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
-    settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
-    if settings.data_spec is None:
-        base["data_dir"] = _glue_data_dir()
-    base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
-    lrs = _axes_given().get("lr")
-    options = _sweep_options()
-    sweep.check_methods(FLAGS.methods)
-    # What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options.
-    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options}
-    sweep_dir, name = _sweep_place(settings.dataset, identity)
-    if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
-        sweep_storage.storage_of(FLAGS.storage, None)
-
-    def make_candidates():
-        from tf_transfer.models import backbones
-
-        depth = backbones.load_preset(settings.preset).backbone.num_layers
-        return sweep.candidates(FLAGS.methods, depth, lrs, options)
-
-    study, where = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
-                                    settings.metric_name in metrics.LOWER_IS_BETTER, name=name, identity=identity,
-                                    heartbeat_s=FLAGS.sweep_heartbeat,
-                                    command=" ".join(["python -m tf_transfer.experiments", *sys.argv[1:]]),
-                                    log=lambda line: print(line, flush=True))
-    print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
-    logging.set_verbosity(logging.INFO)
-
-    def train(*args):
-        return isolated.call(_train_trial, *args) if FLAGS.isolate_runs else _train_trial(*args)
-
-    ended = sweep.run_sweep(study, where, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds,
-                            log=lambda line: print(line, flush=True))
-    out = FLAGS.out or sweep_dir
-    _, line = sweep_report.write_report(study, sweep_dir, out)
-    print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
-          f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
-    print(line)
-
-
-def _sweep_place(dataset: str, identity: dict) -> tuple:
-    """`(the sweep's folder, its name)`: `--sweep_name` or one derived from the settings, under
-    <runs_dir>/sweep/; a sweep begun before names (SQLite in <runs_dir>/sweep/<data set>/) goes on there."""
-    from tf_transfer.studies import sweep_storage
-
-    legacy = os.path.join(FLAGS.runs_dir, "sweep", dataset)
-    if not FLAGS.sweep_name and not FLAGS.storage and os.path.exists(os.path.join(legacy, "sweep.db")):
-        return legacy, sweep_storage.LEGACY_NAME
-    name = sweep_storage.check_name(FLAGS.sweep_name) if FLAGS.sweep_name else sweep_storage.default_name(
-        dataset, identity)
-    return os.path.join(FLAGS.runs_dir, "sweep", name), name
-
-
-def _sweep_options() -> dict:
-    """The methods' sweep flags (`methods.registry.sweep_options`, e.g. --lora_ranks), parsed."""
-    from tf_transfer.core.errors import TransferError
-
-    words = {int: "whole numbers", float: "numbers", str: "words"}
-    parsed = {}
-    for flag, (_, _, kind) in methods.registry.sweep_options().items():
-        try:
-            parsed[flag] = [kind(value) for value in FLAGS[flag].value]
-        except ValueError:
-            raise TransferError(f"--{flag} takes {words.get(kind, kind.__name__)}, comma-separated, got "
-                                f"{','.join(FLAGS[flag].value)}") from None
-    return parsed
-
-
-def _train_trial(*args) -> dict:
-    from tf_transfer.studies import sweep_trial
-
-    logging.use_absl_handler()
-    logging.set_verbosity(logging.INFO)
-    return sweep_trial.train_trial(*args)
 
 
 def _train_run(study, settings: dict, folder: str) -> None:

@@ -349,13 +349,14 @@ def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_p
 
 
 @pytest.mark.parametrize("flags, fragment", [
-    ([], "experiments sweep needs --budget"),
+    ([], "the sweep needs --budget"),
+    (["--budget=1h", "--seeds=0,1"], "--seeds: the sweep chooses its own seeds"),
     (["--budget=1h", "--methods=adapters"], "--methods: 'adapters' is not a method"),
     (["--budget=1h", "--lora_ranks=eight"], "--lora_ranks takes whole numbers"),
     (["--budget=soon"], "is not a duration"),
 ])
 def test_bad_sweep_flags_are_one_error_line_before_anything_is_written(tmp_path, flags, fragment):
-    done = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--runs_dir={tmp_path}", *flags)
+    done = run_module("tf_transfer.sweep", "--task=rte", f"--runs_dir={tmp_path}", *flags)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
     assert not os.listdir(tmp_path)

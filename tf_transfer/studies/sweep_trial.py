@@ -3,7 +3,7 @@ and stopping where the pruner, the reference's first rung or the budget says so 
 sweep's process or in a child of it, and reads the sweep's budget from the storage after every epoch, so that
 trials running at once on several machines never spend more than the budget together.
 
-Example (a trial's run is trained by `experiments sweep`; this is what a resumed run does with its finished epochs):
+Example (a trial's run is trained by `sweep`; this is what a resumed run does with its finished epochs):
 
 >>> from tf_transfer.studies import sweep_trial
 >>> sweep_trial.resume_reports(trial, [{"epoch": 1, "val": {"f1": 0.8}}], "f1", max, 9)  # doctest: +SKIP

@@ -1,0 +1,155 @@
+"""A budgeted sweep over training methods on a GLUE task or your own data: which method, depth and rate to train
+within a training-time budget (Optuna's successive halving; docs/methods.md), on one machine or many sharing a
+PostgreSQL server (docs/distributed.md).
+
+    python -m tf_transfer.sweep --task=mrpc --methods=freeze,lora,bitfit --budget=20m
+    python -m tf_transfer.sweep --train_file=reviews.csv --text_columns=review --label_column=stars --budget=2h
+    python -m tf_transfer.sweep --task=mrpc --budget=3h --sweep_name=mrpc-methods \\
+        --storage=postgresql+psycopg://sweeper:secret@db.lab:5432/sweeps --runs_dir=/shared/runs
+
+It prints each trial as it starts and ends, then the recommendation, and writes the report (`--out`, default the
+sweep's folder under `<runs_dir>/sweep/`). A rerun with the same flags goes on where the last one stopped; one with a
+larger `--budget` spends the difference. `python -m tf_transfer.sweep ...` is the same command.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import flags, logging
+
+from tf_transfer import grid_flags
+from tf_transfer.core import cli, isolated
+from tf_transfer.models import methods
+from tf_transfer.studies.glue_settings import GlueSettings
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_list("methods", list(methods.registry.in_sweep()), "The training methods whose candidates compete "
+                  "(docs/methods.md).")
+flags.DEFINE_string("budget", None, "Training wall time to spend, summed over the sweep's runs: e.g. 30m, 2h, "
+                    "1h30m, 90s. A rerun with a larger budget goes on.")
+for _flag, (_default, _help, _) in methods.registry.sweep_options().items():  # e.g. LoRA's --lora_ranks
+    flags.DEFINE_list(_flag, _default, _help)
+flags.DEFINE_integer("sweep_top", 3, "How many of the best candidates run again at more seeds.")
+flags.DEFINE_integer("sweep_seeds", 3, "Seeds of those candidates; a candidate is recommended only from 2 or more "
+                     "seeds that ran to their stopping rule (3 in practice), so 1 recommends nothing.")
+flags.DEFINE_string("storage", None, "The Optuna storage, an SQLAlchemy URL: e.g. "
+                    "postgresql://user:password@host:5432/sweeps, a server that several machines share (pip install "
+                    "-e '.[postgres]'; docs/distributed.md); default SQLite in the sweep's folder.")
+flags.DEFINE_string("sweep_name", None, "The sweep's name, its Optuna study on --storage and its folder under "
+                    "<runs_dir>/sweep/ (default: the data set and a hash of the sweep's settings, e.g. mrpc-1a2b3c4d). "
+                    "Processes and machines that give one name (and the same settings) work on one sweep.")
+flags.DEFINE_integer("sweep_heartbeat", 20, "Seconds between a process's heartbeats for the trial it runs; a trial "
+                     "whose process missed 3 is failed and queued again by any other process on the sweep.")
+flags.adopt_module_key_flags(grid_flags)
+COMMAND_FLAGS = {
+    **grid_flags.COMMAND_FLAGS,
+    "out": (None, "Where the sweep's report goes (default: the sweep's folder under <runs_dir>/sweep/)."),
+    "presets": (None, "The backbone to sweep (its first name; default flags/sweep.flags'): a keras-hub preset name "
+                      "or a local folder."),
+    "lrs": (None, "Learning rates every method tries, instead of each method's own (e.g. 1e-4,1e-3)."),
+    "isolate_runs": (True, "Train each trial in a fresh process (its memory is returned when it ends, and a trial "
+                           "whose process dies is retried)."),
+}
+del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
+
+
+def main(argv):
+    from tf_transfer.core import metrics
+    from tf_transfer.core import settings as settings_lib
+    from tf_transfer.core.errors import TransferError
+    from tf_transfer.reporting import sweep_report
+    from tf_transfer.studies import sweep, sweep_storage
+
+    if len(argv) > 1:
+        raise TransferError(f"sweep takes flags only, got {' '.join(argv[1:])}: e.g. python -m tf_transfer.sweep "
+                            "--task=mrpc --budget=30m")
+    if FLAGS["seeds"].present:
+        raise TransferError("--seeds: the sweep chooses its own seeds; give --sweep_seeds (how many) instead")
+    if not FLAGS.budget:
+        raise TransferError("the sweep needs --budget: the training time to spend, e.g. --budget=30m")
+    budget_s = sweep.parse_budget(FLAGS.budget)
+    if FLAGS.sweep_heartbeat < 1:
+        raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
+    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
+    base.update(grid_flags.given_settings())
+    base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
+    settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
+    if settings.data_spec is None:
+        base["data_dir"] = grid_flags.glue_data_dir()
+    base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
+    lrs = grid_flags.axes_given().get("lr")
+    options = _sweep_options()
+    sweep.check_methods(FLAGS.methods)
+    # What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options.
+    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options}
+    sweep_dir, name = _sweep_place(settings.dataset, identity)
+    if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
+        sweep_storage.storage_of(FLAGS.storage, None)
+
+    def make_candidates():
+        from tf_transfer.models import backbones
+
+        depth = backbones.load_preset(settings.preset).backbone.num_layers
+        return sweep.candidates(FLAGS.methods, depth, lrs, options)
+
+    study, where = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
+                                    settings.metric_name in metrics.LOWER_IS_BETTER, name=name, identity=identity,
+                                    heartbeat_s=FLAGS.sweep_heartbeat,
+                                    command=" ".join(["python -m tf_transfer.sweep", *sys.argv[1:]]),
+                                    log=lambda line: print(line, flush=True))
+    print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
+    logging.set_verbosity(logging.INFO)
+
+    def train(*args):
+        return isolated.call(_train_trial, *args) if FLAGS.isolate_runs else _train_trial(*args)
+
+    ended = sweep.run_sweep(study, where, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds,
+                            log=lambda line: print(line, flush=True))
+    out = FLAGS.out or sweep_dir
+    _, line = sweep_report.write_report(study, sweep_dir, out)
+    print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
+          f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
+    print(line)
+
+
+def _sweep_place(dataset: str, identity: dict) -> tuple:
+    """`(the sweep's folder, its name)`: `--sweep_name` or one derived from the settings, under
+    <runs_dir>/sweep/; a sweep begun before names (SQLite in <runs_dir>/sweep/<data set>/) goes on there."""
+    from tf_transfer.studies import sweep_storage
+
+    legacy = os.path.join(FLAGS.runs_dir, "sweep", dataset)
+    if not FLAGS.sweep_name and not FLAGS.storage and os.path.exists(os.path.join(legacy, "sweep.db")):
+        return legacy, sweep_storage.LEGACY_NAME
+    name = sweep_storage.check_name(FLAGS.sweep_name) if FLAGS.sweep_name else sweep_storage.default_name(
+        dataset, identity)
+    return os.path.join(FLAGS.runs_dir, "sweep", name), name
+
+
+def _sweep_options() -> dict:
+    """The methods' sweep flags (`methods.registry.sweep_options`, e.g. --lora_ranks), parsed."""
+    from tf_transfer.core.errors import TransferError
+
+    words = {int: "whole numbers", float: "numbers", str: "words"}
+    parsed = {}
+    for flag, (_, _, kind) in methods.registry.sweep_options().items():
+        try:
+            parsed[flag] = [kind(value) for value in FLAGS[flag].value]
+        except ValueError:
+            raise TransferError(f"--{flag} takes {words.get(kind, kind.__name__)}, comma-separated, got "
+                                f"{','.join(FLAGS[flag].value)}") from None
+    return parsed
+
+
+def _train_trial(*args) -> dict:
+    from tf_transfer.studies import sweep_trial
+
+    logging.use_absl_handler()
+    logging.set_verbosity(logging.INFO)
+    return sweep_trial.train_trial(*args)
+
+
+if __name__ == "__main__":
+    cli.run(main, COMMAND_FLAGS)

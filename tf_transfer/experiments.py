@@ -8,7 +8,8 @@
     python -m tf_transfer.experiments run freezing --train_file=reviews.csv --text_columns=review --label_column=stars
     python -m tf_transfer.experiments table reports/runs --out=/tmp/runs
 
-Studies: transfer_learning, layer_freezing and methods (freezing, LoRA and BitFit compared) on GLUE, stack_quora,
+Studies: transfer_learning, layer_freezing, methods and methods_full (freezing, LoRA and BitFit compared) and
+adaptive_freezing (AutoFreeze and FreezeOut against full fine-tuning and the best static k) on GLUE, stack_quora,
 multitask, sentiment, and freezing (every depth on a user's own data set: --train_file, --text_columns,
 --label_column, ...), each a module of `experiments/`.
 `run` skips completed runs and runs locked by another process (so several processes or machines can share one

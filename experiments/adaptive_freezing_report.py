@@ -1,0 +1,452 @@
+"""The adaptive-freezing study's report (experiments/adaptive_freezing.py): AutoFreeze's and FreezeOut's claims and
+this project's targets checked first, then per task every method's score, time and final k, when each block froze
+(a figure per task), how the rate and the static k were chosen, and every run as CSV.
+
+Scores are GLUE dev (the test set) at the epoch early stopping keeps, in points (x100) of the task's metric; times
+are CPU seconds of training to the stopping point, the frozen-prefix caches' builds included (inside the adaptive
+runs' epochs, charged to the static k's runs). Every comparison pairs the runs of one seed (seeds 1-5) and rests on
+the 95% interval of the paired difference (`tf_transfer/core/stats.py`); what is missing is said, never guessed.
+
+Example:
+
+>>> write_report(collected, "reports/adaptive_freezing", GRID, "cpu")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections import defaultdict
+
+from experiments import adaptive_freezing as study_module
+from experiments import methods_report as shared
+from experiments.methods import best_validation, pick_rate
+from tf_transfer.core import stats
+from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting import validation_baselines
+from tf_transfer.reporting.data_note import data_section
+
+FULL, AUTOFREEZE, FREEZEOUT, STATIC = study_module.FULL, study_module.AUTOFREEZE, study_module.FREEZEOUT, \
+    study_module.STATIC
+ADAPTIVE = (AUTOFREEZE, FREEZEOUT)
+SCORE_MARGIN = 1.0  # points: "preserves accuracy" where the interval's low end is above -1 point (issue 40)
+WITHIN = 0.5  # points: the issue's target for the estimate
+TIME_TARGET, TIME_STRETCH = 0.5, 0.4  # shares of full fine-tuning's time (issue 40)
+PAPER_TIME = {AUTOFREEZE: (1 / 2.55, "up to 2.55x faster"), FREEZEOUT: (0.8, "about 20% less wall time")}
+COLORS = {AUTOFREEZE: "tab:red", FREEZEOUT: "tab:purple"}
+
+
+def method_cells(collected: list) -> dict:
+    """`{(method, task): methods_report.measures}` of the compared runs (seeds 1-5), on the CPU clock."""
+    found = defaultdict(list)
+    for run in collected:
+        method = study_module.compared_method(run["settings"]["part"])
+        if method:
+            found[(method, run["settings"]["task"])].append(run)
+    return {key: shared.measures(runs, "cpu", "peak_memory_mb") for key, runs in found.items()}
+
+
+def ratio(table: dict, method: str, task: str, reference: str = FULL):
+    """The seed-paired interval of `method`'s time to stop over `reference`'s (a share: 0.4 is 40% of its time);
+    None where a side has not run."""
+    saved = shared.saving(table, method, task, "time", reference)
+    return None if saved is None else dataclasses.replace(saved, estimate=1 - saved.estimate, low=1 - saved.high,
+                                                          high=1 - saved.low)
+
+
+def score_difference(table: dict, method: str, task: str, reference: str = FULL):
+    """The seed-paired interval of the GLUE dev score difference in points; None where no seed has both."""
+    interval = shared.difference(table, method, task, "score", reference)
+    return interval if interval is not None and interval.n else None
+
+
+def testable(gains: dict, task: str) -> bool:
+    return gains.get(task, float("-inf")) >= shared.LEARNED_POINTS
+
+
+def claim_row(claim: str, paper: str, intervals: dict, tasks: list, margin: float, direction: str, basis: str,
+              scale: float = 1.0, unit: str = "", digits: int = 1) -> list:
+    """One row of the claims table, tested on every task of the study (Holm across them): `intervals` maps each
+    task where both sides ran to its interval (None: not testable at this budget); a task not run yet leaves the
+    claim inconclusive unless another task already refutes it."""
+    if not intervals:
+        return [claim, paper, "not run yet", stats.INCONCLUSIVE, basis]
+    found = stats.verdicts(intervals, margin, direction)
+    missing = [t for t in tasks if t not in intervals]
+    kind = stats.overall([*found.values(), *[stats.INCONCLUSIVE] * len(missing)])
+    if kind == stats.NOT_TESTABLE and missing:
+        kind = stats.INCONCLUSIVE
+    ours = "; ".join([f"{t} {found[t].cell(digits, scale, unit)}" for t in tasks if t in found]
+                     + [f"{t} not run yet" for t in missing])
+    return [claim, paper, ours, kind, basis]
+
+
+def claims(table: dict, tasks: list, gains: dict) -> list:
+    rows = []
+    papers = {AUTOFREEZE: "up to 2.55x faster fine-tuning \"while preserving accuracy\" (AutoFreeze, arXiv "
+                          "2102.01386, abstract; BERT-base on a GPU)",
+              FREEZEOUT: "about 20% less wall time, no accuracy loss on ResNets, 3% on DenseNets (FreezeOut, arXiv "
+                         "1706.04983; CIFAR)"}
+    for method in ADAPTIVE:
+        scores = {t: (i if testable(gains, t) else None) for t in tasks
+                  if (i := score_difference(table, method, t)) is not None}
+        saved = {t: i for t in tasks if (i := shared.saving(table, method, t, "time")) is not None}
+        static = {t: i for t in tasks if (i := shared.saving(table, method, t, "time", STATIC)) is not None}
+        share, words = PAPER_TIME[method]
+        target = 1 - (TIME_TARGET if method == AUTOFREEZE else share)
+        rows += [
+            claim_row(f"{method} scores as full fine-tuning does", papers[method], scores, tasks, SCORE_MARGIN,
+                      "as good as", f"GLUE dev, points, {method} minus full fine-tuning; reproduced on a task where "
+                      f"the interval lies above -{SCORE_MARGIN:g} point, not reproduced where below"),
+            claim_row(f"{method} saves at least {100 * target:.0f}% of full fine-tuning's time", f"{words} "
+                      f"({100 * (1 - share):.0f}% saved)", saved, tasks, target, "at least",
+                      "share of full fine-tuning's time to stop (the same stopping rule, caches included) saved; "
+                      + (f"issue 40's target: at most {100 * TIME_TARGET:.0f}% of its time (stretch "
+                         f"{100 * TIME_STRETCH:.0f}%, the paper's 2.55x)" if method == AUTOFREEZE
+                         else "the paper's 20%"), 100, "%", 0),
+            claim_row(f"{method} is cheaper than the best static k", "none (this project's target: cheaper than "
+                      "the best k of a freezing sweep, at the same score)", static, tasks, 0.0, "at least",
+                      "share of the best static k's time to stop saved (the k chosen at seed 0 as the cheapest "
+                      f"within {WITHIN:g} points of full fine-tuning on validation)", 100, "%", 0),
+        ]
+    return rows
+
+
+def _met(interval, margin: float, direction: str) -> str:
+    """A target for one task: `met`, `missed` or `open` (the interval spans it), `–` where not run."""
+    if interval is None:
+        return "–"
+    kind = stats.verdict(interval, margin, direction)
+    return {stats.REPRODUCED: "met", stats.NOT_REPRODUCED: "missed"}.get(kind, "open")
+
+
+def target_rows(table: dict, tasks: list) -> list:
+    rows = []
+    for method in ADAPTIVE:
+        for task in tasks:
+            score, time = score_difference(table, method, task), ratio(table, method, task)
+            vs_static = ratio(table, method, task, STATIC)
+            within = "–" if score is None else "yes" if score.estimate >= -WITHIN else "no"
+            rows.append([method, task, "–" if score is None else score.text(), within,
+                         _met(score, SCORE_MARGIN, "as good as"),
+                         share_text(time), _met(time, TIME_TARGET, "at most"), _met(time, TIME_STRETCH, "at most"),
+                         share_text(vs_static),
+                         _text(score_difference(table, method, task, STATIC))])
+    return rows
+
+
+TARGET_HEADER = ["method", "task", "score vs full, points [95%]", "estimate within 0.5", "interval above -1",
+                 "time vs full [95%]", "<= 50%", "<= 40%", "time vs best static k [95%]",
+                 "score vs best static k [95%]"]
+
+
+def _text(interval) -> str:
+    return "–" if interval is None else interval.text()
+
+
+def share_text(interval) -> str:
+    """A ratio's interval as shares: `38% [35%, 41%]`; `–` where not run."""
+    if interval is None:
+        return "–"
+    if not interval.defined:
+        return f"{100 * interval.estimate:.0f}% (no interval)" if interval.n else "–"
+    return f"{100 * interval.estimate:.0f}% [{100 * interval.low:.0f}%, {100 * interval.high:.0f}%]"
+
+
+def final_k(summary: dict):
+    """The blocks that trained at the end: an adaptive run's L minus its frozen blocks, a static run's k, 'all'."""
+    events = (summary.get("freezing") or {}).get("events")
+    if events is not None:
+        return summary["num_layers"] - max([e.get("frozen_blocks", 0) for e in events] + [0])
+    return summary["trainable_layers"]
+
+
+def task_rows(table: dict, task: str, baseline, methods) -> list:
+    """`methods_report.task_rows` plus the time as a share of full fine-tuning's and the final k per seed."""
+    rows = shared.task_rows(table, task, baseline, methods)
+    present = [m for m in methods if table.get((m, task))]
+    for method, row in zip(present, rows):
+        share = None if method == FULL else ratio(table, method, task)
+        ks = [str(final_k(s)) for s in sorted(table[(method, task)]["summaries"], key=reports.run_seed)]
+        row += [share_text(share), ", ".join(ks) or "–"]
+    rows[-1] += ["–", "–"]
+    return rows
+
+
+TASK_HEADER = [*shared.TASK_HEADER, "time vs full [95%]", "blocks training at the end (seeds in order)"]
+
+
+def freeze_points(summary: dict) -> list:
+    """`[(step, block)]` of an adaptive run's freezes, the embeddings as block -1."""
+    points = []
+    for event in (summary.get("freezing") or {}).get("events", []):
+        if event.get("embeddings"):
+            points.append((event["step"], -1))
+        points += [(event["step"], block) for block in event.get("blocks", [])]
+    return points
+
+
+def freeze_figure(path: str, task: str, table: dict) -> bool:
+    """Block against the step at which it froze, one line per AutoFreeze and FreezeOut run (seeds offset a little
+    for visibility), epochs marked; False (nothing written) where no adaptive run of the task has completed."""
+    runs = [(m, s) for m in ADAPTIVE for s in (table.get((m, task)) or {}).get("summaries", [])]
+    if not runs:
+        return False
+    plt = reports.pyplot()
+    fig, axis = plt.subplots(figsize=(6.4, 4.0))
+    labelled, depth, steps = set(), 6, 0
+    for method, summary in runs:
+        record = summary["freezing"]
+        depth, steps = summary["num_layers"], max(steps, record["total_steps"])
+        points = sorted(freeze_points(summary))
+        offset = 0.06 * (reports.run_seed(summary) - 3)
+        if points:
+            axis.plot([p[0] for p in points], [p[1] + offset for p in points], marker="o", ms=4, lw=1,
+                      drawstyle="steps-post", color=COLORS[method],
+                      label=None if method in labelled else method)
+            labelled.add(method)
+        epochs = summary["config"]["max_epochs"]
+        for epoch in range(1, epochs):
+            axis.axvline(record["total_steps"] * epoch / epochs, color="grey", lw=0.5, ls=":")
+    axis.set_xlim(0, steps)
+    axis.set_ylim(-1.5, depth - 0.5)
+    axis.set_yticks(range(-1, depth))
+    axis.set_yticklabels(["embeddings", *[f"block {b}" for b in range(depth)]])
+    axis.set_xlabel("training step at which it froze (dotted: epochs; the cap of 4 epochs at the right)")
+    axis.set_title(f"{task}: when each block froze (one line per run, seeds 1-5)", fontsize=9)
+    axis.grid(alpha=0.3)
+    if labelled:
+        axis.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _bold(text: str, chosen: bool) -> str:
+    return f"**{text}**" if chosen else text
+
+
+def _static_line(grid: dict, lr: float, reference: float) -> str:
+    """The seed-0 static grid at `lr` (`{k: summary}`) and the k it gives (`choose_k`), once every k has run."""
+    found = {k: (best_validation(s), study_module.time_to_best(s)) for k, s in grid.items() if s["lr"] == lr}
+    depth = next(iter(grid.values()))["num_layers"]
+    k = study_module.choose_k(found, reference) if len(found) == depth - 1 else None
+    cells = ", ".join(_bold(f"k={key}: {100 * v:.1f} ({t:,.0f} s)", key == k) for key, (v, t) in sorted(found.items()))
+    if k is None:
+        why = " (grid unfinished)"
+    elif found[k][0] >= reference - study_module.SAME_SCORE:
+        why = f" -> k={k} (cheapest within {WITHIN:g} points of full fine-tuning)"
+    else:
+        why = f" -> k={k} (none within {WITHIN:g} points: the best-scoring k)"
+    return f"  Static k at {lr:g}, seed 0 (validation; CPU s to the best epoch, cache included): {cells}{why}."
+
+
+def choice_lines(collected: list, task: str) -> list:
+    """How the task's rate and static k were chosen: the seed-0 runs' validation scores (x100)."""
+    search, grid = {}, {}
+    for run in collected:
+        s, summary = run["settings"], run["summary"]
+        if s["task"] == task and summary and s["part"] == study_module.SEARCH_PART:
+            search[s["lr"]] = summary
+        elif s["task"] == task and summary and s["part"] == study_module.GRID_PART:
+            grid[s["trainable_layers"]] = summary
+    if not search:
+        return [f"- {task}: the rate search has not run yet."]
+    scores = {lr: best_validation(s) for lr, s in search.items()}
+    best = pick_rate(scores) if len(search) == len(study_module.RATES) else None
+    line = f"- {task}: full fine-tuning at seed 0, validation by rate: " + ", ".join(
+        _bold(f"{lr:g}: {100 * scores[lr]:.1f}", lr == best) for lr in sorted(scores))
+    line += " (search unfinished)" if best is None else ""
+    line += "; the chosen rate is at an end of the rates tried" if best in (min(scores), max(scores)) else ""
+    return [line + "."] + ([_static_line(grid, best, scores[best])] if best is not None and grid else [])
+
+
+def chosen_search_runs(collected: list) -> dict:
+    """`{task: the seed-0 full fine-tuning run at the chosen rate}` of the tasks whose search has finished."""
+    found = defaultdict(dict)
+    for run in collected:
+        if run["settings"]["part"] == study_module.SEARCH_PART and run["summary"]:
+            found[run["settings"]["task"]][run["settings"]["lr"]] = run["summary"]
+    return {task: runs[pick_rate({lr: best_validation(s) for lr, s in runs.items()})]
+            for task, runs in found.items() if len(runs) == len(study_module.RATES)}
+
+
+def learned(collected: list, table: dict, tasks: list, out: str) -> tuple:
+    """`(gains, provisional)`: per task, the points by which full fine-tuning's mean best validation score beats
+    the constant prediction's on the same splits: over the compared seeds (`gains`, what decides testability), and
+    where those have not run, the seed-0 search run's at the chosen rate (`provisional`, said, never used)."""
+    compared = [s for t in tasks for s in (table.get((FULL, t)) or {}).get("summaries", [])]
+    searched = chosen_search_runs(collected)
+    baselines = validation_baselines.collect(compared + list(searched.values()), out)
+    gains = shared.learned(table, tasks, {k: v for k, v in baselines.items() if k[1] in study_module.SEEDS})
+    provisional = {task: shared.validation(summary) - 100 * baselines[(task, study_module.SEARCH_SEED)]["score"]
+                   for task, summary in searched.items()
+                   if task not in gains and (task, study_module.SEARCH_SEED) in baselines}
+    return gains, provisional
+
+
+def learned_sentence(tasks: list, gains: dict, provisional: dict) -> str:
+    parts = []
+    for task in tasks:
+        if task in gains:
+            parts.append(f"{task} {gains[task]:+.1f} points (seeds {', '.join(map(str, study_module.SEEDS))}: "
+                         + ("testable)" if testable(gains, task) else "not testable at this budget)"))
+        elif task in provisional:
+            parts.append(f"{task} {provisional[task]:+.1f} (the seed-0 search run only, provisional: the compared "
+                         "seeds have not run)")
+        else:
+            parts.append(f"{task} not known yet")
+    return ("Does full fine-tuning learn? Its best validation score against the constant prediction's on the same "
+            "validation splits (`majority_validation.csv`): " + "; ".join(parts) + ".")
+
+
+def _kind(settings: dict) -> str:
+    return study_module.compared_method(settings["part"]) or (
+        FULL if settings["part"] == study_module.SEARCH_PART else settings["part"])
+
+
+def _wall_s(summary: dict):
+    try:
+        start, end = (datetime.datetime.strptime(summary[k], "%Y-%m-%dT%H:%M:%S%z")
+                      for k in ("started_at", "finished_at"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
+def hours_left(collected: list):
+    """A rough estimate of the core-hours the runs not completed still take: each at the mean wall time of the
+    completed runs of its kind (method, or the static grid) on its task, else of its kind, else of full fine-tuning
+    on its task or anywhere (an upper bound for the freezing methods); None before any run has completed."""
+    seen = defaultdict(list)
+    for run in collected:
+        seconds = _wall_s(run["summary"]) if run["summary"] else None
+        if seconds is not None:
+            seen[(_kind(run["settings"]), run["settings"]["task"])].append(seconds)
+            seen[(_kind(run["settings"]), None)].append(seconds)
+    if not seen:
+        return None
+    everything = [s for (kind, task), values in seen.items() if task is None for s in values]
+    left = 0.0
+    for run in collected:
+        if run["summary"]:
+            continue
+        kind, task = _kind(run["settings"]), run["settings"]["task"]
+        for key in ((kind, task), (kind, None), (FULL, task), (FULL, None)):
+            if seen.get(key):
+                left += sum(seen[key]) / len(seen[key])
+                break
+        else:
+            left += sum(everything) / len(everything)
+    return left / 3600
+
+
+CSV_HEADER = ["task", "part", "method", "lr", "seed", "trainable_layers", "final_k", "freezes (step:blocks)",
+              "metric", "validation_best", "test_at_best", "best_epoch", "epochs", "time_to_stop_cpu_s",
+              "s_per_epoch", "peak_memory_mb", "machine", "folder"]
+
+
+def csv_rows(collected: list) -> list:
+    rows = []
+    for run in collected:
+        summary, s = run["summary"], run["settings"]
+        if not summary:
+            continue
+        freezes = " ".join(f"{e['step']}:{e['frozen_blocks']}" for e in (summary.get("freezing") or {}).get(
+            "events", []))
+        rows.append([s["task"], s["part"], _kind(s), s["lr"], s["seed"], summary["trainable_layers"],
+                     final_k(summary), freezes, summary["metric"], round(shared.validation(summary), 2),
+                     round(shared.score(summary), 2), summary.get("best_epoch"), len(summary["epochs"]),
+                     round(reports.time_to_stop(summary, "cpu"), 1), round(shared.epoch_seconds(summary, "cpu"), 1),
+                     round(summary.get("peak_memory_mb") or 0), reports.machine_label(summary.get("machine")),
+                     run["folder"]])
+    return rows
+
+
+def _still_to_run(study, collected: list, chosen) -> list:
+    """`tables.still_to_run` by method (not by seed's part), and the hours it may take."""
+    by_method = [{**r, "settings": {**r["settings"], "part": study_module.compared_method(r["settings"]["part"])
+                                    or r["settings"]["part"]}} for r in collected]
+    lines = reports.still_to_run(study.name, by_method, chosen, study_module.TASKS)
+    hours = hours_left(collected)
+    if lines and hours is not None:
+        lines.insert(2, f"About {hours:.1f} core-hours of runs remain, at the wall time the completed runs of each "
+                        "kind took (a kind not run yet at full fine-tuning's: an upper bound for the freezing "
+                        "methods), plus a minute or so of start-up per run.")
+        lines.insert(3, "")
+    return lines
+
+
+def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str) -> list:
+    return ["## The claims, checked", "", done, "",
+            reports.testable_sentence(learned_sentence(tasks, gains, provisional) + " Seeds pair across methods (a "
+                                      "seed fixes the validation split and the training order), so every interval "
+                                      "is seed-paired (Student's t over the seeds both sides ran); a claim holds "
+                                      "only where it holds on every task."), "",
+            reports.claims_table(claims(table, tasks, gains)), "",
+            "## Issue 40's targets, task by task", "",
+            "Per task, without Holm's correction: *met* where the whole 95% interval is on the target's side, "
+            "*missed* where all of it is on the other side, *open* otherwise. The score target is an estimate "
+            f"within {WITHIN:g} points and an interval above -{SCORE_MARGIN:g} point; the time targets are "
+            f"{100 * TIME_TARGET:.0f}% and {100 * TIME_STRETCH:.0f}% of full fine-tuning's time to stop.", "",
+            reports.markdown_table(TARGET_HEADER, target_rows(table, tasks)), ""]
+
+
+def _task_section(collected: list, table: dict, tasks: list, majority: dict, out: str) -> list:
+    lines = ["## Per task", "", reports.clock_sentence("cpu") + " Scores: GLUE dev at the best validation epoch, in "
+             "points, mean ± sd over the seeds (n/5 while seeds are missing); differences and shares are "
+             "seed-paired with their 95% intervals. `blocks training at the end`: 6 is every block (full "
+             "fine-tuning also trains the embeddings), an adaptive run's blocks above its last freeze.", ""]
+    for task in tasks:
+        metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
+                      "?")
+        lines += [f"### {task} ({metric})", "",
+                  reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task), study_module.METHODS)),
+                  ""]
+        figure = f"freezes_{task}.png"
+        lines += ([f"![{task}: when each block froze]({figure})", ""] if freeze_figure(os.path.join(out, figure), task,
+                                                                                       table)
+                  else ["No AutoFreeze or FreezeOut run of this task has completed yet: no freeze figure.", ""])
+    return lines + ["† n/m: n of the m runs reached the epoch cap without early stopping (their time is a lower "
+                    "bound).", ""]
+
+
+def write_report(collected: list, out: str, study, variant: str) -> str:
+    chosen = study.variant(variant)
+    tasks = [t for t in study_module.TASKS if any(r["settings"]["task"] == t for r in collected)]
+    table = method_cells(collected)
+    os.makedirs(out, exist_ok=True)
+    gains, provisional = learned(collected, table, tasks, out)
+    majority = reports.dev_baselines(tasks, collected, out)
+    reports.write_baselines(out, majority)
+    reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected))
+    compared = [r for r in collected if study_module.compared_method(r["settings"]["part"])]
+    own = sum(1 for r in collected if r["summary"])
+    done = (f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in compared if r['summary'])} of the "
+            f"{len(compared)} compared)." + ("" if own == len(collected) else " The verdicts rest on the runs "
+                                             "completed so far; the study is still running (see *Still to run*)."))
+    lines = [f"# Adaptive freezing: AutoFreeze and FreezeOut against full fine-tuning and the best static k "
+             f"({variant} variant)", "",
+             f"Checks {study.paper} on {', '.join(tasks)} with all-MiniLM-L6-v2 (6 blocks, 384 wide): full "
+             "fine-tuning at its rate searched per task at seed 0, AutoFreeze and FreezeOut at that rate, and the "
+             "best static k of a seed-0 freezing grid (the last k blocks over the frozen-prefix cache), each at "
+             "seeds 1-5, paired. Generated from the runs below by the command at the end; rerunning it keeps the "
+             "report current. How to read it: [docs/methods.md](../../docs/methods.md#the-adaptive-freezing-study).",
+             ""]
+    lines += data_section(collected)
+    lines += _claims_section(table, tasks, gains, provisional, done)
+    lines += _task_section(collected, table, tasks, majority, out)
+    lines += ["## How the rate and the static k were chosen", "",
+              "Seed 0, best validation score (x100, the split held out of GLUE train, never GLUE dev); chosen in "
+              "bold. These runs are not among the compared ones.", ""]
+    lines += [line for task in tasks for line in choice_lines(collected, task)] + [""]
+    lines += ["## Settings, and how they differ from the papers", ""] + [f"- {d}" for d in chosen.differences] + [""]
+    lines += reports.commands_section(study, variant, out)
+    lines += _still_to_run(study, collected, chosen)
+    lines += [f"{own} of {len(collected)} runs completed. Every run: `runs.csv`.", ""]
+    lines += reports.machines_section(collected)
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return out

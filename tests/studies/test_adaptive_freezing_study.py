@@ -1,0 +1,184 @@
+"""The adaptive-freezing study (experiments/adaptive_freezing.py): its grid, the rate and static k it resolves from
+its own seed-0 runs, and its report on made-up summaries (no training)."""
+
+import csv
+import os
+
+import pytest
+
+from conftest import run_module
+from experiments import adaptive_freezing as study_module
+from experiments import adaptive_freezing_report as report
+from experiments import load_study
+from tf_transfer.studies import grid as studies
+from tf_transfer.training import record
+
+FULL, AUTOFREEZE, FREEZEOUT, STATIC = (study_module.FULL, study_module.AUTOFREEZE, study_module.FREEZEOUT,
+                                       study_module.STATIC)
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_study("adaptive_freezing")
+
+
+def test_grid_searches_the_rate_then_the_static_k_then_runs_whole_seeds_across_the_four_methods(study):
+    runs = study.runs("cpu")
+    assert len(runs) == 3 * (3 + 5 + 5 * 4)
+    mrpc = study.runs("cpu", tasks=["mrpc"])  # what one task's command runs, in its order
+    parts = [r["part"] for r in mrpc]
+    assert parts[:3] == [study_module.SEARCH_PART] * 3 and [r["lr"] for r in mrpc[:3]] == study_module.RATES
+    assert parts[3:8] == [study_module.GRID_PART] * 5 and [r["trainable_layers"] for r in mrpc[3:8]] == [1, 2, 3, 4, 5]
+    assert all(r["seed"] == 0 and r["lr"] == study_module.SEARCHED for r in mrpc[3:8])
+    compared = mrpc[8:]
+    assert [(r["seed"], study_module.compared_method(r["part"])) for r in compared] == [
+        (seed, method) for seed in study_module.SEEDS for method in study_module.METHODS]
+    assert {r["lr"] for r in compared} == {study_module.SEARCHED}
+    assert {(r["method"], r["trainable_layers"]) for r in compared} == {
+        ("freeze", "all"), ("autofreeze", "all"), ("freezeout", "all"), ("freeze", study_module.BEST_K)}
+    assert {(r["max_epochs"], r["patience"], r["lr_schedule"], r["batch_size"], r["preset"]) for r in runs} == {
+        (4, 2, "linear", 32, "all_minilm_l6_v2_en")}
+    tasks = {r["task"]: (r.get("max_train_examples"), r["validation_fraction"], r.get("metric")) for r in runs}
+    assert tasks == {"sst2": (10000, 0.015, None), "stsb": (None, 0.1, None), "mrpc": (None, 0.1, "accuracy")}
+
+
+def _summary(folder, settings, val, test, seconds, events=None):
+    """A completed run: 3 epochs, the best (epoch 2) scoring `val`/`test` (x100), `seconds` of CPU each."""
+    metric = settings.get("metric") or ("spearman" if settings["task"] == "stsb" else "accuracy")
+    epochs = [{"epoch": e, "epoch_time_s": seconds, "train_time_s": seconds * e, "epoch_cpu_s": seconds,
+               "train_cpu_s": seconds * e, "val": {metric: (val if e == 2 else val - 5) / 100},
+               "test": {metric: (test if e == 2 else test - 5) / 100}} for e in range(1, 4)]
+    k = settings["trainable_layers"]
+    summary = {"completed": True, "epochs": epochs, "best_epoch": 2, "metric": metric, "stopped_early": True,
+               "early_stopping": {"patience": 2, "wait": 2}, "peak_memory_mb": 2000.0, "trainable_params": 1000,
+               "total_params": 22_000_000, "lr": settings["lr"], "seed": settings["seed"], "task": settings["task"],
+               "num_layers": 6, "trainable_layers": k, "cache_time_s": 0.0,
+               "cache_build_cpu_s": 10.0 if settings.get("cache_frozen") is True else None,
+               "started_at": "2026-11-25T20:00:00+0000", "finished_at": "2026-11-25T20:10:00+0000",
+               "examples": {"train": 36, "validation": 4, "test/dev": 12},
+               "config": {key: v for key, v in settings.items() if key != "part"}}
+    if events is not None:
+        summary["freezing"] = {"total_steps": 120, "events": events}
+    record.write_json_atomic(os.path.join(folder, "summary.json"), summary)
+    return summary
+
+
+def _search_and_grid(study, runs_dir, task, data_dir, grid_scores):
+    """Writes the task's seed-0 search (1e-4 best) and its static grid at 1e-4 (`{k: (val, seconds)}`)."""
+    runs = study.runs("cpu", tasks=[task])
+    for run, val in zip(runs[:3], (80.0, 85.0, 83.0)):
+        _summary(studies.run_dir(runs_dir, study, run), {**run, "data_dir": data_dir}, val, 80.0, 100.0)
+    for run in runs[3:8]:
+        resolved = {**run, "lr": 1e-4, "data_dir": data_dir}
+        val, seconds = grid_scores[run["trainable_layers"]]
+        _summary(studies.run_dir(runs_dir, study, resolved), resolved, val, 79.0, seconds)
+    return runs
+
+
+def test_rate_and_static_k_are_resolved_from_the_seed0_runs_and_wait_for_them(study, tmp_path):
+    runs_dir = str(tmp_path)
+    runs = study.runs("cpu", tasks=["mrpc"])
+    static = next(r for r in runs if study_module.compared_method(r["part"]) == STATIC)
+    assert studies.resolve(study, static, runs_dir) is None  # nothing has run
+    # k=3 and k=4 are within 0.5 points of full fine-tuning's 85.0; k=3 is cheaper (its cache is charged too).
+    grid = {1: (80.0, 20.0), 2: (84.0, 30.0), 3: (84.6, 40.0), 4: (85.2, 50.0), 5: (85.0, 60.0)}
+    _search_and_grid(study, runs_dir, "mrpc", None, grid)
+    resolved = studies.resolve(study, static, runs_dir)
+    assert (resolved["lr"], resolved["trainable_layers"], resolved["cache_frozen"]) == (1e-4, 3, True)
+    assert studies.resolve(study, next(r for r in runs if r["part"] == "seed 1: AutoFreeze"), runs_dir)["lr"] == 1e-4
+    os.remove(os.path.join(studies.run_dir(runs_dir, study, {**runs[7], "lr": 1e-4}), "summary.json"))
+    assert studies.resolve(study, static, runs_dir) is None  # k=5 has not run: the k waits
+    assert study_module.choose_k({1: (0.80, 20.0), 2: (0.82, 30.0)}, 0.85) == 2  # none close: the best-scoring
+
+
+# Per method: (score difference to full fine-tuning in points, CPU seconds per epoch, freeze events).
+EVENTS = [{"frozen_blocks": 2, "blocks": [0, 1], "embeddings": True, "step": 24, "epoch": 1},
+          {"frozen_blocks": 4, "blocks": [2, 3], "embeddings": False, "step": 60, "epoch": 2}]
+SYNTHETIC = {FULL: (0.0, 100.0, None), AUTOFREEZE: (-0.3, 38.0, EVENTS), FREEZEOUT: (-2.0, 85.0, EVENTS[:1]),
+             STATIC: (-0.2, 50.0, None)}
+
+
+def _collected(study, tmp_path, glue_dir, tasks, seeds=(1, 2, 3, 4, 5), methods=tuple(SYNTHETIC), absent=()):
+    """The grid's runs of `tasks` as `grid.collect` gives them, those of `seeds` and `methods` completed (the seed-0
+    search and static grid always), and every run of the `absent` tasks not run."""
+    runs_dir = str(tmp_path / "runs")
+    collected = [{"settings": {**run, "data_dir": glue_dir}, "folder": "nowhere", "summary": None, "partial": None,
+                  "error": None, "stand_in": None} for run in (study.runs("cpu", tasks=list(absent)) if absent else [])]
+    for task in tasks:
+        _search_and_grid(study, runs_dir, task, glue_dir, {k: (70.0 + 3 * k, 20.0 * k) for k in range(1, 6)})
+        for run in study.runs("cpu", tasks=[task]):
+            run = {**run, "data_dir": glue_dir}
+            resolved = studies.resolve(study, run, runs_dir)
+            method = study_module.compared_method(run["part"])
+            folder = studies.run_dir(runs_dir, study, resolved)
+            if method and (run["seed"] not in seeds or method not in methods):
+                summary = None
+            elif method:
+                delta, seconds, events = SYNTHETIC[method]
+                # Validation 99: full fine-tuning learned (10+ points above the constant), so scores are tested.
+                summary = _summary(folder, resolved, 99.0, 80.0 + delta + 0.1 * run["seed"],
+                                   seconds * (1 + 0.01 * run["seed"]), events)
+            else:
+                summary = record.read_summary(folder)
+            collected.append({"settings": resolved or run, "folder": folder, "summary": summary, "partial": None,
+                              "error": None, "stand_in": None})
+    return collected
+
+
+def _claims(text: str) -> dict:
+    return {line.split(" | ")[0].lstrip("| "): line.split(" | ")[3] for line in text.split("## Issue 40")[0]
+            .splitlines() if line.startswith("| ") and line.split(" | ")[3] in ("reproduced", "not reproduced",
+                                                                                 "inconclusive")}
+
+
+def test_report_opens_with_the_claims_and_judges_them_from_seed_paired_intervals(study, tmp_path, glue_dir):
+    collected = _collected(study, tmp_path, glue_dir, ["stsb", "mrpc"], absent=["sst2"])
+    out = tmp_path / "report"
+    report.write_report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    assert text.index("## The claims, checked") < text.index("## Per task") < text.index("## Still to run")
+    claims = _claims(text)
+    assert claims["AutoFreeze scores as full fine-tuning does"] == "inconclusive"  # sst2 has not run
+    assert "sst2 not run yet" in text and "stsb reproduced: -0.3 [-0.3, -0.3]" in text
+    assert claims["FreezeOut scores as full fine-tuning does"] == "not reproduced"  # -2 points on both tasks
+    assert claims["FreezeOut saves at least 20% of full fine-tuning's time"] == "not reproduced"  # 15% saved
+    assert claims["FreezeOut is cheaper than the best static k"] == "not reproduced"  # 160% of its time
+    assert claims["AutoFreeze saves at least 50% of full fine-tuning's time"] == "inconclusive"  # sst2 not run
+    assert "mrpc reproduced: +62% [+62%, +62%]" in text  # AutoFreeze's 38 s against full's 100 s per epoch
+    # The static k (its 10 s cache charged: 71%, not 76%): k=5 is within 0.5 points of full fine-tuning's 85.0 at seed 0 (85.0), the others are not.
+    assert "-> k=5 (cheapest within 0.5 points of full fine-tuning)" in text
+    assert ("| AutoFreeze | mrpc | -0.3 [-0.3, -0.3] | yes | met | 38% [38%, 38%] | met | met | 71% [71%, 71%] | "
+            in text)
+    assert "| blocks training at the end (seeds in order) |" in text and "| 2, 2, 2, 2, 2 |" in text
+    assert (out / "freezes_stsb.png").stat().st_size > 0 and (out / "freezes_mrpc.png").stat().st_size > 0
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 28 and {r["method"] for r in rows} >= set(study_module.METHODS)
+    assert {r["freezes (step:blocks)"] for r in rows if r["method"] == AUTOFREEZE} == {"24:2 60:4"}
+    assert "stsb +" in text and "(seeds 1, 2, 3, 4, 5: testable)" in text
+
+
+def test_report_of_a_partial_study_says_what_is_missing(study, tmp_path, glue_dir):
+    collected = _collected(study, tmp_path, glue_dir, ["mrpc"], seeds=(1,), methods=(FULL, AUTOFREEZE))
+    out = tmp_path / "report"
+    report.write_report(collected, str(out), study, "cpu")
+    text = (out / "README.md").read_text()
+    claims = _claims(text)
+    assert claims["AutoFreeze scores as full fine-tuning does"] == "inconclusive"  # one seed: no interval
+    assert claims["FreezeOut scores as full fine-tuning does"] == "inconclusive"
+    freezeout = next(line for line in text.splitlines() if line.startswith("| FreezeOut scores"))
+    assert "| not run yet |" in freezeout
+    assert "4 runs of part `AutoFreeze` (mrpc): not run yet." in text
+    assert "5 runs of part `FreezeOut` (mrpc): not run yet." in text
+    assert "core-hours of runs remain" in text
+    assert not (out / "freezes_stsb.png").exists()
+
+
+def test_dry_run_lists_the_whole_grid(tmp_path):
+    done = run_module("tf_transfer.experiments", "run", "adaptive_freezing", "--variant=cpu", "--dry_run",
+                      "--tasks=stsb", f"--runs_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "28 runs (28 in the whole grid)"
+    assert "part=search: full fine-tuning" in lines[0] and "part=seed 1: best static k" in lines[11]
+    assert not os.listdir(tmp_path)

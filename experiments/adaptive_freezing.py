@@ -45,22 +45,17 @@ sessions of one core, 2 of both (`--shard`). The report estimates what is left f
 
 from __future__ import annotations
 
+from experiments.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART, SEARCH_SEED,
+                                                  STATIC, choose_k, seed_part, time_to_best, write_report)
 from experiments.methods import best_validation, pick_rate
-from tf_transfer.reporting import tables
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import record
 
 TASKS = ["stsb", "mrpc", "sst2"]
-SEARCH_SEED = 0
 SEEDS = [1, 2, 3, 4, 5]
 RATES = [3e-5, 1e-4, 3e-4]
-# Within this much (in the metric's units: 0.5 points) of full fine-tuning's seed-0 validation score, a static k
-# counts as scoring the same.
-SAME_SCORE = 0.005
 SEARCHED, BEST_K, WITH_K = "<searched>", "<best static k>", "<cached with k>"
-FULL, AUTOFREEZE, FREEZEOUT, STATIC = "full fine-tuning", "AutoFreeze", "FreezeOut", "best static k"
-SEARCH_PART, GRID_PART = f"search: {FULL}", "static k at seed 0"
 
 # The compared methods, in the report's order.
 METHODS = {
@@ -69,17 +64,6 @@ METHODS = {
     FREEZEOUT: {"method": "freezeout", "trainable_layers": "all"},
     STATIC: {"method": "freeze", "trainable_layers": BEST_K, "cache_frozen": WITH_K},
 }
-
-
-def seed_part(seed: int, method: str) -> str:
-    return f"seed {seed}: {method}"
-
-
-def compared_method(part: str):
-    """The compared method a part's runs belong to (`seed 3: AutoFreeze` -> `AutoFreeze`); None for the seed-0
-    search and static grid."""
-    method = part.split(": ", 1)[1] if part.startswith("seed ") else None
-    return method if method in METHODS else None
 
 
 def _search_probe(settings: dict, lr: float) -> dict:
@@ -108,28 +92,6 @@ def searched_lr(settings: dict, runs_dir: str, study: Grid):
             return None
         scores[lr] = best_validation(summary)
     return pick_rate(scores)
-
-
-def time_to_best(summary: dict):
-    """CPU seconds of training to the best epoch, the cache's build charged (`tables.elapsed`)."""
-    epoch = tables.best_epoch(summary)
-    return None if epoch is None else tables.elapsed(summary, epoch, "cpu")
-
-
-def choose_k(found: dict, reference) -> int:
-    """Of `{k: (validation score, seconds to the best epoch)}`: the cheapest k scoring within `SAME_SCORE` of
-    `reference` (full fine-tuning's), ties to the smaller k; else the best-scoring k, ties to the smaller.
-
-    >>> choose_k({1: (0.80, 10.0), 2: (0.853, 20.0), 3: (0.86, 30.0)}, 0.857)
-    2
-    >>> choose_k({1: (0.80, 10.0), 2: (0.83, 20.0)}, 0.857)
-    2
-    """
-    close = [k for k, (score, seconds) in found.items()
-             if score is not None and seconds is not None and score >= reference - SAME_SCORE]
-    if close:
-        return min(close, key=lambda k: (found[k][1], k))
-    return max(found, key=lambda k: (float("-inf") if found[k][0] is None else found[k][0], -k))
 
 
 def static_grid(settings: dict, runs_dir: str, study: Grid):
@@ -185,10 +147,9 @@ RUN_COMMAND = ("for t in " + " ".join(TASKS) + "; do taskset -c 1 python -m tf_t
                "--data_dir=$GLUE_DIR; done")
 
 
-def _report(collected: list, out: str, study: Grid, variant: str):
-    from experiments import adaptive_freezing_report  # it reads this module's names
-
-    return adaptive_freezing_report.write_report(collected, out, study, variant)
+def every_k_below_all(depth: int) -> list:
+    """The static grid's k: 1..L-1 blocks trained over the cache of the rest."""
+    return list(range(1, depth))
 
 
 GRID = Grid(
@@ -198,11 +159,11 @@ GRID = Grid(
     axes={"task": TASKS, "seed": SEEDS, "lr": [SEARCHED]},
     parts={SEARCH_PART: {**_axes(FULL), "lr": RATES, "seed": [SEARCH_SEED]},
            GRID_PART: {"method": ["freeze"], "cache_frozen": [True], "seed": [SEARCH_SEED],
-                       "trainable_layers": lambda depth: list(range(1, depth))},
+                       "trainable_layers": every_k_below_all},
            **{seed_part(seed, name): {**_axes(name), "seed": [seed]} for seed in SEEDS for name in METHODS}},
     dependent={"lr": searched_lr, "trainable_layers": best_static_k, "cache_frozen": cached_with_k},
     task_flagfiles={"sst2": "flags/adaptive_freezing_sst2.flags", "mrpc": "flags/adaptive_freezing_mrpc.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=(RUN_COMMAND,))},
-    report=_report,
+    report=write_report,
     shown=("task", "method", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -19,7 +19,6 @@ import datetime
 import os
 from collections import defaultdict
 
-from experiments import adaptive_freezing as study_module
 from experiments import methods_report as shared
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.core import stats
@@ -27,9 +26,16 @@ from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting import validation_baselines
 from tf_transfer.reporting.data_note import data_section
 
-FULL, AUTOFREEZE, FREEZEOUT, STATIC = study_module.FULL, study_module.AUTOFREEZE, study_module.FREEZEOUT, \
-    study_module.STATIC
+# The compared methods, in the report's order, and the grid's parts (experiments/adaptive_freezing.py, which imports
+# these names: the report imports no grid).
+FULL, AUTOFREEZE, FREEZEOUT, STATIC = "full fine-tuning", "AutoFreeze", "FreezeOut", "best static k"
+METHODS = (FULL, AUTOFREEZE, FREEZEOUT, STATIC)
 ADAPTIVE = (AUTOFREEZE, FREEZEOUT)
+SEARCH_PART, GRID_PART = f"search: {FULL}", "static k at seed 0"
+SEARCH_SEED = 0  # the seed whose runs choose the rate and the static k; never compared
+# Within this much (in the metric's units: 0.5 points) of full fine-tuning's seed-0 validation score, a static k
+# counts as scoring the same.
+SAME_SCORE = 0.005
 SCORE_MARGIN = 1.0  # points: "preserves accuracy" where the interval's low end is above -1 point (issue 40)
 WITHIN = 0.5  # points: the issue's target for the estimate
 TIME_TARGET, TIME_STRETCH = 0.5, 0.4  # shares of full fine-tuning's time (issue 40)
@@ -37,11 +43,45 @@ PAPER_TIME = {AUTOFREEZE: (1 / 2.55, "up to 2.55x faster"), FREEZEOUT: (0.8, "ab
 COLORS = {AUTOFREEZE: "tab:red", FREEZEOUT: "tab:purple"}
 
 
+def seed_part(seed: int, method: str) -> str:
+    return f"seed {seed}: {method}"
+
+
+def compared_method(part: str):
+    """The compared method a part's runs belong to (`seed 3: AutoFreeze` -> `AutoFreeze`); None for the seed-0
+    search and static grid."""
+    method = part.split(": ", 1)[1] if part.startswith("seed ") else None
+    return method if method in METHODS else None
+
+
+def time_to_best(summary: dict):
+    """CPU seconds of training to the best epoch, the cache's build charged (`tables.elapsed`)."""
+    epoch = reports.best_epoch(summary)
+    return None if epoch is None else reports.elapsed(summary, epoch, "cpu")
+
+
+def choose_k(found: dict, reference) -> int:
+    """The static k the grid's seeds train, of `{k: (validation score, seconds to the best epoch)}` of the seed-0
+    grid: the cheapest k scoring within `SAME_SCORE` of `reference` (full fine-tuning's), ties to the smaller k;
+    else the best-scoring k, ties to the smaller.
+
+    >>> choose_k({1: (0.80, 10.0), 2: (0.853, 20.0), 3: (0.86, 30.0)}, 0.857)
+    2
+    >>> choose_k({1: (0.80, 10.0), 2: (0.83, 20.0)}, 0.857)
+    2
+    """
+    close = [k for k, (score, seconds) in found.items()
+             if score is not None and seconds is not None and score >= reference - SAME_SCORE]
+    if close:
+        return min(close, key=lambda k: (found[k][1], k))
+    return max(found, key=lambda k: (float("-inf") if found[k][0] is None else found[k][0], -k))
+
+
 def method_cells(collected: list) -> dict:
     """`{(method, task): methods_report.measures}` of the compared runs (seeds 1-5), on the CPU clock."""
     found = defaultdict(list)
     for run in collected:
-        method = study_module.compared_method(run["settings"]["part"])
+        method = compared_method(run["settings"]["part"])
         if method:
             found[(method, run["settings"]["task"])].append(run)
     return {key: shared.measures(runs, "cpu", "peak_memory_mb") for key, runs in found.items()}
@@ -230,32 +270,35 @@ def _bold(text: str, chosen: bool) -> str:
 
 def _static_line(grid: dict, lr: float, reference: float) -> str:
     """The seed-0 static grid at `lr` (`{k: summary}`) and the k it gives (`choose_k`), once every k has run."""
-    found = {k: (best_validation(s), study_module.time_to_best(s)) for k, s in grid.items() if s["lr"] == lr}
+    found = {k: (best_validation(s), time_to_best(s)) for k, s in grid.items() if s["lr"] == lr}
     depth = next(iter(grid.values()))["num_layers"]
-    k = study_module.choose_k(found, reference) if len(found) == depth - 1 else None
+    k = choose_k(found, reference) if len(found) == depth - 1 else None
     cells = ", ".join(_bold(f"k={key}: {100 * v:.1f} ({t:,.0f} s)", key == k) for key, (v, t) in sorted(found.items()))
     if k is None:
         why = " (grid unfinished)"
-    elif found[k][0] >= reference - study_module.SAME_SCORE:
+    elif found[k][0] >= reference - SAME_SCORE:
         why = f" -> k={k} (cheapest within {WITHIN:g} points of full fine-tuning)"
     else:
         why = f" -> k={k} (none within {WITHIN:g} points: the best-scoring k)"
     return f"  Static k at {lr:g}, seed 0 (validation; CPU s to the best epoch, cache included): {cells}{why}."
 
 
+def search_runs(collected: list, task: str) -> tuple:
+    """`({rate: summary}, complete)` of the task's seed-0 search: its completed runs, and whether all have."""
+    runs = [r for r in collected if r["settings"]["task"] == task and r["settings"]["part"] == SEARCH_PART]
+    done = {r["settings"]["lr"]: r["summary"] for r in runs if r["summary"]}
+    return done, bool(runs) and len(done) == len(runs)
+
+
 def choice_lines(collected: list, task: str) -> list:
     """How the task's rate and static k were chosen: the seed-0 runs' validation scores (x100)."""
-    search, grid = {}, {}
-    for run in collected:
-        s, summary = run["settings"], run["summary"]
-        if s["task"] == task and summary and s["part"] == study_module.SEARCH_PART:
-            search[s["lr"]] = summary
-        elif s["task"] == task and summary and s["part"] == study_module.GRID_PART:
-            grid[s["trainable_layers"]] = summary
+    search, complete = search_runs(collected, task)
+    grid = {r["settings"]["trainable_layers"]: r["summary"] for r in collected
+            if r["settings"]["task"] == task and r["settings"]["part"] == GRID_PART and r["summary"]}
     if not search:
         return [f"- {task}: the rate search has not run yet."]
     scores = {lr: best_validation(s) for lr, s in search.items()}
-    best = pick_rate(scores) if len(search) == len(study_module.RATES) else None
+    best = pick_rate(scores) if complete else None
     line = f"- {task}: full fine-tuning at seed 0, validation by rate: " + ", ".join(
         _bold(f"{lr:g}: {100 * scores[lr]:.1f}", lr == best) for lr in sorted(scores))
     line += " (search unfinished)" if best is None else ""
@@ -263,14 +306,14 @@ def choice_lines(collected: list, task: str) -> list:
     return [line + "."] + ([_static_line(grid, best, scores[best])] if best is not None and grid else [])
 
 
-def chosen_search_runs(collected: list) -> dict:
+def chosen_search_runs(collected: list, tasks: list) -> dict:
     """`{task: the seed-0 full fine-tuning run at the chosen rate}` of the tasks whose search has finished."""
-    found = defaultdict(dict)
-    for run in collected:
-        if run["settings"]["part"] == study_module.SEARCH_PART and run["summary"]:
-            found[run["settings"]["task"]][run["settings"]["lr"]] = run["summary"]
-    return {task: runs[pick_rate({lr: best_validation(s) for lr, s in runs.items()})]
-            for task, runs in found.items() if len(runs) == len(study_module.RATES)}
+    found = {}
+    for task in tasks:
+        runs, complete = search_runs(collected, task)
+        if complete:
+            found[task] = runs[pick_rate({lr: best_validation(s) for lr, s in runs.items()})]
+    return found
 
 
 def learned(collected: list, table: dict, tasks: list, out: str) -> tuple:
@@ -278,20 +321,21 @@ def learned(collected: list, table: dict, tasks: list, out: str) -> tuple:
     the constant prediction's on the same splits: over the compared seeds (`gains`, what decides testability), and
     where those have not run, the seed-0 search run's at the chosen rate (`provisional`, said, never used)."""
     compared = [s for t in tasks for s in (table.get((FULL, t)) or {}).get("summaries", [])]
-    searched = chosen_search_runs(collected)
+    searched = chosen_search_runs(collected, tasks)
     baselines = validation_baselines.collect(compared + list(searched.values()), out)
-    gains = shared.learned(table, tasks, {k: v for k, v in baselines.items() if k[1] in study_module.SEEDS})
-    provisional = {task: shared.validation(summary) - 100 * baselines[(task, study_module.SEARCH_SEED)]["score"]
+    gains = shared.learned(table, tasks, {k: v for k, v in baselines.items() if k[1] != SEARCH_SEED})
+    provisional = {task: shared.validation(summary) - 100 * baselines[(task, SEARCH_SEED)]["score"]
                    for task, summary in searched.items()
-                   if task not in gains and (task, study_module.SEARCH_SEED) in baselines}
+                   if task not in gains and (task, SEARCH_SEED) in baselines}
     return gains, provisional
 
 
-def learned_sentence(tasks: list, gains: dict, provisional: dict) -> str:
+def learned_sentence(table: dict, tasks: list, gains: dict, provisional: dict) -> str:
     parts = []
     for task in tasks:
         if task in gains:
-            parts.append(f"{task} {gains[task]:+.1f} points (seeds {', '.join(map(str, study_module.SEEDS))}: "
+            seeds = sorted(reports.run_seed(s) for s in table[(FULL, task)]["summaries"])
+            parts.append(f"{task} {gains[task]:+.1f} points (seeds {', '.join(map(str, seeds))}: "
                          + ("testable)" if testable(gains, task) else "not testable at this budget)"))
         elif task in provisional:
             parts.append(f"{task} {provisional[task]:+.1f} (the seed-0 search run only, provisional: the compared "
@@ -303,8 +347,8 @@ def learned_sentence(tasks: list, gains: dict, provisional: dict) -> str:
 
 
 def _kind(settings: dict) -> str:
-    return study_module.compared_method(settings["part"]) or (
-        FULL if settings["part"] == study_module.SEARCH_PART else settings["part"])
+    return compared_method(settings["part"]) or (
+        FULL if settings["part"] == SEARCH_PART else settings["part"])
 
 
 def _wall_s(summary: dict):
@@ -367,9 +411,9 @@ def csv_rows(collected: list) -> list:
 
 def _still_to_run(study, collected: list, chosen) -> list:
     """`tables.still_to_run` by method (not by seed's part), and the hours it may take."""
-    by_method = [{**r, "settings": {**r["settings"], "part": study_module.compared_method(r["settings"]["part"])
+    by_method = [{**r, "settings": {**r["settings"], "part": compared_method(r["settings"]["part"])
                                     or r["settings"]["part"]}} for r in collected]
-    lines = reports.still_to_run(study.name, by_method, chosen, study_module.TASKS)
+    lines = reports.still_to_run(study.name, by_method, chosen, study.axes["task"])
     hours = hours_left(collected)
     if lines and hours is not None:
         lines.insert(2, f"About {hours:.1f} core-hours of runs remain, at the wall time the completed runs of each "
@@ -381,7 +425,7 @@ def _still_to_run(study, collected: list, chosen) -> list:
 
 def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str) -> list:
     return ["## The claims, checked", "", done, "",
-            reports.testable_sentence(learned_sentence(tasks, gains, provisional) + " Seeds pair across methods (a "
+            reports.testable_sentence(learned_sentence(table, tasks, gains, provisional) + " Seeds pair across methods (a "
                                       "seed fixes the validation split and the training order), so every interval "
                                       "is seed-paired (Student's t over the seeds both sides ran); a claim holds "
                                       "only where it holds on every task."), "",
@@ -403,7 +447,7 @@ def _task_section(collected: list, table: dict, tasks: list, majority: dict, out
         metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
                       "?")
         lines += [f"### {task} ({metric})", "",
-                  reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task), study_module.METHODS)),
+                  reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task), METHODS)),
                   ""]
         figure = f"freezes_{task}.png"
         lines += ([f"![{task}: when each block froze]({figure})", ""] if freeze_figure(os.path.join(out, figure), task,
@@ -415,14 +459,14 @@ def _task_section(collected: list, table: dict, tasks: list, majority: dict, out
 
 def write_report(collected: list, out: str, study, variant: str) -> str:
     chosen = study.variant(variant)
-    tasks = [t for t in study_module.TASKS if any(r["settings"]["task"] == t for r in collected)]
+    tasks = [t for t in study.axes["task"] if any(r["settings"]["task"] == t for r in collected)]
     table = method_cells(collected)
     os.makedirs(out, exist_ok=True)
     gains, provisional = learned(collected, table, tasks, out)
     majority = reports.dev_baselines(tasks, collected, out)
     reports.write_baselines(out, majority)
     reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected))
-    compared = [r for r in collected if study_module.compared_method(r["settings"]["part"])]
+    compared = [r for r in collected if compared_method(r["settings"]["part"])]
     own = sum(1 for r in collected if r["summary"])
     done = (f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in compared if r['summary'])} of the "
             f"{len(compared)} compared)." + ("" if own == len(collected) else " The verdicts rest on the runs "

@@ -3,6 +3,7 @@ its own seed-0 runs, and its report on made-up summaries (no training)."""
 
 import csv
 import os
+import pickle
 
 import pytest
 
@@ -13,8 +14,7 @@ from experiments import load_study
 from tf_transfer.studies import grid as studies
 from tf_transfer.training import record
 
-FULL, AUTOFREEZE, FREEZEOUT, STATIC = (study_module.FULL, study_module.AUTOFREEZE, study_module.FREEZEOUT,
-                                       study_module.STATIC)
+FULL, AUTOFREEZE, FREEZEOUT, STATIC = report.FULL, report.AUTOFREEZE, report.FREEZEOUT, report.STATIC
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +27,11 @@ def test_grid_searches_the_rate_then_the_static_k_then_runs_whole_seeds_across_t
     assert len(runs) == 3 * (3 + 5 + 5 * 4)
     mrpc = study.runs("cpu", tasks=["mrpc"])  # what one task's command runs, in its order
     parts = [r["part"] for r in mrpc]
-    assert parts[:3] == [study_module.SEARCH_PART] * 3 and [r["lr"] for r in mrpc[:3]] == study_module.RATES
-    assert parts[3:8] == [study_module.GRID_PART] * 5 and [r["trainable_layers"] for r in mrpc[3:8]] == [1, 2, 3, 4, 5]
+    assert parts[:3] == [report.SEARCH_PART] * 3 and [r["lr"] for r in mrpc[:3]] == study_module.RATES
+    assert parts[3:8] == [report.GRID_PART] * 5 and [r["trainable_layers"] for r in mrpc[3:8]] == [1, 2, 3, 4, 5]
     assert all(r["seed"] == 0 and r["lr"] == study_module.SEARCHED for r in mrpc[3:8])
     compared = mrpc[8:]
-    assert [(r["seed"], study_module.compared_method(r["part"])) for r in compared] == [
+    assert [(r["seed"], report.compared_method(r["part"])) for r in compared] == [
         (seed, method) for seed in study_module.SEEDS for method in study_module.METHODS]
     assert {r["lr"] for r in compared} == {study_module.SEARCHED}
     assert {(r["method"], r["trainable_layers"]) for r in compared} == {
@@ -40,6 +40,7 @@ def test_grid_searches_the_rate_then_the_static_k_then_runs_whole_seeds_across_t
         (4, 2, "linear", 32, "all_minilm_l6_v2_en")}
     tasks = {r["task"]: (r.get("max_train_examples"), r["validation_fraction"], r.get("metric")) for r in runs}
     assert tasks == {"sst2": (10000, 0.015, None), "stsb": (None, 0.1, None), "mrpc": (None, 0.1, "accuracy")}
+    assert pickle.loads(pickle.dumps(study)).runs("cpu") == runs  # each run's process is handed the grid pickled
 
 
 def _summary(folder, settings, val, test, seconds, events=None):
@@ -78,7 +79,7 @@ def _search_and_grid(study, runs_dir, task, data_dir, grid_scores):
 def test_rate_and_static_k_are_resolved_from_the_seed0_runs_and_wait_for_them(study, tmp_path):
     runs_dir = str(tmp_path)
     runs = study.runs("cpu", tasks=["mrpc"])
-    static = next(r for r in runs if study_module.compared_method(r["part"]) == STATIC)
+    static = next(r for r in runs if report.compared_method(r["part"]) == STATIC)
     assert studies.resolve(study, static, runs_dir) is None  # nothing has run
     # k=3 and k=4 are within 0.5 points of full fine-tuning's 85.0; k=3 is cheaper (its cache is charged too).
     grid = {1: (80.0, 20.0), 2: (84.0, 30.0), 3: (84.6, 40.0), 4: (85.2, 50.0), 5: (85.0, 60.0)}
@@ -88,7 +89,7 @@ def test_rate_and_static_k_are_resolved_from_the_seed0_runs_and_wait_for_them(st
     assert studies.resolve(study, next(r for r in runs if r["part"] == "seed 1: AutoFreeze"), runs_dir)["lr"] == 1e-4
     os.remove(os.path.join(studies.run_dir(runs_dir, study, {**runs[7], "lr": 1e-4}), "summary.json"))
     assert studies.resolve(study, static, runs_dir) is None  # k=5 has not run: the k waits
-    assert study_module.choose_k({1: (0.80, 20.0), 2: (0.82, 30.0)}, 0.85) == 2  # none close: the best-scoring
+    assert report.choose_k({1: (0.80, 20.0), 2: (0.82, 30.0)}, 0.85) == 2  # none close: the best-scoring
 
 
 # Per method: (score difference to full fine-tuning in points, CPU seconds per epoch, freeze events).
@@ -109,7 +110,7 @@ def _collected(study, tmp_path, glue_dir, tasks, seeds=(1, 2, 3, 4, 5), methods=
         for run in study.runs("cpu", tasks=[task]):
             run = {**run, "data_dir": glue_dir}
             resolved = studies.resolve(study, run, runs_dir)
-            method = study_module.compared_method(run["part"])
+            method = report.compared_method(run["part"])
             folder = studies.run_dir(runs_dir, study, resolved)
             if method and (run["seed"] not in seeds or method not in methods):
                 summary = None

@@ -100,103 +100,12 @@ def claims(tasks, by_cell, clock, collected, baselines=None) -> list:
         for t in small if (baselines or {}).get(t) and completed_runs(by_cell, t, "all", _better_rate(by_cell, t, "all")))
     testable_note = ("score claims testable on " + (", ".join(scored) or "no task")
                      + (f" (full fine-tuning over the constant prediction on dev, points: {gains})" if gains else ""))
-    rows = []
-    for k in (1, 2, 3, 4):
-        per_task, cached, alone, censored = [], {}, {}, []
-        for task in small:
-            lr_k, lr_f = _better_rate(by_cell, task, k), _better_rate(by_cell, task, "all")
-            setting, full = completed_runs(by_cell, task, k, lr_k), completed_runs(by_cell, task, "all", lr_f)
-            if not setting or not full:
-                continue
-            base = mean_or_none([reports.time_to_stop(s, clock) for s in full])
-            if not base or mean_or_none([reports.time_to_stop(s, clock) for s in setting]) is None:
-                continue
-            if not reports.one_machine(setting, full):
-                per_task.append(f"{task} left out (its runs ran on different machines)")
-                continue
-
-            def saved(s, base=base):  # minus the share of fine-tuning's mean time: setting minus full = the saving
-                t = reports.time_to_stop(s, clock)
-                return None if t is None else -t / base
-
-            cached[task] = reports.seed_difference(setting, full, saved)
-            set_cut, full_cut = any(map(reports.censored, setting)), any(map(reports.censored, full))
-            text = (f"{task} " + ("" if set_cut == full_cut else "≥ " if full_cut else "≤ ")
-                    + cached[task].text(0, 100, "%") + (" (both sides censored: no bound)" if set_cut and full_cut
-                                                        else ""))
-            censored += [task] if any(map(reports.censored, setting + full)) else []
-            uncached = completed_runs(by_cell, task, k, lr_k, "uncached")
-            if uncached and not reports.one_machine(uncached, full):
-                text += ", alone left out (other machine than fine-tuning's runs)"
-            elif uncached:
-                alone[task] = reports.seed_difference(uncached, full, saved)
-                text += f", alone {alone[task].text(0, 100, '%')}"
-            per_task.append(text)
-        claim = f"small training sets: last {k} trained saves time to the stopping point vs fine-tuning"
-        paper = f"{PAPER_SMALL_TIME_SAVED[k]:.0f}% (abstract: 30–50%)"
-        if not cached:
-            rows.append([claim, paper, "not run", stats.INCONCLUSIVE, "no completed runs of these settings"])
-            continue
-        # The paper had no cache: the verdict moves to freezing alone once it has run on every task of its arm.
-        waiting = [t for t in UNCACHED_TASKS if t in small and t not in alone]
-        on_alone = bool(alone) and not waiting
-        mean_cached, mean_alone = stats.mean_of(cached.values()), stats.mean_of(alone.values())
-        judged = mean_alone if on_alone else mean_cached
-        kind = stats.verdict(judged, 0.30, "at least")
-        ours = (f"{mean_cached.text(0, 100, '%')} with the frozen-prefix cache; freezing alone: "
-                + (f"{mean_alone.text(0, 100, '%')} ({', '.join(alone)}"
-                   + (f"; {', '.join(waiting)} not yet run)" if waiting else ")") if alone else "not yet run"))
-        rows.append([claim, paper, ours, kind,
-                     f"{stats.verdict_cell(kind, judged, 0, 100, '%')} on "
-                     f"{'freezing alone' if on_alone else 'freezing + cache'}, the mean over its tasks of the time "
-                     "saved as a share of fine-tuning's mean time, paired by seed (the seed fixes the split), 95% t "
-                     "interval; reproduced if all of it is at least 30%"
-                     + (f"; on freezing alone once it has run on {', '.join(waiting)} too" if alone and waiting
-                        else "")
-                     + "; better rate per task by mean test score, as the paper; 2 seeds per side; per task: "
-                     + "; ".join(per_task)
-                     + (f"; censored runs (their times are lower bounds) in {', '.join(censored)}" if censored else "")
-                     + "; " + differs + ("; the cache (the paper had none) runs the frozen blocks once"
-                                         if not on_alone else "")])
-    for k in (1, 2, 3, 4):
-        differences = {}
-        for task in small:
-            lr_k, lr_f = _better_rate(by_cell, task, k), _better_rate(by_cell, task, "all")
-            setting, full = completed_runs(by_cell, task, k, lr_k), completed_runs(by_cell, task, "all", lr_f)
-            if not setting or not full:
-                continue
-            interval = reports.seed_difference(setting, full, paper_score)
-            if not (interval.estimate == interval.estimate):  # NaN: no scores
-                continue
-            differences[task] = interval if learned[task] is not False else None
-        claim = f"small training sets: last {k} trained scores close to fine-tuning"
-        paper = f"-{PAPER_SMALL_DEDUCTION[k]:.2f} points (\"% less\", read as points)"
-        if not differences:
-            rows.append([claim, paper, "not run", stats.INCONCLUSIVE, "no completed runs of these settings"])
-            continue
-        margin = (PAPER_SMALL_DEDUCTION[k] + 2) / 100
-        found = stats.verdicts(differences, margin)
-        tested = [i for i in differences.values() if i is not None]
-        mean = stats.mean_of(tested)
-        kind = stats.verdict(mean, margin) if tested else stats.NOT_TESTABLE
-        ours = (f"{mean.text(2, 100)} points ({_over(differences)})" if tested else "no testable task")
-        rows.append([claim, paper, ours, kind,
-                     stats.verdict_cell(kind, mean if tested else None, 1, 100)
-                     + f": as good as fine-tuning within {100 * margin:.2f} points (the paper's deduction + 2) on "
-                     "the mean over the testable tasks, paired by seed, 95% t interval; better rate per task by mean "
-                     "test score; 2 seeds per side; per task, points (Holm over the testable tasks): "
-                     + _cells(found) + "; " + testable_note + cola_note + "; " + differs])
+    rows = [_time_saved_claim(k, small, by_cell, clock, differs) for k in (1, 2, 3, 4)]
+    rows += [_close_score_claim(k, small, by_cell, learned, testable_note + cola_note + "; " + differs)
+             for k in (1, 2, 3, 4)]
     rows.append(_budget_claim([t for t in small if learned[t] is not False], by_cell, clock,
                               testable_note + "; " + differs + cola_note))
-    if large:
-        rows.append(["large training sets: last 4 beats fine-tuning within the same time",
-                     "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04", "see the tables below",
-                     stats.INCONCLUSIVE, "large tasks present but not summarised here: read their budget tables"])
-    else:
-        rows.append(["large training sets: last 4 beats fine-tuning within the same time",
-                     "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04", "not run", stats.INCONCLUSIVE,
-                     "no large task here: QQP, MNLI and QNLI's training data are not on this machine, SST-2 is too "
-                     "large for the CPU budget"])
+    rows.append(_large_claim(large))
     rows += _rate_claims([t for t in small + large if learned.get(t) is not False], by_cell,
                          testable_note + "; " + differs + cola_note)
     return ["## The paper's claims, checked", "",
@@ -208,6 +117,115 @@ def claims(tasks, by_cell, clock, collected, baselines=None) -> list:
                 "Holm-corrected. The constant prediction is scored on GLUE dev (its validation score is not in the "
                 "runs), against full fine-tuning's dev score. Scores are the paper's metrics (CoLA: accuracy)."), "",
             reports.claims_table(rows), ""]
+
+
+def _time_saved_claim(k: int, small: list, by_cell, clock, differs: str) -> list:
+    """Small training sets: the last k trained saves time to the stopping point against fine-tuning (the paper:
+    30–50%), judged on freezing + cache until freezing alone has run on every task of its arm."""
+    claim = f"small training sets: last {k} trained saves time to the stopping point vs fine-tuning"
+    paper = f"{PAPER_SMALL_TIME_SAVED[k]:.0f}% (abstract: 30–50%)"
+    cached, alone, per_task, censored = _time_saved_by_task(k, small, by_cell, clock)
+    if not cached:
+        return [claim, paper, "not run", stats.INCONCLUSIVE, "no completed runs of these settings"]
+    # The paper had no cache: the verdict moves to freezing alone once it has run on every task of its arm.
+    waiting = [t for t in UNCACHED_TASKS if t in small and t not in alone]
+    on_alone = bool(alone) and not waiting
+    mean_cached, mean_alone = stats.mean_of(cached.values()), stats.mean_of(alone.values())
+    judged = mean_alone if on_alone else mean_cached
+    kind = stats.verdict(judged, 0.30, "at least")
+    ours = (f"{mean_cached.text(0, 100, '%')} with the frozen-prefix cache; freezing alone: "
+            + (f"{mean_alone.text(0, 100, '%')} ({', '.join(alone)}"
+               + (f"; {', '.join(waiting)} not yet run)" if waiting else ")") if alone else "not yet run"))
+    return [claim, paper, ours, kind,
+            f"{stats.verdict_cell(kind, judged, 0, 100, '%')} on "
+            f"{'freezing alone' if on_alone else 'freezing + cache'}, the mean over its tasks of the time "
+            "saved as a share of fine-tuning's mean time, paired by seed (the seed fixes the split), 95% t "
+            "interval; reproduced if all of it is at least 30%"
+            + (f"; on freezing alone once it has run on {', '.join(waiting)} too" if alone and waiting
+               else "")
+            + "; better rate per task by mean test score, as the paper; 2 seeds per side; per task: "
+            + "; ".join(per_task)
+            + (f"; censored runs (their times are lower bounds) in {', '.join(censored)}" if censored else "")
+            + "; " + differs + ("; the cache (the paper had none) runs the frozen blocks once"
+                                if not on_alone else "")]
+
+
+def _time_saved_by_task(k: int, small: list, by_cell, clock) -> tuple:
+    """`(cached, alone, per-task texts, censored tasks)`: per task, the time the last k saves as a share of
+    fine-tuning's mean time, paired by seed, with the frozen-prefix cache and (where it ran) without it."""
+    per_task, cached, alone, censored = [], {}, {}, []
+    for task in small:
+        lr_k, lr_f = _better_rate(by_cell, task, k), _better_rate(by_cell, task, "all")
+        setting, full = completed_runs(by_cell, task, k, lr_k), completed_runs(by_cell, task, "all", lr_f)
+        if not setting or not full:
+            continue
+        base = mean_or_none([reports.time_to_stop(s, clock) for s in full])
+        if not base or mean_or_none([reports.time_to_stop(s, clock) for s in setting]) is None:
+            continue
+        if not reports.one_machine(setting, full):
+            per_task.append(f"{task} left out (its runs ran on different machines)")
+            continue
+
+        def saved(s, base=base):  # minus the share of fine-tuning's mean time: setting minus full = the saving
+            t = reports.time_to_stop(s, clock)
+            return None if t is None else -t / base
+
+        cached[task] = reports.seed_difference(setting, full, saved)
+        set_cut, full_cut = any(map(reports.censored, setting)), any(map(reports.censored, full))
+        text = (f"{task} " + ("" if set_cut == full_cut else "≥ " if full_cut else "≤ ")
+                + cached[task].text(0, 100, "%") + (" (both sides censored: no bound)" if set_cut and full_cut
+                                                    else ""))
+        censored += [task] if any(map(reports.censored, setting + full)) else []
+        uncached = completed_runs(by_cell, task, k, lr_k, "uncached")
+        if uncached and not reports.one_machine(uncached, full):
+            text += ", alone left out (other machine than fine-tuning's runs)"
+        elif uncached:
+            alone[task] = reports.seed_difference(uncached, full, saved)
+            text += f", alone {alone[task].text(0, 100, '%')}"
+        per_task.append(text)
+    return cached, alone, per_task, censored
+
+
+def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -> list:
+    """Small training sets: the last k trained scores within the paper's deduction (+ 2 points) of fine-tuning."""
+    differences = {}
+    for task in small:
+        lr_k, lr_f = _better_rate(by_cell, task, k), _better_rate(by_cell, task, "all")
+        setting, full = completed_runs(by_cell, task, k, lr_k), completed_runs(by_cell, task, "all", lr_f)
+        if not setting or not full:
+            continue
+        interval = reports.seed_difference(setting, full, paper_score)
+        if not (interval.estimate == interval.estimate):  # NaN: no scores
+            continue
+        differences[task] = interval if learned[task] is not False else None
+    claim = f"small training sets: last {k} trained scores close to fine-tuning"
+    paper = f"-{PAPER_SMALL_DEDUCTION[k]:.2f} points (\"% less\", read as points)"
+    if not differences:
+        return [claim, paper, "not run", stats.INCONCLUSIVE, "no completed runs of these settings"]
+    margin = (PAPER_SMALL_DEDUCTION[k] + 2) / 100
+    found = stats.verdicts(differences, margin)
+    tested = [i for i in differences.values() if i is not None]
+    mean = stats.mean_of(tested)
+    kind = stats.verdict(mean, margin) if tested else stats.NOT_TESTABLE
+    ours = (f"{mean.text(2, 100)} points ({_over(differences)})" if tested else "no testable task")
+    return [claim, paper, ours, kind,
+            stats.verdict_cell(kind, mean if tested else None, 1, 100)
+            + f": as good as fine-tuning within {100 * margin:.2f} points (the paper's deduction + 2) on "
+            "the mean over the testable tasks, paired by seed, 95% t interval; better rate per task by mean "
+            "test score; 2 seeds per side; per task, points (Holm over the testable tasks): "
+            + _cells(found) + "; " + note]
+
+
+def _large_claim(large: list) -> list:
+    """Large training sets: the last 4 beats fine-tuning within the same time (not summarised here)."""
+    if large:
+        return ["large training sets: last 4 beats fine-tuning within the same time",
+                "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04", "see the tables below",
+                stats.INCONCLUSIVE, "large tasks present but not summarised here: read their budget tables"]
+    return ["large training sets: last 4 beats fine-tuning within the same time",
+            "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04", "not run", stats.INCONCLUSIVE,
+            "no large task here: QQP, MNLI and QNLI's training data are not on this machine, SST-2 is too "
+            "large for the CPU budget"]
 
 
 def _budget_claim(small, by_cell, clock, note) -> list:

@@ -28,96 +28,25 @@ CENSORED_LEGEND = (
 
 def write_report(collected: list, out: str, study: Grid, variant: str) -> None:
     os.makedirs(out, exist_ok=True)
-    chosen = study.variant(variant)
     by_cell = defaultdict(list)
     for run in collected:
         s = run["settings"]
         by_cell[(s["task"], s["trainable_layers"], s["lr"], s["part"])].append(run)
     tasks = [t for t in TASKS if any(key[0] == t for key in by_cell)]
-    seeds = len(chosen.axes.get("seed", SEEDS) if chosen.axes else SEEDS)
-    clock = chosen.clock
-    cap = study.base(variant).get("max_epochs")
+    clock = study.variant(variant).clock
     lines = [f"# Transfer learning vs fine-tuning ({variant} variant)", "",
              f"Reproduces {study.paper}.", ""] + data_section(collected)
     baselines = reports.dev_baselines(tasks, collected, out, {t: paper_metric(t) for t in tasks})
     if any(baselines.values()):
         reports.write_baselines(out, baselines)
     lines += claims(tasks, by_cell, clock, collected, baselines)
-    if chosen.differences:
-        lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
-    lines += ["## Where the paper is silent", ""] + [f"- {d}" for d in SILENT] + [""]
-    lines += reports.commands_section(study, variant, out)
-    lines += reports.still_to_run("transfer_learning", collected, chosen, TASKS)
-    own = sum(1 for r in collected if r["summary"] and not r["stand_in"])
-    standing = sum(1 for r in collected if r["stand_in"])
-    lines += [f"{own} of {len(collected)} runs completed"
-              + (f", and {standing} more are stood in for by completed runs of an earlier protocol (marked where "
-                 "they appear)" if standing else "")
-              + f". Cells say `missing` where no seed finished and `(n/{seeds})` where some did. "
-              + reports.clock_sentence(clock), ""]
-    lines += reports.machines_section(collected)
-    lines += [f"A time saved reads `{OTHER_MACHINE}` where a setting's runs and fine-tuning's ran on different kinds "
-              "of machine: times are compared only within one.", ""]
-    lines += [CENSORED_LEGEND.format(cap=f"{cap} epochs" if cap else "max_epochs"), ""]
-
+    lines += _about_section(collected, out, study, variant)
     epoch_rows, stop_rows = [], []
     for task in tasks:
-        metric = None
-        lines += [f"## {task}", ""]
-        header = ["setting", "best epoch", "test score at best epoch", "time to stopping point (s)",
-                  "time saved vs fine-tune @ 2e-5", "score − fine-tune @ 2e-5"]
-        rows = []
-        baseline = by_cell.get((task, *FINE_TUNING, "main"), [])
-        base_done = [r["summary"] for r in baseline if r["summary"]]
-        base_time = reports.mean_std([reports.time_to_stop(s, clock) for s in base_done])[0]
-        base_censored = any(reports.censored(s) for s in base_done)
-        base_score = None
-        task_runs = [r for key, runs in by_cell.items() if key[0] == task for r in runs if r["summary"]]
-        # The metric the runs stopped on: the current protocol's, once any run of it has completed.
-        current = [r["summary"]["metric"] for r in task_runs if not r["stand_in"]]
-        metric = (current or [r["summary"]["metric"] for r in task_runs] or [None])[0]
-        if metric:
-            base_score = reports.mean_std([reports.test_score(reports.best_epoch(s), metric) for s in base_done])[0]
-        for part in sorted({key[3] for key in by_cell if key[0] == task}):
-            for lr in RATES:
-                for k in SETTINGS:
-                    runs = by_cell.get((task, k, lr, part))
-                    if not runs:
-                        continue
-                    done = [r["summary"] for r in runs if r["summary"]]
-                    if part != "main" and not done:
-                        continue  # an arm not run yet: listed under "Still to run"
-                    scores = [reports.test_score(reports.best_epoch(s), metric) for s in done] if metric else []
-                    times = [reports.time_to_stop(s, clock) for s in done]
-                    mean_time = reports.mean_std(times)[0]
-                    mean_score = reports.mean_std(scores)[0]
-                    is_base = (k, lr, part) == (*FINE_TUNING, "main")
-                    saved = saved_cell(mean_time, base_time, any(reports.censored(s) for s in done) and not is_base,
-                                       base_censored and not is_base, done + base_done)
-                    delta = (f"{mean_score - base_score:+.3f}" if mean_score is not None and base_score is not None
-                             else "n/a")
-                    name = label(k, lr) + ("" if part == "main" else f" [{part}]") + reports.censored_mark(done)
-                    rows.append([name, reports.cell([s["best_epoch"] for s in done], len(runs), 1),
-                                 reports.cell(scores, len(runs)), reports.cell(times, len(runs), 0), saved, delta])
-                    for s in done:
-                        stop_rows.append([task, part, k, lr, s["seed"], s["best_epoch"], len(s["epochs"]),
-                                          reports.test_score(reports.best_epoch(s), metric),
-                                          reports.time_to_stop(s, clock), reports.cache_cost(s, clock),
-                                          reports.censored(s), s["metric"]])
-                        for e in s["epochs"]:
-                            epoch_rows.append([task, part, k, lr, s["seed"], e["epoch"], e["epoch_time_s"],
-                                               e["train_time_s"], e.get("epoch_cpu_s"), e.get("train_cpu_s"),
-                                               s.get("cache_time_s", 0.0), reports.cache_cost(s, clock),
-                                               e.get("cpu_utilization"), e["val"].get(metric),
-                                               reports.test_score(e, metric), s["metric"]])
-        lines += _stand_in_note(task, [r for r in task_runs if r["stand_in"]], metric)
-        lines += [f"Metric (early stopping, best epoch and the scores below): {metric or 'unknown (no run finished)'}; "
-                  "test = GLUE dev.", "", reports.markdown_table(header, rows), ""]
-        lines += _per_epoch_table(task, by_cell, metric, clock)
-        lines += _budget_table(task, by_cell, metric, base_time, clock)
-        figure = _curves(task, by_cell, metric, out, clock)
-        if figure:
-            lines += [f"![score vs time, {task}]({figure})", ""]
+        task_lines, task_epochs, task_stops = _task_section(task, by_cell, out, clock)
+        lines += task_lines
+        epoch_rows += task_epochs
+        stop_rows += task_stops
     lines += _cache_effect(tasks, by_cell, clock)
     lines += _learning_rate_effect(tasks, by_cell, clock)
     lines += _groups(tasks, by_cell, clock)
@@ -132,6 +61,101 @@ def write_report(collected: list, out: str, study: Grid, variant: str) -> None:
                        f"time_to_stop_{clock}_s", f"cache_build_{clock}_s", "censored", "stopping_metric"], stop_rows)
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _about_section(collected: list, out: str, study: Grid, variant: str) -> list:
+    """How the variant differs from the paper and where the paper is silent, the commands, what is still to run,
+    the machines, and how to read the tables' times."""
+    chosen = study.variant(variant)
+    seeds = len(chosen.axes.get("seed", SEEDS) if chosen.axes else SEEDS)
+    cap = study.base(variant).get("max_epochs")
+    lines = []
+    if chosen.differences:
+        lines += ["## How this differs from the paper", ""] + [f"- {d}" for d in chosen.differences] + [""]
+    lines += ["## Where the paper is silent", ""] + [f"- {d}" for d in SILENT] + [""]
+    lines += reports.commands_section(study, variant, out)
+    lines += reports.still_to_run("transfer_learning", collected, chosen, TASKS)
+    lines += [reports.completed_count(collected)
+              + f". Cells say `missing` where no seed finished and `(n/{seeds})` where some did. "
+              + reports.clock_sentence(chosen.clock), ""]
+    lines += reports.machines_section(collected)
+    lines += [f"A time saved reads `{OTHER_MACHINE}` where a setting's runs and fine-tuning's ran on different kinds "
+              "of machine: times are compared only within one.", ""]
+    return lines + [CENSORED_LEGEND.format(cap=f"{cap} epochs" if cap else "max_epochs"), ""]
+
+
+def _task_section(task: str, by_cell: dict, out: str, clock: str) -> tuple:
+    """`(lines, epoch rows, stopping-point rows)` of one task: its settings' table, per-epoch and budget tables and
+    score-vs-time figure, and its runs' rows of epochs.csv and stopping_points.csv."""
+    base_done = [r["summary"] for r in by_cell.get((task, *FINE_TUNING, "main"), []) if r["summary"]]
+    base_time = reports.mean_std([reports.time_to_stop(s, clock) for s in base_done])[0]
+    task_runs = [r for key, runs in by_cell.items() if key[0] == task for r in runs if r["summary"]]
+    # The metric the runs stopped on: the current protocol's, once any run of it has completed.
+    current = [r["summary"]["metric"] for r in task_runs if not r["stand_in"]]
+    metric = (current or [r["summary"]["metric"] for r in task_runs] or [None])[0]
+    rows, epoch_rows, stop_rows = _setting_rows(task, by_cell, metric, clock, base_done, base_time)
+    header = ["setting", "best epoch", "test score at best epoch", "time to stopping point (s)",
+              "time saved vs fine-tune @ 2e-5", "score − fine-tune @ 2e-5"]
+    lines = [f"## {task}", ""]
+    lines += _stand_in_note(task, [r for r in task_runs if r["stand_in"]], metric)
+    lines += [f"Metric (early stopping, best epoch and the scores below): {metric or 'unknown (no run finished)'}; "
+              "test = GLUE dev.", "", reports.markdown_table(header, rows), ""]
+    lines += _per_epoch_table(task, by_cell, metric, clock)
+    lines += _budget_table(task, by_cell, metric, base_time, clock)
+    figure = _curves(task, by_cell, metric, out, clock)
+    if figure:
+        lines += [f"![score vs time, {task}]({figure})", ""]
+    return lines, epoch_rows, stop_rows
+
+
+def _setting_rows(task: str, by_cell: dict, metric, clock: str, base_done: list, base_time) -> tuple:
+    """`(table rows, epoch rows, stopping-point rows)`: per part, rate and setting of `task`, its best epoch, score,
+    time and the time saved and score against fine-tuning @ 2e-5 (`base_done`, its mean time `base_time`)."""
+    base_censored = any(reports.censored(s) for s in base_done)
+    base_score = None
+    if metric:
+        base_score = reports.mean_std([reports.test_score(reports.best_epoch(s), metric) for s in base_done])[0]
+    rows, epoch_rows, stop_rows = [], [], []
+    for part in sorted({key[3] for key in by_cell if key[0] == task}):
+        for lr in RATES:
+            for k in SETTINGS:
+                runs = by_cell.get((task, k, lr, part))
+                if not runs:
+                    continue
+                done = [r["summary"] for r in runs if r["summary"]]
+                if part != "main" and not done:
+                    continue  # an arm not run yet: listed under "Still to run"
+                scores = [reports.test_score(reports.best_epoch(s), metric) for s in done] if metric else []
+                times = [reports.time_to_stop(s, clock) for s in done]
+                mean_time = reports.mean_std(times)[0]
+                mean_score = reports.mean_std(scores)[0]
+                is_base = (k, lr, part) == (*FINE_TUNING, "main")
+                saved = saved_cell(mean_time, base_time, any(reports.censored(s) for s in done) and not is_base,
+                                   base_censored and not is_base, done + base_done)
+                delta = (f"{mean_score - base_score:+.3f}" if mean_score is not None and base_score is not None
+                         else "n/a")
+                name = label(k, lr) + ("" if part == "main" else f" [{part}]") + reports.censored_mark(done)
+                rows.append([name, reports.cell([s["best_epoch"] for s in done], len(runs), 1),
+                             reports.cell(scores, len(runs)), reports.cell(times, len(runs), 0), saved, delta])
+                for s in done:
+                    stop, epochs = _run_rows(s, task, part, k, lr, metric, clock)
+                    stop_rows.append(stop)
+                    epoch_rows += epochs
+    return rows, epoch_rows, stop_rows
+
+
+def _run_rows(s: dict, task: str, part: str, k, lr, metric, clock: str) -> tuple:
+    """One run's row of stopping_points.csv and its rows of epochs.csv."""
+    stop = [task, part, k, lr, s["seed"], s["best_epoch"], len(s["epochs"]),
+            reports.test_score(reports.best_epoch(s), metric),
+            reports.time_to_stop(s, clock), reports.cache_cost(s, clock),
+            reports.censored(s), s["metric"]]
+    epochs = [[task, part, k, lr, s["seed"], e["epoch"], e["epoch_time_s"],
+               e["train_time_s"], e.get("epoch_cpu_s"), e.get("train_cpu_s"),
+               s.get("cache_time_s", 0.0), reports.cache_cost(s, clock),
+               e.get("cpu_utilization"), e["val"].get(metric),
+               reports.test_score(e, metric), s["metric"]] for e in s["epochs"]]
+    return stop, epochs
 
 
 SILENT = (

@@ -117,6 +117,16 @@ def clock_sentence(clock: str) -> str:
             "caches a run used cost, charged to every run that used them.")
 
 
+def completed_count(collected: list) -> str:
+    """`N of M runs completed`, and how many more are stood in for by completed runs of an earlier protocol
+    (`Grid.stand_in`), for a report's sentence on the runs."""
+    own = sum(1 for r in collected if r["summary"] and not r["stand_in"])
+    standing = sum(1 for r in collected if r["stand_in"])
+    return (f"{own} of {len(collected)} runs completed"
+            + (f", and {standing} more are stood in for by completed runs of an earlier protocol (marked where "
+               "they appear)" if standing else ""))
+
+
 def commands_section(study, variant: str, out: str) -> list:
     """The exact commands that produce the variant's runs and this report."""
     chosen = study.variant(variant)

@@ -13,15 +13,12 @@ logistic head, 300 frozen epochs, on 1,000 SST-2 sentences in Kaggle's train.csv
 
 from __future__ import annotations
 
-import os
-
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.core.errors import TransferError
+from tf_transfer.studies import sentiment_study
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.studies.sentiment_settings import SentimentBertSettings
+from tf_transfer.studies.sentiment_study import COMMAND_FLAGS
 
-# The command's flags the study's flagfiles set besides the BERT settings.
-COMMAND_FLAGS = {"approach": str, "folds": int, "text_column": str, "label_column": str, "labels": str}
 FLAGFILE = "flags/hart_bert_common.flags"
 STEPS = ("sparse", "frozen", "top2", "unfrozen")
 FLAGFILES = {"sparse": "flags/hart_sparse.flags", "frozen": "flags/hart_bert_frozen.flags",
@@ -34,47 +31,14 @@ def step_settings(step: str) -> dict:
     return {k: [v] for k, v in own.items() if k not in common or common[k] != v}
 
 
-def bert_settings(run: dict) -> SentimentBertSettings:
-    return SentimentBertSettings.from_dict({k: v for k, v in run.items() if k not in COMMAND_FLAGS
-                                            and k not in ("part", "data")})
-
-
-def layout(runs_dir: str, grid: Grid, run: dict) -> str:
-    return runs_dir  # every step writes its own files into the one folder its report reads
-
-
-def result(run: dict, folder: str):
-    """The step's completed results file in `folder`, or None (sparse_baselines.json is written once every fold is
-    done; a BERT model's file says whether all its seeds are)."""
-    from tf_transfer.studies import sentiment_results
-
-    sparse = run["approach"] == "sparse"
-    path = os.path.join(folder, sentiment_results.SPARSE_JSON if sparse else bert_settings(run).file_name)
-    results = sentiment_results.read_json(path) if os.path.exists(path) else None
-    return results if results and (sparse or results.get("completed")) else None
-
-
-def train(run: dict, folder: str) -> None:
-    """The step as `python -m tf_transfer.sentiment` runs it, then report.md rewritten from all the folder holds."""
-    from tf_transfer.data.labelled_texts import read_labelled_texts
+def after_run(run: dict, folder: str) -> None:
+    """report.md rewritten from all the folder holds once a step has run (as `python -m tf_transfer.sentiment` does
+    after each approach), and the sparse step's sparse_baselines.md."""
     from tf_transfer.reporting.sentiment_report import write_report, write_sparse_markdown
-    from tf_transfer.studies.sentiment_bert import run_bert
-    from tf_transfer.studies.sentiment_sparse import run_sparse_baselines
 
-    data = read_labelled_texts(run["data"], run["text_column"], run["label_column"], [], run["labels"], None)
     if run["approach"] == "sparse":
-        run_sparse_baselines(data, folder, run["folds"], run["seed"])
-        write_sparse_markdown(folder, data, run["folds"], run["seed"])
-    else:
-        run_bert(data, folder, bert_settings(run))
+        write_sparse_markdown(folder, sentiment_study.labelled_texts(run), run["folds"], run["seed"])
     write_report(folder)
-
-
-def data_settings(data_dir, data) -> dict:
-    if not data:
-        raise TransferError("--data is required: a CSV or TSV file with text and target columns, e.g. one made by "
-                            "python reports/sentiment_trial/make_kaggle_csv.py")
-    return {"data": data}
 
 
 def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
@@ -99,11 +63,7 @@ GRID = Grid(
                        parts=CPU_PARTS),
     },
     report=write_report,
-    settings_class=SentimentBertSettings,
-    command_flags=COMMAND_FLAGS,
-    layout=layout,
-    train=train,
-    result=result,
-    data_settings=data_settings,
+    study="sentiment",
+    after_run=after_run,
     shown=("approach", "bert_mode", "runs", "epochs", "seed", "preset", "precision"),
 )

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.grid import Grid, Variant, run_dir
 from tf_transfer.studies.multitask_settings import MultitaskSettings
+from tf_transfer.studies.multitask_study import STUDY
 from tf_transfer.training import record
 
 FLAGFILE = "flags/li_common.flags"
@@ -30,8 +30,8 @@ HEADS_FIRST = "<li_heads_first>"
 
 def row_settings(row: str) -> dict:
     """What a row's flagfile sets beyond the common flagfile (its own --output_dir aside: the grid places runs)."""
-    common = settings_lib.read_flagfile(FLAGFILE, MultitaskSettings, {"output_dir": str})
-    own = settings_lib.read_flagfile(f"flags/{row}.flags", MultitaskSettings, {"output_dir": str})
+    common = settings_lib.read_flagfile(FLAGFILE, MultitaskSettings, STUDY.command_flags)
+    own = settings_lib.read_flagfile(f"flags/{row}.flags", MultitaskSettings, STUDY.command_flags)
     values = {k: v for k, v in own.items() if k != "output_dir" and (k not in common or common[k] != v)}
     if "init_from" in values:
         values["init_from"] = HEADS_FIRST
@@ -43,23 +43,6 @@ def heads_first_run(settings: dict, runs_dir: str, grid: Grid):
     folder = run_dir(runs_dir, grid, {**settings, "part": "li_heads_first"})
     summary = record.read_summary(folder)
     return folder if summary and summary.get("completed") else None
-
-
-def layout(runs_dir: str, grid: Grid, run: dict) -> str:
-    return os.path.join(runs_dir, run["part"])
-
-
-def train(run: dict, folder: str) -> None:
-    from tf_transfer.studies.multitask_task import run_multitask
-
-    run_multitask(MultitaskSettings.from_dict({k: v for k, v in run.items() if k != "part"}), folder)
-
-
-def data_settings(data_dir, data) -> dict:
-    if not data_dir:
-        raise TransferError("--data_dir is required: the CS224N minBERT data folder, e.g. "
-                            "../shared/data/cs224n_minbert")
-    return {"data_dir": data_dir}
 
 
 def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
@@ -86,10 +69,6 @@ GRID = Grid(
                                  "max_train_examples": 1000, "max_epochs": 4, "max_seq_length": 64}),
     },
     report=write_report,
-    settings_class=MultitaskSettings,
-    command_flags={"output_dir": str},
-    layout=layout,
-    train=train,
-    data_settings=data_settings,
+    study="multitask",
     shown=("trainable_layers", "lr", "pair_head", "schedule", "llrd", "pooling_sst", "max_epochs", "seed", "preset"),
 )

@@ -17,7 +17,6 @@ import os
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.grid import Grid, Variant
-from tf_transfer.studies.stack_settings import StackSettings
 
 STRATEGIES = ["stack_and_finetune", "finetune_only", "stack_only"]
 SEEDS = [0, 1, 2]
@@ -39,13 +38,8 @@ def layout(runs_dir: str, grid: Grid, run: dict) -> str:
     return os.path.join(runs_dir, "paper", name, f"seed{run['seed']}")
 
 
-def train(run: dict, folder: str) -> None:
-    from tf_transfer.studies.stack_ensemble import run_stack
-
-    run_stack(StackSettings.from_dict({k: v for k, v in run.items() if k != "part"}), folder)
-
-
 def data_settings(data_dir, data) -> dict:
+    """--data, or quora-dev.csv in --data_dir."""
     if data:
         return {"data": data}
     if data_dir:
@@ -78,9 +72,8 @@ GRID = Grid(
                                  "max_train_examples": 4000}),
     },
     report=write_report,
-    settings_class=StackSettings,
+    study="stack",
     layout=layout,
-    train=train,
     data_settings=data_settings,
     shown=("task", "head", "strategy", "seed", "preset", "max_train_examples"),
 )

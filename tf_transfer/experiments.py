@@ -71,9 +71,9 @@ def main(argv):
     _override(study, name, runs)
     if FLAGS.tasks and not runs:
         raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
-    if study.data_settings is None:  # GLUE runs: reports read GLUE dev from the same folder
-        for settings in runs:
-            settings["data_dir"] = FLAGS.data_dir or os.environ.get("GLUE_DIR")
+    listed = study.entry.listed_data(FLAGS.data_dir, FLAGS.data)  # e.g. GLUE's folder: reports read GLUE dev
+    for settings in runs:
+        settings.update(listed)
     if command == "report":
         _report(study, name, runs)
         return
@@ -103,13 +103,6 @@ def _override(study, name: str, runs: list) -> None:
             settings["cache_frozen"] = given["cache_frozen"] and settings["trainable_layers"] != "all"
 
 
-def _data_settings(study) -> dict:
-    """What --data_dir and --data are for the study's runs (GLUE: the data folder, default $GLUE_DIR)."""
-    if study.data_settings is not None:
-        return study.data_settings(FLAGS.data_dir, FLAGS.data)
-    return {"data_dir": grid_flags.glue_data_dir()}
-
-
 def _report(study, name: str, runs: list) -> None:
     from tf_transfer.core.errors import TransferError
     from tf_transfer.studies import grid as studies
@@ -133,7 +126,7 @@ def _run(study, name: str, runs: list, selected: list) -> None:
     from tf_transfer.studies import grid as studies
     from tf_transfer.training import locks
 
-    data = _data_settings(study)
+    data = study.data_for(FLAGS.data_dir, FLAGS.data)
     locks.check_writable(FLAGS.runs_dir, "--runs_dir")  # before any run: not one traceback per run
     for settings in selected:
         settings.update(data)

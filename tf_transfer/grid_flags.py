@@ -12,8 +12,6 @@ Example (in a grid command module):
 
 from __future__ import annotations
 
-import os
-
 from absl import flags
 
 from tf_transfer.core import flags as flags_lib
@@ -87,9 +85,6 @@ def axes_given() -> dict:
 
 def glue_data_dir():
     """--data_dir, else $GLUE_DIR, checked once (not one error per run); None: the runs read TFDS."""
-    from tf_transfer.data import tasks
+    from tf_transfer.studies import glue_study
 
-    data_dir = FLAGS.data_dir or os.environ.get("GLUE_DIR")
-    if data_dir:
-        tasks.check_data_dir(data_dir)
-    return data_dir
+    return glue_study.data_folder(FLAGS.data_dir)

@@ -2,9 +2,10 @@
 
 A study module in `experiments/` defines `GRID = Grid(...)`: its fixed settings (read from its flagfile in
 `flags/`), the axes of its grid, named variants (e.g. `cpu`: the settings this project's 2-core machine can afford,
-with the differences from the paper listed) and a `report(runs, out, grid, variant)` function. A grid's runs are
-GLUE runs unless it names another settings class and how to train, place and find a run of it (the stack, sentiment
-and multitask grids do). The runner never reads flags.
+with the differences from the paper listed) and a `report(runs, out, grid, variant)` function. A grid names its
+study, the kind of run it lists (`Grid(study="stack", ...)`), and asks the study's row of the table of studies
+(`tf_transfer.studies.registry`) how a run is trained, where it lives and how its result is read; a grid that names
+none runs the table's default study. The runner never reads flags.
 
 Example:
 
@@ -24,7 +25,8 @@ from typing import Callable, Optional
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.training import locks, record, run_folder
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies import registry
+from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError
 
 # Encoder depth of presets the studies name, so a grid can be listed without loading a model.
@@ -51,9 +53,11 @@ def preset_depth(preset: str) -> int:
     raise TransferError(f"unknown depth of preset {preset!r}: add it to studies.PRESET_DEPTHS or use a local folder")
 
 
-def own_settings(path: str, base: str, settings_class=GlueSettings) -> dict:
+def own_settings(path: str, base: str, settings_class=None) -> dict:
     """The settings of flagfile `path` that differ from those of `base` (which `path` usually includes): what a
-    part of a grid (e.g. a line search) changes on top of the study's flagfile."""
+    part of a grid (e.g. a line search) changes on top of the study's flagfile; `settings_class` default: the default
+    study's."""
+    settings_class = settings_class or registry.get().settings_class
     below = settings_lib.read_flagfile(base, settings_class)
     return {k: v for k, v in settings_lib.read_flagfile(path, settings_class).items()
             if k not in below or below[k] != v}
@@ -96,10 +100,11 @@ class Grid:
     (a setting that is part of its name), the completed run of the older settings stands in for it in reports,
     marked with the reason, until the run itself has completed (`run` trains the new run; it never reads stand-ins).
 
-    A grid of another study names its `settings_class`, the non-settings flags its flagfiles may set
-    (`command_flags`, `{name: kind}`), `layout(runs_dir, grid, run) -> folder`, `train(run, folder)`,
-    `result(run, folder) -> completed result or None` and `data_settings(data_dir, data) -> settings` (what the
-    `experiments` command's --data_dir and --data become); the defaults are a GLUE run's.
+    `study` names the grid's study in `registry.STUDIES` (None: `registry.DEFAULT`); its row (`entry`) gives the
+    settings class, how a run is trained, where it lives, how its result is read and what --data_dir and --data
+    become. A grid may place its runs itself, `layout(runs_dir, grid, run) -> folder`, read --data_dir and --data
+    itself, `data_settings(data_dir, data) -> settings` (experiments/stack_quora.py does both), and do something
+    after each run it trains, `after_run(run, folder)` (experiments/hart_sentiment.py rewrites its report).
     """
 
     name: str
@@ -112,13 +117,31 @@ class Grid:
     dependent: Optional[dict] = None
     task_flagfiles: Optional[dict] = None
     stand_in: Optional[Callable] = None
-    settings_class: type = GlueSettings
-    command_flags: Optional[dict] = None
+    study: Optional[str] = None
     layout: Optional[Callable] = None
-    train: Optional[Callable] = None
-    result: Optional[Callable] = None
     data_settings: Optional[Callable] = None
+    after_run: Optional[Callable] = None
     shown: tuple = SHOWN  # the settings a line of `experiments run` shows
+
+    def __post_init__(self):
+        registry.get(self.study)  # an unknown study fails when the grid is defined, naming the known ones
+
+    @property
+    def entry(self) -> Study:
+        """The grid's study's row of the table of studies."""
+        return registry.get(self.study)
+
+    @property
+    def settings_class(self) -> type:
+        return self.entry.settings_class
+
+    @property
+    def command_flags(self) -> Optional[dict]:
+        return self.entry.command_flags
+
+    def data_for(self, data_dir, data) -> dict:
+        """What --data_dir and --data become for every run this grid trains (checked)."""
+        return (self.data_settings or self.entry.data_settings)(data_dir, data)
 
     def read_flagfile(self, path: str) -> dict:
         return settings_lib.read_flagfile(path, self.settings_class, self.command_flags)
@@ -170,24 +193,13 @@ def _combinations(axes: dict, preset: str) -> list:
 
 
 def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
-    """Where a run of the grid lives: the grid's `layout`, or for GLUE runs
-    `<runs_dir>/<study>/<task or data set>/<run name>/seed<seed>`."""
-    if study.layout is not None:
-        return study.layout(runs_dir, study, settings)
-    config = GlueSettings(**{k: v for k, v in settings.items() if k != "part" and not _is_pending(v)})
-    name = config.run_name()
-    if any(_is_pending(v) for v in settings.values()):
-        name = "k{}_lr-search_bs{}".format(settings["trainable_layers"], settings["batch_size"])
-    return os.path.join(runs_dir, study.name, config.dataset, name, f"seed{config.seed}")
+    """Where a run of the grid lives: the grid's `layout`, else its study's rule."""
+    return (study.layout or study.entry.run_dir)(runs_dir, study, settings)
 
 
 # What a dependent setting resolves to when its run is not needed after all (e.g. a rate beyond the end of a search
 # whose best rate sits inside it): such a run is neither trained nor reported.
 NOT_NEEDED = "<not needed>"
-
-
-def _is_pending(value) -> bool:
-    return isinstance(value, str) and value.startswith("<")
 
 
 def describe(settings: dict, keys=SHOWN) -> str:
@@ -216,7 +228,7 @@ def resolve(study: Grid, settings: dict, runs_dir: str) -> Optional[dict]:
     """Fills dependent settings; None when they cannot be known yet (e.g. the line search is unfinished)."""
     resolved = dict(settings)
     for key, function in (study.dependent or {}).items():
-        if _is_pending(resolved.get(key)):
+        if is_pending(resolved.get(key)):
             try:
                 value = function(resolved, runs_dir, study)
             except record.UnreadableRecord:  # a line search's run whose summary is lost: `run` trains it again
@@ -228,21 +240,15 @@ def resolve(study: Grid, settings: dict, runs_dir: str) -> Optional[dict]:
 
 
 def completed_result(study: Grid, settings: dict, folder: str) -> Optional[dict]:
-    """The completed result of a run in `folder` (its `summary.json`, or what the grid's `result` finds), or None."""
-    if study.result is not None:
-        return study.result(settings, folder)
-    summary = record.read_summary(folder)
-    return summary if summary and summary.get("completed") else None
+    """The completed result of a run in `folder` (as its study reads it: most a completed `summary.json`), or None."""
+    return study.entry.result(settings, folder)
 
 
 def train_run(study: Grid, settings: dict, folder: str) -> None:
-    """Trains one run of the grid in `folder`: the grid's `train`, or a GLUE run."""
-    if study.train is not None:
-        study.train(settings, folder)
-        return
-    from tf_transfer.studies.glue_task import run_glue
-
-    run_glue(GlueSettings(**{k: v for k, v in settings.items() if k != "part"}), folder)
+    """Trains one run of the grid in `folder` as its study does, then the grid's `after_run`, if any."""
+    study.entry.train(settings, folder)
+    if study.after_run is not None:
+        study.after_run(settings, folder)
 
 
 def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, log=print) -> dict:

@@ -29,6 +29,11 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 # frozen-prefix cache.
 GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
             max_seq_length=32, dropout=0.0, seed=0)
+# AutoFreeze on the GLUE trainer: every block trains at first, a decision every 2 steps (batches of 4 SST-2
+# sentences, one epoch), the 100th percentile so that the lowest blocks freeze within the epoch: the replicas' (or
+# workers') gradient sums must be all-reduced for the decisions, and so the losses, to be one device's.
+AUTOFREEZE = dict(task="sst2", method="autofreeze", lr=1e-3, batch_size=4, max_epochs=1, patience=10,
+                  max_seq_length=16, dropout=0.0, seed=0, freeze_interval_steps=2, freeze_percentile=100.0)
 # Stack and multitask train every block they have, so how many there are changes nothing the distributed tests
 # check: they run on a one-block preset (`one_block_preset`), whose traces and graph optimisation take about half
 # the three-block preset's time (the two workers' run of the four studies: 40-43 -> 32-33 s alone). GLUE (a cached
@@ -52,7 +57,7 @@ def run_study(name: str, spec: dict, output_dir: str, strategy=None, distributio
     """Trains study `name` with `spec` (its settings' keyword arguments, data paths and preset included) through
     the function its command calls, under `strategy` (None: the default strategy); returns what that function
     returns (the summary; the sentiment study's results)."""
-    if name == "glue":
+    if name in ("glue", "autofreeze"):
         from tf_transfer.studies import glue_task as glue
         from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -88,7 +93,7 @@ def from_study_tests(module_name: str, function: str):
 
 
 class OneDeviceRuns:
-    """The four settings with their data and presets (`specs`, JSON: what the worker processes read) and their
+    """The studies' settings with their data and presets (`specs`, JSON: what the worker processes read) and their
     runs under the default strategy (`run`), each trained at most once.
 
     >>> runs = OneDeviceRuns(tmp_path, glue_dir, tiny_preset)  # doctest: +SKIP
@@ -115,6 +120,7 @@ class OneDeviceRuns:
             cs224n = from_study_tests("test_multitask", "write_cs224n")(str(data / "cs224n"))
             self._specs = {
                 "glue": {**GLUE, "preset": self.tiny_preset, "data_dir": self.glue_dir},
+                "autofreeze": {**AUTOFREEZE, "preset": self.tiny_preset, "data_dir": self.glue_dir},
                 "stack": {**STACK, "preset": self.one_block_preset(), "data": str(quora)},
                 "sentiment": {"data": str(kaggle), "settings": {**SENTIMENT, "preset": self.still_preset()}},
                 "sentiment_frozen": {"data": str(kaggle),

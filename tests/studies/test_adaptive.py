@@ -14,6 +14,7 @@ from tf_transfer.training import record
 from tf_transfer.training.run_folder import RunFolder
 
 from conftest import run_module
+from study_runs import GROUP
 
 
 # --- the rule and the schedule (numbers only) ------------------------------------------------------------------------
@@ -246,30 +247,33 @@ def test_bad_adaptive_input_is_one_error_line_and_nothing_completed(glue_dir, ti
     assert not (summary or {}).get("completed")
 
 
-def test_two_replicas_freeze_the_same_blocks_at_the_same_steps_as_one_device(glue_dir, tiny_preset, tmp_path):
+@pytest.mark.xdist_group(GROUP)
+def test_two_replicas_freeze_the_same_blocks_at_the_same_steps_as_one_device(tmp_path, one_device_runs):
     """MirroredStrategy over two logical CPUs: the gradient sums are all-reduced on read, so the statistics, the
-    decisions and (dropout 0) the losses are one device's."""
+    decisions and (dropout 0) the losses are one device's. The one-device run is the two-worker test's too
+    (tests/study_runs.py: trained once per test process)."""
     from conftest import TWO_CPUS
     from tf_transfer.core import strategies
 
-    settings = _settings(glue_dir, tiny_preset, max_epochs=1, dropout=0.0)
-    one = glue_task.run_glue(settings, str(tmp_path / "one"))
-    two = glue_task.run_glue(dataclasses_replace(settings, distribution="mirrored"), str(tmp_path / "two"),
-                             strategies.make_strategy("mirrored", TWO_CPUS))
+    one = one_device_runs.run("autofreeze")
+    settings = GlueSettings(**one_device_runs.specs["autofreeze"], distribution="mirrored")
+    two = glue_task.run_glue(settings, str(tmp_path / "two"), strategies.make_strategy("mirrored", TWO_CPUS))
+    same_freezing(one, two)
+
+
+def same_freezing(one: dict, two: dict, losses: bool = True) -> None:
+    """`two` froze the same blocks at the same steps as `one`, from the same statistics (and with the same losses,
+    unless `losses` is false)."""
     assert one["freezing"]["events"], one["freezing"]["decisions"]
+    assert len(two["freezing"]["decisions"]) == len(one["freezing"]["decisions"])
     for a, b in zip(one["freezing"]["decisions"], two["freezing"]["decisions"]):
         assert (b["step"], b["frozen_blocks"]) == (a["step"], a["frozen_blocks"])
         assert b["norms"] == pytest.approx(a["norms"], rel=1e-4)
     assert [e["frozen_blocks"] for e in two["freezing"]["events"]] == [
         e["frozen_blocks"] for e in one["freezing"]["events"]]
-    assert two["epochs"][0]["loss"] == pytest.approx(one["epochs"][0]["loss"], rel=1e-4)
-    assert two["epochs"][0]["val"] == pytest.approx(one["epochs"][0]["val"], rel=1e-4)
-
-
-def dataclasses_replace(settings, **changes):
-    import dataclasses
-
-    return dataclasses.replace(settings, **changes)
+    if losses:
+        assert two["epochs"][0]["loss"] == pytest.approx(one["epochs"][0]["loss"], rel=1e-4)
+        assert two["epochs"][0]["val"] == pytest.approx(one["epochs"][0]["val"], rel=1e-4)
 
 
 def test_the_budgeted_sweep_refuses_adaptive_methods_with_a_pointer():

@@ -1,8 +1,9 @@
 """`--distribution=multi_worker` for every study: two worker processes on loopback ports give the default strategy's
-numbers for GLUE, stack, sentiment BERT (frozen) and multitask, only the chief writes the output folders (the others'
-temporary folders are removed), and both workers killed mid-run resume where the chief's record stopped.
+numbers for GLUE, stack, sentiment BERT (frozen) and multitask, and GLUE with AutoFreeze freezes the same blocks at
+the same steps, only the chief writes the output folders (the others' temporary folders are removed), and both workers
+killed mid-run resume where the chief's record stopped.
 
-One pair of worker processes runs all four studies in turn (tests/training/multi_worker_worker.py, through the
+One pair of worker processes runs all five in turn (tests/training/multi_worker_worker.py, through the
 functions the commands call), so that TensorFlow's import and the cluster's start-up are paid once: the tests that
 start processes for issue 18 share a 60 s budget. The first pair is killed once the chief has recorded the stack
 run's first epoch (GLUE finished before it); the second pair finds GLUE completed (the chief decides and tells the
@@ -29,7 +30,7 @@ from test_multi_worker import _free_ports
 
 WORKER = os.path.join(REPO, "tests", "training", "multi_worker_worker.py")
 # In the order the workers train them (the first pair is killed in the stack run).
-STUDIES = ("glue", "stack", "sentiment_frozen", "multitask")
+STUDIES = ("glue", "stack", "sentiment_frozen", "multitask", "autofreeze")
 
 
 def _start(tmp_path, cluster, tag):
@@ -139,6 +140,14 @@ def test_every_study_on_two_workers_matches_default_writes_only_on_the_chief_and
         assert b["task_loss"] == pytest.approx(a["task_loss"], rel=1e-4)
         assert b["test"] == pytest.approx(a["test"], abs=1e-3)  # Pearson on 12 dev pairs moves most
     assert "best.weights.h5" in os.listdir(out / "multitask")
+
+    # AutoFreeze: every worker's gradient sums are all-reduced, so both freeze what one device freezes, when it does,
+    # from the same statistics. Not yet its epoch loss: measured on 2026-11-25 (8ed9e64 and this test), the two workers
+    # recorded 0.69321 against one device's 0.69414 although every decision's gradient norms agreed to 4e-6 (the
+    # training is the same; how the segments' losses are averaged across workers is not): open on issue 40.
+    summary = json.loads((out / "autofreeze" / "summary.json").read_text())
+    assert summary["completed"] is True
+    from_study_tests("test_adaptive", "same_freezing")(reference["autofreeze"], summary, losses=False)
 
     # Only the chief wrote; the other worker's temporary folders are removed (a killed worker's cannot be).
     assert not (tmp_path / "w1").exists()

@@ -433,13 +433,33 @@ def _same_numbers(a: dict, b: dict) -> None:
     assert strip(b) == strip(a)
 
 
+def _killed_after(monkeypatch, epoch: int, config, output_dir: str) -> None:
+    """Runs `config` in `output_dir` as if the process died right after `epoch`'s checkpoint and summary were
+    written; checks that they were."""
+    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.training import checkpoints, record
+
+    original_prune = checkpoints.prune
+
+    def die_after(folder, keep_epoch):
+        original_prune(folder, keep_epoch)
+        if keep_epoch == epoch:
+            raise KeyboardInterrupt  # the checkpoint and the summary of this epoch are written
+
+    monkeypatch.setattr(checkpoints, "prune", die_after)
+    with pytest.raises(KeyboardInterrupt):
+        stack_training.run_stack(config, output_dir)
+    monkeypatch.setattr(checkpoints, "prune", original_prune)
+    partial = record.read_summary(output_dir)
+    assert partial["completed"] is False and len(partial["epochs"]) == epoch
+    assert os.path.exists(checkpoints.path(output_dir, epoch))
+
+
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path, one_block_preset, monkeypatch):
     """Interrupted after epoch 1 (inside phase 1), then after epoch 2 (phase 1's last: the next start is phase 2's
     fresh optimizer), each time as if the process died right after the epoch was saved. The GLUE trainer's
     resume is tested with a real SIGKILL (test_resume.py); this one shares that checkpoint code."""
-    from tf_transfer.training import checkpoints
-    from tf_transfer.training import record
     from tf_transfer.studies import stack_ensemble as stack_training
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
@@ -447,19 +467,8 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     assert [e["phase"] for e in straight["epochs"]] == [1, 1, 2]
 
     output_dir = str(tmp_path / "resumed")
-    original_prune = checkpoints.prune
     for stop_after in (1, 2):
-        def die_after(folder, keep_epoch, stop_after=stop_after):
-            original_prune(folder, keep_epoch)
-            if keep_epoch == stop_after:
-                raise KeyboardInterrupt  # the checkpoint and the summary of this epoch are written
-        monkeypatch.setattr(checkpoints, "prune", die_after)
-        with pytest.raises(KeyboardInterrupt):
-            stack_training.run_stack(_stack_config(data, one_block_preset), output_dir)
-        partial = record.read_summary(output_dir)
-        assert partial["completed"] is False and len(partial["epochs"]) == stop_after
-        assert os.path.exists(checkpoints.path(output_dir, stop_after))
-    monkeypatch.setattr(checkpoints, "prune", original_prune)
+        _killed_after(monkeypatch, stop_after, _stack_config(data, one_block_preset), output_dir)
     resumed = stack_training.run_stack(_stack_config(data, one_block_preset), output_dir)
 
     assert resumed["completed"] is True and [r["after_epoch"] for r in resumed["resumes"]] == [1, 2]
@@ -471,6 +480,58 @@ def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path
     assert [e["train_time_s"] for e in resumed["epochs"]] == pytest.approx(list(np.cumsum(times)))
     assert not [f for f in os.listdir(output_dir) if f.startswith("checkpoint-")]
     assert resumed["precision"] == "float32" and resumed["config"]["precision"] == "float32"
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
+def test_lora_in_phase_2_is_recorded_and_resumes_across_the_phase_switch_to_the_same_numbers(
+        tmp_path, one_block_preset, monkeypatch):
+    """--method=lora: phase 1 trains the head alone, phase 2 LoRA's updates, the pooler and the head. Killed right
+    after phase 1's last epoch, the resume makes LoRA's weights where the unbroken run did (at the build) and trains
+    phase 2 to the unbroken run's numbers."""
+    from tf_transfer.studies import stack_ensemble as stack_training
+
+    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
+    config = _stack_config(data, one_block_preset, method="lora", lora_rank=2, phase1_epochs=1, max_epochs=2)
+    straight = stack_training.run_stack(config, str(tmp_path / "straight"))
+    assert straight["method"] == "lora" and straight["lora"]["rank"] == 2
+    assert {k: straight["config"][k] for k in ("method", "lora_rank")} == {"method": "lora", "lora_rank": 2}
+    assert config.default_output_dir("runs") == "runs/stack/quora/lora_r2_linear_stack_and_finetune/seed0"
+    phase1, phase2 = straight["phases"]
+    assert (phase1["method"], phase2["method"], phase2["trainable_layers"]) == (None, "lora", "all")
+    # Phase 2 adds the updates of query and value (2 x (16 + 16) x 2) and the pooler (16 x 16 + 16), not BERT's own.
+    assert straight["lora"]["weights"] == 128
+    assert phase2["trainable_params"] - phase1["trainable_params"] == 128 + 272
+
+    output_dir = str(tmp_path / "resumed")
+    _killed_after(monkeypatch, 1, config, output_dir)
+    resumed = stack_training.run_stack(config, output_dir)
+    assert [r["after_epoch"] for r in resumed["resumes"]] == [1] and resumed["lora"] == straight["lora"]
+    for a, b in zip(straight["epochs"], resumed["epochs"], strict=True):
+        _same_numbers(a, b)
+
+
+def test_a_methods_choice_survives_phase_1_and_trains_there_with_method_in_phase1(one_block_preset):
+    """Freezing the backbone for phase 1 resets every variable's flag below it in Keras: phase 2 puts back what the
+    method chose (LoRA's A and B, not the kernels beside them); with method_in_phase1 phase 1 trains that too."""
+    from tf_transfer.models import backbones, freezing, methods, stack_heads
+    from tf_transfer.studies import stack_task as stack_train
+
+    backbone = backbones.load_preset(one_block_preset).backbone
+    methods.apply(backbone, "lora", freezing.ALL, lora_rank=2)
+    chosen = {v.path for v in backbone.trainable_variables}
+    assert any("lora_a" in p for p in chosen) and not any(p.endswith("kernel") and "pooled" not in p for p in chosen)
+    trains = freezing.trainability(backbone)
+    model = stack_heads.build_model(backbone, stack_heads.make_head("linear", 3, units=8))
+    head = {v.path for v in model.get_layer("head").trainable_variables}
+    loss = stack_train.make_loss(tagging=False)
+
+    def trained_after(phase, in_phase1=False):
+        stack_train.set_phase(model, backbone, phase, 1e-3, loss, method_trains=trains, method_in_phase1=in_phase1)
+        return {v.path for v in model.trainable_variables}
+
+    assert trained_after(1) == head
+    assert trained_after(2) == head | chosen
+    assert trained_after(1, in_phase1=True) == head | chosen
 
 
 @pytest.mark.xdist_group(GROUP)

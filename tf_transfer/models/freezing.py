@@ -69,6 +69,25 @@ def set_trainable_layers(backbone, trainable_layers: TrainableLayers) -> None:
             layer.trainable = trainable_layers == ALL
 
 
+def trainability(model) -> tuple:
+    """What trains in `model` now: every layer's and every variable's `trainable`, for `set_trainability`. A
+    method's choice within trained layers (LoRA's frozen kernels, BitFit's frozen matrices) is on the variables, and
+    Keras resets every variable below a layer whose `trainable` is set: freezing and unfreezing the backbone loses it.
+    """
+    layers = model._flatten_layers(include_self=True, recursive=True)  # parents before their sub-layers
+    return [(layer, layer.trainable) for layer in layers], [(v, v.trainable) for v in model.weights]
+
+
+def set_trainability(state: tuple) -> None:
+    """Puts back what `trainability` saw: the layers' flags (parents first, as each resets those below it), then
+    the variables'."""
+    layers, variables = state
+    for layer, trainable in layers:
+        layer.trainable = trainable
+    for variable, trainable in variables:
+        variable.trainable = trainable
+
+
 def block_of(backbone, layer) -> str:
     """The row of the parameter table that `layer` (a direct sub-layer of the backbone) belongs to."""
     blocks = list(backbone.transformer_layers)

@@ -18,6 +18,8 @@ from typing import ClassVar, Optional
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
+from tf_transfer.models import freezing, methods
+from tf_transfer.studies import study_method
 
 TASKS = ("conll_ner", "classification", "quora")
 STRATEGIES = ("stack_and_finetune", "finetune_only", "stack_only")
@@ -90,6 +92,14 @@ class StackSettings(RunSettings):
     bucket_step: int = setting(16, "Bucket boundaries are multiples of this many tokens.")
     precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the "
                                         "heads, their logits and the losses stay float32).")
+    # The method's settings (LoRA's rank, ...), each a flag; recorded in `config` only for a method other than the
+    # default (`study_method.record`), so that runs from before --method keep their settings and folders.
+    settings_lib.add_fields(vars(), study_method.fields("What of BERT phase 2 trains (and phase 1 with "
+                                                        "--method_in_phase1), every block in scope: the methods' "
+                                                        "--trainable_layers is 'all' here"))
+    method_in_phase1: bool = setting(False, "Phase 1 trains what --method trains too (LoRA's updates, BitFit's "
+                                            "biases), beside the head at --phase1_lr. Default: phase 1 is the paper's, "
+                                            "the head alone on frozen BERT; --method acts in phase 2.")
 
     CHECKS: ClassVar[dict] = {
         **settings_lib.CHECKS,
@@ -101,12 +111,14 @@ class StackSettings(RunSettings):
         "phase2_lr": settings_lib.positive,
         "head_units": (settings_lib.at_least(1), "must be at least 1"),
         "perspectives": (settings_lib.at_least(1), "must be at least 1"),
+        **study_method.checks("the stack study"),
     }
     # Where a run computes, not what: a rerun may change it, and runs from before it existed still match.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
 
     def __post_init__(self):
         self._set("ensemble", tuple(self.ensemble))
+        study_method.normalise(self)
         if not self.task:
             raise TransferError("--task is required: conll_ner, classification or quora")
         _choice("task", self.task, TASKS)
@@ -127,9 +139,32 @@ class StackSettings(RunSettings):
         super().__post_init__()
 
     def check_together(self) -> list:
+        phases = {phase.number for phase in plan_phases(self)}
         return [(self.stack_strategy != "stack_and_finetune" or self.phase1_epochs < self.max_epochs,
                  f"--phase1_epochs={self.phase1_epochs} leaves no epoch for phase 2 within --max_epochs="
-                 f"{self.max_epochs}: --max_epochs counts both phases")]
+                 f"{self.max_epochs}: --max_epochs counts both phases"),
+                *study_method.rules(self, trainable_layers=freezing.ALL),
+                (not self.method_in_phase1 or self.method != methods.DEFAULT,
+                 f"--method_in_phase1 with --method={self.method} would train all of BERT in phase 1 (that is "
+                 "--strategy=finetune_only): give another --method, or leave --method_in_phase1 off"),
+                (not self.method_in_phase1 or 1 in phases,
+                 f"--method_in_phase1: --strategy={self.stack_strategy} has no phase 1"),
+                (self.method == methods.DEFAULT or 2 in phases or self.method_in_phase1,
+                 f"--method={self.method} acts in phase 2, which --strategy={self.stack_strategy} does not have: add "
+                 "--method_in_phase1, or use another --strategy")]
+
+    def to_dict(self) -> dict:
+        """Every setting by its flag's name; the method's only for another method than the default, and
+        --method_in_phase1 only when on (`study_method.record`): older runs' settings stay what they were."""
+        values = study_method.record(self, super().to_dict())
+        if not self.method_in_phase1:
+            del values["method_in_phase1"]
+        return values
+
+    @property
+    def run_prefix(self) -> str:
+        """What the run's folder name starts with: the method's part ('' for freezing)."""
+        return study_method.name_part(self)
 
     @property
     def heads(self) -> tuple:
@@ -140,8 +175,8 @@ class StackSettings(RunSettings):
         return PRIMARY_METRIC[self.task]
 
     def default_output_dir(self, root: str = "runs") -> str:
-        return os.path.join(root, "stack", self.task, f"{'+'.join(self.heads)}_{self.stack_strategy}",
-                            f"seed{self.seed}")
+        return os.path.join(root, "stack", self.task,
+                            f"{self.run_prefix}{'+'.join(self.heads)}_{self.stack_strategy}", f"seed{self.seed}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,8 @@ from absl import logging
 
 from tf_transfer.core import machine
 from tf_transfer.data import stack_data
-from tf_transfer.studies import stack_inputs
+from tf_transfer.models import freezing, methods
+from tf_transfer.studies import stack_inputs, study_method
 from tf_transfer.studies.stack_settings import PAIR_HEADS, StackSettings, plan_phases
 from tf_transfer.training import record, runner
 from tf_transfer.training.task import Stage, Task
@@ -41,19 +42,23 @@ def make_loss(tagging: bool):
         from_logits=True, ignore_class=stack_data.IGNORED_LABEL if tagging else None)
 
 
-def set_phase(model, backbone, phase: int, lr: float, loss, weight_decay: float = 0.01, clip_norm: float = 1.0):
+def set_phase(model, backbone, phase: int, lr: float, loss, weight_decay: float = 0.01, clip_norm: float = 1.0,
+              method_trains=None, method_in_phase1: bool = False):
     """Freezes (phase 1) or unfreezes (phase 2) the backbone and compiles `model` with a fresh AdamW; returns it.
+    `method_trains` (`freezing.trainability` of the backbone after the method was applied) is what phase 2 trains
+    of it (None: everything), and phase 1 too with `method_in_phase1`.
 
     Keras reads `trainable` at compile time, and an optimizer built for phase 1's variables cannot update new
     ones; a fresh optimizer also starts phase 2 without phase 1's moment estimates, which were for a 50x higher rate.
     """
-    from tf_transfer.models import freezing
     from tf_transfer.training import optimizers
 
-    if phase == 1:
+    if phase == 1 and not method_in_phase1:
         backbone.trainable = False
-    else:
+    elif method_trains is None:
         freezing.set_trainable_layers(backbone, freezing.ALL)
+    else:
+        freezing.set_trainability(method_trains)
     optimizer = optimizers.build_optimizer(lr, "constant", weight_decay=weight_decay, clip_norm=clip_norm)
     model.compile(optimizer=optimizer, loss=loss)
     return optimizer
@@ -188,6 +193,10 @@ class StackHeadTask(Task):
 
         settings, self.strategy, self.backbone = self.settings, strategy, self.loaded.backbone
         with strategy.scope():
+            # The method acts on every block; its weights (LoRA's) are made here, at the same point of every run
+            # and resume, and each phase sets what trains from what it chose.
+            study_method.apply(self.backbone, settings, freezing.ALL)
+            self.method_trains = freezing.trainability(self.backbone)
             self.model, self.head = build(settings, self.backbone, self.head_name, len(self.data.label_names),
                                           self.tagging)
         self.feed = StackFeed(self.encoded, settings.batch_size, settings.seed, settings.bucket_step,
@@ -209,6 +218,8 @@ class StackHeadTask(Task):
             "task": settings.task,
             "head": self.head_name,
             "strategy": settings.stack_strategy,
+            **study_method.facts(settings, self.backbone),
+            "method_in_phase1": settings.method_in_phase1,
             "preset": settings.preset,
             "preset_source": self.loaded.source,
             "num_layers": int(self.backbone.num_layers),
@@ -244,11 +255,12 @@ class StackHeadTask(Task):
         return {"task": s.task, "head": self.head_name, "strategy": s.stack_strategy, "preset": s.preset,
                 "phase1_lr": s.phase1_lr, "phase2_lr": s.phase2_lr, "phase1_epochs": s.phase1_epochs,
                 "max_gap": s.max_gap, "max_epochs": s.max_epochs, "batch_size": s.batch_size, "seed": s.seed,
-                "max_seq_length": s.max_seq_length, "precision": s.precision}
+                "max_seq_length": s.max_seq_length, "precision": s.precision, **study_method.hparams(s),
+                "method_in_phase1": s.method_in_phase1}
 
     def trial_name(self) -> str:
         s = self.settings
-        return f"{s.task}/{self.head_name}_{s.stack_strategy}/seed{s.seed}"
+        return f"{s.task}/{s.run_prefix}{self.head_name}_{s.stack_strategy}/seed{s.seed}"
 
     def stages(self, engine):
         """One stage per phase still to train. A run resumed after a kill continues in the phase of its last epoch;
@@ -283,29 +295,31 @@ class StackHeadTask(Task):
 
         with self.strategy.scope():
             set_phase(self.model, self.backbone, phase.number, phase.lr, self.loss, self.settings.weight_decay,
-                      self.settings.clip_norm)
+                      self.settings.clip_norm, self.method_trains, self.settings.method_in_phase1)
         distributed.keras_distributed(self.model, self.strategy)
 
     def _stage(self, engine, phase, phase_record, resumes_here: bool, last: bool) -> Stage:
         """Warms the phase's training step up, records the phase (or continues its record) and resumes in it."""
-        from tf_transfer.models import freezing
         from tf_transfer.training.engine import EarlyStopping, warm_up
 
-        summary = engine.summary
+        summary, settings = engine.summary, self.settings
         table = freezing.parameter_table(self.model, self.backbone)
         compile_time_s = warm_up(self.model, self.feed.warmup_batches(), self.strategy)
+        frozen = phase.number == 1 and not settings.method_in_phase1
         if phase_record is None:
             phase_record = {"phase": phase.number, "lr": phase.lr,
-                            "trainable_layers": FROZEN if phase.number == 1 else freezing.ALL,
+                            "trainable_layers": FROZEN if frozen else freezing.ALL,
+                            "method": None if frozen else settings.method,
                             "trainable_params": table[-1][1], "first_epoch": engine.next_epoch,
                             "last_epoch": None, "compile_time_s": compile_time_s, "ended_by": None}
             summary["phases"].append(phase_record)
             summary["compile_time_s"] += compile_time_s
         summary.update(trainable_layers=phase_record["trainable_layers"], lr=phase.lr,
                        trainable_params=table[-1][1], total_params=table[-1][2])
-        logging.info("phase %d (%s): lr %g, %s of %s parameters trainable, compiled in %.1f s", phase.number,
-                     "head on frozen backbone" if phase.number == 1 else "everything", phase.lr,
-                     f"{table[-1][1]:,}", f"{table[-1][2]:,}", compile_time_s)
+        trains = ("head on frozen backbone" if frozen else "everything" if settings.method == methods.DEFAULT
+                  else f"--method={settings.method}{study_method.describe(settings)}, and the head")
+        logging.info("phase %d (%s): lr %g, %s of %s parameters trainable, compiled in %.1f s", phase.number, trains,
+                     phase.lr, f"{table[-1][1]:,}", f"{table[-1][2]:,}", compile_time_s)
         # Only this phase's own epochs wrote the stopper's state that a resume within it continues.
         held = summary.get("early_stopping") if resumes_here else None
         stopper = EarlyStopping(**held) if held else EarlyStopping(self.settings.patience if last else 0)

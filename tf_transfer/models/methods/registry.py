@@ -115,6 +115,12 @@ def get(name: str) -> Method:
     return _METHODS[name]
 
 
+def set_before_training() -> tuple:
+    """The methods that set what trains before training starts and leave the loop alone (`trainer` None): those a
+    study with a training loop of its own (stack, multitask, sentiment BERT) can run."""
+    return tuple(name for name, method in _METHODS.items() if method.trainer is None)
+
+
 def name_of(settings: dict) -> str:
     """The method of a settings dict or a summary (runs from before methods existed: `DEFAULT`)."""
     return settings.get("method") or DEFAULT
@@ -124,27 +130,31 @@ def of(settings: dict) -> Method:
     return get(name_of(settings))
 
 
-def method_help() -> str:
-    """--method's help: every method in its own words."""
-    parts = [f"{method.name} ({method.help})" for method in _METHODS.values()]
+def method_help(chosen: Optional[tuple] = None, what: str = "What trains") -> str:
+    """--method's help: every method (or those `chosen`) in its own words, after `what`."""
+    parts = [f"{method.name} ({method.help})" for method in _chosen(chosen)]
     listed = ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else parts[0]
-    return f"What trains (docs/methods.md): {listed}."
+    return f"{what} (docs/methods.md): {listed}."
+
+
+def _chosen(chosen: Optional[tuple]) -> list:
+    return [method for name, method in _METHODS.items() if chosen is None or name in chosen]
 
 
 # --- what the settings classes take from every method ---------------------------------------------------------------
 
-def setting_fields() -> dict:
-    """`{field: (type, dataclass field)}` of every method's settings, in registration order (a shared one where
-    its first method declares it)."""
+def setting_fields(chosen: Optional[tuple] = None) -> dict:
+    """`{field: (type, dataclass field)}` of every method's settings (or those of the `chosen` methods), in
+    registration order (a shared one where its first method declares it)."""
     fields = {}
-    for method in _METHODS.values():
+    for method in _chosen(chosen):
         for name, (kind, field) in method.settings.items():
             fields.setdefault(name, (kind, dataclasses.field(default=field.default, metadata=field.metadata)))
     return fields
 
 
-def setting_checks() -> dict:
-    return {name: check for method in _METHODS.values() for name, check in method.checks.items()}
+def setting_checks(chosen: Optional[tuple] = None) -> dict:
+    return {name: check for method in _chosen(chosen) for name, check in method.checks.items()}
 
 
 def older_runs() -> dict:

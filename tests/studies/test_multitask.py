@@ -309,8 +309,9 @@ def runs(cs224n_dir, tiny_preset, tmp_path_factory):
 
     results = {}
     for schedule, overrides in (("sequential", {"pooling_sst": "mean", "llrd": 0.9}),
+                                # BitFit on the shared encoder: its biases and LayerNorms' betas train, and the heads.
                                 ("summed", {"pair_head": "concat", "task_order": "sts,para,sst",
-                                            "precision": "mixed_bfloat16"})):
+                                            "precision": "mixed_bfloat16", "method": "bitfit"})):
         settings = MultitaskSettings(
             data_dir=cs224n_dir, preset=tiny_preset, schedule=schedule, max_epochs=1, batch_size=8, lr=1e-3,
             max_seq_length=32, max_train_examples=16, **overrides)
@@ -334,7 +335,15 @@ def test_one_epoch_run_writes_summary_weights_and_tensorboard(runs, schedule):
     assert SUMMARY_KEYS <= set(on_disk)
     assert on_disk["completed"] is True and on_disk["task"] == "multitask" and on_disk["metric"] == "overall"
     assert on_disk["num_layers"] == 3 and on_disk["trainable_layers"] == "all" and on_disk["compile_time_s"] > 0
-    assert on_disk["trainable_params"] == on_disk["total_params"] > 0
+    if schedule == "sequential":  # freezing: everything trains, and the record is what it was before --method
+        assert on_disk["trainable_params"] == on_disk["total_params"] > 0 and on_disk["method"] == "freeze"
+        assert "method" not in on_disk["config"] and not settings.run_name().startswith("freeze")
+    else:  # BitFit: each block's biases (query, key, value, attention output: 16 each; feed-forward: 32 and 16)
+        # and its two LayerNorms' betas (16 each)
+        rows = {row["part"]: row for row in on_disk["parameter_table"]}
+        assert [rows[f"block_{i}"]["trainable"] for i in range(3)] == [144] * 3
+        assert rows["block_0"]["total"] > 144 and on_disk["method"] == on_disk["config"]["method"] == "bitfit"
+        assert on_disk["bitfit"] == {"layer_norm": False} and settings.run_name().startswith("bitfit_")
     (epoch,) = on_disk["epochs"]
     assert {"epoch", "epoch_time_s", "train_time_s", "loss", "val", "test"} <= set(epoch)
     assert set(epoch["val"]) == set(epoch["test"]) == SCORE_KEYS and epoch["val"] == epoch["test"]

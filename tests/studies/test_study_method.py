@@ -5,6 +5,7 @@ import pytest
 
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
+from tf_transfer.studies.multitask_settings import MultitaskSettings
 from tf_transfer.studies.stack_settings import StackSettings
 
 STACK = dict(task="quora", data="pairs.csv", head="linear")
@@ -12,7 +13,8 @@ STACK = dict(task="quora", data="pairs.csv", head="linear")
 
 @pytest.mark.parametrize("command, flags", [
     ("tf_transfer.stack", ["--task=quora", "--data=pairs.csv", "--head=linear", "--method=autofreeze"]),
-], ids=["stack"])
+    ("tf_transfer.multitask", ["--data_dir=cs224n", "--method=freezeout"]),
+], ids=["stack", "multitask"])
 def test_a_method_that_brings_its_own_trainer_is_refused_in_one_line(tmp_path, command, flags):
     """Refused from the settings, before any data is read or model loaded: nothing is written."""
     output_dir = tmp_path / "run"
@@ -31,6 +33,9 @@ def test_a_method_that_brings_its_own_trainer_is_refused_in_one_line(tmp_path, c
     (lambda: StackSettings(**STACK, method="bitfit", method_in_phase1=True, stack_strategy="finetune_only"),
      "--strategy=finetune_only has no phase 1"),
     (lambda: StackSettings(**STACK, lora_rank=4), "--lora_rank is for --method=lora, not --method=freeze"),
+    (lambda: MultitaskSettings(data_dir="d", method="lora", trainable_layers=0),
+     "--method=lora with --trainable_layers=0 trains nothing of the blocks"),
+    (lambda: MultitaskSettings(data_dir="d", method="lora", lora_rank=0), "--lora_rank must be at least 1"),
 ])
 def test_a_method_setting_a_study_cannot_use_is_refused(make, message):
     with pytest.raises(TransferError, match=message.replace("(", r"\(")):

@@ -5,7 +5,7 @@ sequence `[CLS] a [SEP] b [SEP]` (`concat`) or each sentence alone into u and v 
 [u, v, |u - v|] (`sbert`). Pooling is BERT's pooler output (`cls`) or the masked mean of the last block (`mean`).
 
 Example (any keras-hub BERT backbone; `settings` needs `poolings`, `pair_head`, `head_dropout`,
-`trainable_layers` and `freeze_pooler`, as `MultitaskSettings` has):
+`trainable_layers`, `freeze_pooler`, `method` and the method's settings, as `MultitaskSettings` has):
 
 >>> from tf_transfer.models import multitask_model
 >>> model = multitask_model.build_model(backbone, settings, num_sentiment_classes=5)  # doctest: +SKIP
@@ -19,7 +19,7 @@ import keras
 from keras import ops
 
 from tf_transfer.models import freezing
-from tf_transfer.models import heads
+from tf_transfer.models import heads, methods
 from tf_transfer.models.pooling import MeanPooling
 
 
@@ -85,8 +85,9 @@ class MultitaskBert(keras.Model):
 
 
 def build_model(backbone, settings, num_sentiment_classes: int) -> MultitaskBert:
-    """The multi-task model on `backbone` with the freezing rule applied; every variable exists on return."""
-    freezing.set_trainable_layers(backbone, settings.trainable_layers)
+    """The multi-task model on `backbone` with the freezing rule and the training method applied (within
+    `settings.trainable_layers`); every variable exists on return."""
+    methods.apply(backbone, settings.method, settings.trainable_layers, **methods.registry.options_of(settings))
     if settings.freeze_pooler:
         backbone.get_layer(freezing.POOLER).trainable = False
     model = MultitaskBert(backbone, num_sentiment_classes, settings.poolings, settings.pair_head,

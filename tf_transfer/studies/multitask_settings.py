@@ -22,6 +22,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
 from tf_transfer.data import cs224n
 from tf_transfer.models import freezing
+from tf_transfer.studies import study_method
 
 TASK_NAMES = cs224n.TASK_NAMES
 POOLINGS = ("cls", "mean")
@@ -69,6 +70,9 @@ class MultitaskSettings(RunSettings):
     trainable_layers: Union[int, str] = setting(
         freezing.ALL, "Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
                       "frozen. 0 trains only the pooler and heads; 'all' trains everything including the embeddings.")
+    # The method's settings (LoRA's rank, ...), each a flag; recorded in `config` and the run's name only for a method
+    # other than the default (`study_method.record`), so that runs from before --method keep their names.
+    settings_lib.add_fields(vars(), study_method.fields("What of the shared BERT trains, within --trainable_layers"))
     freeze_pooler: bool = setting(False, "Freeze BERT's pooler too (with --trainable_layers=0: a fully frozen BERT, "
                                          "only the heads train).")
     lr: float = setting(1e-5, "AdamW learning rate (the paper: 1e-5 fine-tuning, 1e-3 frozen BERT).")
@@ -113,6 +117,7 @@ class MultitaskSettings(RunSettings):
         "validation_fraction": (settings_lib.in_range(0.0, 1.0),
                                 "must be in [0, 1): 0 selects the best epoch on dev, as the paper"),
         "head_dropout": (settings_lib.in_range(0.0, 1.0), "must be in [0, 1)"),
+        **study_method.checks("the multi-task study"),
     }
     # A rerun may use other devices: the folder's run resumes (or is reported as done) on any of them.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
@@ -120,6 +125,7 @@ class MultitaskSettings(RunSettings):
     def __post_init__(self):
         self._set("task_order", parse_task_order(self.task_order))
         self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
+        study_method.normalise(self)
         for flag in ("pooling_sst", "pooling_para", "pooling_sts", "pair_head", "schedule", "data_format"):
             choices = {"pair_head": PAIR_HEADS, "schedule": SCHEDULES,
                        "data_format": cs224n.DATA_FORMATS}.get(flag, POOLINGS)
@@ -135,14 +141,15 @@ class MultitaskSettings(RunSettings):
     def check_together(self) -> list:
         # The float16 loss scale skips a step in a cond around the optimizer, which a replica cannot run.
         return [(self.precision != "mixed_float16" or self.distribution == "default",
-                 "--precision=mixed_float16 needs --distribution=default (use mixed_bfloat16 with other strategies)")]
+                 "--precision=mixed_float16 needs --distribution=default (use mixed_bfloat16 with other strategies)"),
+                *study_method.rules(self, self.trainable_layers)]
 
     @property
     def poolings(self) -> dict:
         return {"sst": self.pooling_sst, "para": self.pooling_para, "sts": self.pooling_sts}
 
     def to_dict(self) -> dict:
-        settings = super().to_dict()
+        settings = study_method.record(self, super().to_dict())
         settings["task_order"] = ",".join(self.task_order)
         return settings
 
@@ -153,4 +160,6 @@ class MultitaskSettings(RunSettings):
         if not self.patience:
             del settings["patience"]  # runs without early stopping keep the names they had before --patience
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{self.schedule}_{self.pair_head}_k{self.trainable_layers}_lr{self.lr:g}_llrd{self.llrd:g}_{digest}"
+        method = study_method.name_part(self)  # '' for freezing: older runs keep their names
+        return (f"{method}{self.schedule}_{self.pair_head}_k{self.trainable_layers}_lr{self.lr:g}_llrd{self.llrd:g}_"
+                f"{digest}")

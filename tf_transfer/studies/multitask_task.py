@@ -46,6 +46,7 @@ from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import cs224n
 from tf_transfer.data.examples import train_validation_split
+from tf_transfer.studies import study_method
 from tf_transfer.studies.multitask_settings import TASK_NAMES, MultitaskSettings
 from tf_transfer.training import record, runner
 from tf_transfer.training.task import Task
@@ -173,7 +174,8 @@ class MultitaskTask(Task):
                                           settings.weight_decay, settings.clip_norm)
 
     def describe(self) -> str:
-        return f"multitask, trainable_layers={self.settings.trainable_layers}"
+        settings = self.settings
+        return f"multitask, trainable_layers={settings.trainable_layers}{study_method.describe(settings)}"
 
     def parameter_table(self) -> list:
         table = super().parameter_table()
@@ -195,6 +197,7 @@ class MultitaskTask(Task):
             "preset_source": self.loaded.source,
             "num_layers": int(self.backbone.num_layers),
             "trainable_layers": settings.trainable_layers,
+            **study_method.facts(settings, self.backbone),
             "lr": settings.lr,
             "batch_size": settings.batch_size,
             "seed": settings.seed,
@@ -221,7 +224,7 @@ class MultitaskTask(Task):
                 "pooling_sst": s.pooling_sst, "pooling_para": s.pooling_para, "pooling_sts": s.pooling_sts,
                 "pair_head": s.pair_head, "llrd": s.llrd, "schedule": s.schedule,
                 "task_order": ",".join(s.task_order), "max_seq_length": s.max_seq_length,
-                "init_from": bool(s.init_from)}
+                "init_from": bool(s.init_from), **study_method.hparams(s)}
 
     def trial_name(self) -> str:
         return f"multitask/{self.settings.run_name()}/seed{self.settings.seed}"

@@ -389,7 +389,13 @@ def hours_left(collected: list):
 
 CSV_HEADER = ["task", "part", "method", "lr", "seed", "trainable_layers", "final_k", "freezes (step:blocks)",
               "metric", "validation_best", "test_at_best", "best_epoch", "epochs", "time_to_stop_cpu_s",
-              "s_per_epoch", "peak_memory_mb", "machine", "folder"]
+              "s_per_epoch", "cpu_utilization", "peak_memory_mb", "machine", "folder"]
+
+
+def _utilization(summary: dict):
+    """The mean over epochs of CPU seconds per wall second of training: about 1 alone on a core, less when shared."""
+    values = [e["cpu_utilization"] for e in summary["epochs"] if e.get("cpu_utilization") is not None]
+    return round(sum(values) / len(values), 2) if values else None
 
 
 def csv_rows(collected: list) -> list:
@@ -404,7 +410,8 @@ def csv_rows(collected: list) -> list:
                      final_k(summary), freezes, summary["metric"], round(shared.validation(summary), 2),
                      round(shared.score(summary), 2), summary.get("best_epoch"), len(summary["epochs"]),
                      round(reports.time_to_stop(summary, "cpu"), 1), round(shared.epoch_seconds(summary, "cpu"), 1),
-                     round(summary.get("peak_memory_mb") or 0), reports.machine_label(summary.get("machine")),
+                     _utilization(summary), round(summary.get("peak_memory_mb") or 0),
+                     reports.machine_label(summary.get("machine")),
                      run["folder"]])
     return rows
 
@@ -425,10 +432,10 @@ def _still_to_run(study, collected: list, chosen) -> list:
 
 def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str) -> list:
     return ["## The claims, checked", "", done, "",
-            reports.testable_sentence(learned_sentence(table, tasks, gains, provisional) + " Seeds pair across methods (a "
-                                      "seed fixes the validation split and the training order), so every interval "
-                                      "is seed-paired (Student's t over the seeds both sides ran); a claim holds "
-                                      "only where it holds on every task."), "",
+            reports.testable_sentence(learned_sentence(table, tasks, gains, provisional) + " Seeds pair across "
+                                      "methods (a seed fixes the validation split and the training order), so every "
+                                      "interval is seed-paired (Student's t over the seeds both sides ran); a claim "
+                                      "holds only where it holds on every task."), "",
             reports.claims_table(claims(table, tasks, gains)), "",
             "## Issue 40's targets, task by task", "",
             "Per task, without Holm's correction: *met* where the whole 95% interval is on the target's side, "

@@ -22,6 +22,7 @@ from collections import defaultdict
 from experiments import methods_report as shared
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.core import stats
+from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting import validation_baselines
 from tf_transfer.reporting.data_note import data_section
@@ -351,22 +352,25 @@ def _kind(settings: dict) -> str:
         FULL if settings["part"] == SEARCH_PART else settings["part"])
 
 
-def _wall_s(summary: dict):
+def _core_s(summary: dict):
+    """About what the run took of a dedicated core: its wall seconds from start to finish times the share of the
+    core its training epochs had (`cpu_utilization`; 1 where not recorded); None without both times."""
     try:
         start, end = (datetime.datetime.strptime(summary[k], "%Y-%m-%dT%H:%M:%S%z")
                       for k in ("started_at", "finished_at"))
     except (KeyError, TypeError, ValueError):
         return None
-    return (end - start).total_seconds()
+    return (end - start).total_seconds() * min(1.0, _utilization(summary) or 1.0)
 
 
 def hours_left(collected: list):
-    """A rough estimate of the core-hours the runs not completed still take: each at the mean wall time of the
-    completed runs of its kind (method, or the static grid) on its task, else of its kind, else of full fine-tuning
-    on its task or anywhere (an upper bound for the freezing methods); None before any run has completed."""
+    """A rough estimate of the core-hours the runs not completed still take: each at the mean core time (`_core_s`)
+    of the completed runs of its kind (method, or the static grid) on its task, else of its kind, else of full
+    fine-tuning on its task or anywhere (an upper bound for the freezing methods); None before any run has
+    completed."""
     seen = defaultdict(list)
     for run in collected:
-        seconds = _wall_s(run["summary"]) if run["summary"] else None
+        seconds = _core_s(run["summary"]) if run["summary"] else None
         if seconds is not None:
             seen[(_kind(run["settings"]), run["settings"]["task"])].append(seconds)
             seen[(_kind(run["settings"]), None)].append(seconds)
@@ -423,9 +427,10 @@ def _still_to_run(study, collected: list, chosen) -> list:
     lines = reports.still_to_run(study.name, by_method, chosen, study.axes["task"])
     hours = hours_left(collected)
     if lines and hours is not None:
-        lines.insert(2, f"About {hours:.1f} core-hours of runs remain, at the wall time the completed runs of each "
-                        "kind took (a kind not run yet at full fine-tuning's: an upper bound for the freezing "
-                        "methods), plus a minute or so of start-up per run.")
+        lines.insert(2, f"About {hours:.1f} core-hours of runs remain, at the time the completed runs of each kind "
+                        "took of a core (wall time times the share of the core they had; a kind not run yet at full "
+                        "fine-tuning's: an upper bound for the freezing methods), plus a minute or so of start-up "
+                        "per run.")
         lines.insert(3, "")
     return lines
 
@@ -445,15 +450,19 @@ def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, do
             reports.markdown_table(TARGET_HEADER, target_rows(table, tasks)), ""]
 
 
+def task_metric(collected: list, task: str) -> str:
+    """The metric the task's runs stop and are scored on (the grid's `--metric`, else the task's primary)."""
+    given = next((r["settings"].get("metric") for r in collected if r["settings"]["task"] == task), None)
+    return given or get_task(task).primary_metric
+
+
 def _task_section(collected: list, table: dict, tasks: list, majority: dict, out: str) -> list:
     lines = ["## Per task", "", reports.clock_sentence("cpu") + " Scores: GLUE dev at the best validation epoch, in "
              "points, mean ± sd over the seeds (n/5 while seeds are missing); differences and shares are "
              "seed-paired with their 95% intervals. `blocks training at the end`: 6 is every block (full "
              "fine-tuning also trains the embeddings), an adaptive run's blocks above its last freeze.", ""]
     for task in tasks:
-        metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
-                      "?")
-        lines += [f"### {task} ({metric})", "",
+        lines += [f"### {task} ({task_metric(collected, task)})", "",
                   reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task), METHODS)),
                   ""]
         figure = f"freezes_{task}.png"
@@ -470,7 +479,7 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
     table = method_cells(collected)
     os.makedirs(out, exist_ok=True)
     gains, provisional = learned(collected, table, tasks, out)
-    majority = reports.dev_baselines(tasks, collected, out)
+    majority = reports.dev_baselines(tasks, collected, out, {t: task_metric(collected, t) for t in tasks})
     reports.write_baselines(out, majority)
     reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected))
     compared = [r for r in collected if compared_method(r["settings"]["part"])]

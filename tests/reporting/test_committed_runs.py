@@ -14,7 +14,7 @@ from tf_transfer.studies import grid
 RUNS = os.path.join(REPO, "reports", "runs")
 
 
-@pytest.mark.parametrize("name", ["transfer_learning", "layer_freezing", "methods"])
+@pytest.mark.parametrize("name", ["transfer_learning", "layer_freezing", "methods", "adaptive_freezing"])
 def test_every_committed_run_is_one_its_report_reads(name):
     study = load_study(name)
     read = set()

@@ -164,6 +164,9 @@ def test_report_opens_with_the_claims_and_judges_them_from_seed_paired_intervals
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 28 and {r["method"] for r in rows} >= set(study_module.METHODS)
     assert {r["freezes (step:blocks)"] for r in rows if r["method"] == AUTOFREEZE} == {"24:2 60:4"}
+    assert "### mrpc (accuracy)" in text and "### sst2 (accuracy)" in text and "### stsb (spearman)" in text
+    mrpc = text.split("### mrpc")[1].split("### sst2")[0]  # MRPC's constant prediction by accuracy, not F1 (0.0)
+    assert "| majority class (constant prediction) | – | 50.0 (always '0') |" in mrpc
     assert "stsb +" in text and "(seeds 1, 2, 3, 4, 5: testable)" in text
 
 

@@ -456,11 +456,17 @@ def test_report_without_results_is_an_error(tmp_path):
 # saved, which is the moment a kill loses the least, in-process and cheaply.
 
 
-@pytest.mark.parametrize("mode, epochs", [("frozen", 3), ("top2", 2)])
+@pytest.mark.parametrize("mode, epochs, method", [
+    ("frozen", 3, {}), ("top2", 2, {}),
+    # LoRA adds weights to the backbone: seed 1 of the unbroken run starts from a fresh backbone, as the resumed
+    # process's first seed does.
+    ("top2", 2, {"method": "lora", "lora_rank": 2}),
+], ids=["frozen", "top2", "top2_lora"])
 def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_path, monkeypatch, capsys, mode,
-                                                               epochs):
+                                                               epochs, method):
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs, batch_size=8)
+    settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs,
+                                                        batch_size=8, **method)
     straight = bert.run_bert(data, str(tmp_path / "straight"), settings)
     output_dir = str(tmp_path / "resumed")
     work_dir = os.path.join(output_dir, settings.work_name)
@@ -508,6 +514,15 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
     again = bert.run_bert(data, output_dir, settings)
     assert "already holds all 2 run(s) (seeds 0-1); nothing to train" in capsys.readouterr().out
     assert again == resumed and trained == [1]
+    # The method is in the results file (its settings among those a rerun must match) and the model's name.
+    assert resumed["method"] == method.get("method", "freeze")
+    if method:
+        assert resumed["model"] == "lora_r2_top2" and settings.file_name == "bert_lora_r2_top2_cls.json"
+        assert {k: resumed["settings"][k] for k in method} == method
+        # Only the rank-2 updates of query and value train in the last two blocks: 2 x 2 x (16 + 16) x 2.
+        assert [run["lora"]["weights"] for run in resumed["runs"]] == [256, 256]
+    else:
+        assert "method" not in resumed["settings"]  # as in results files from before --method
 
 
 @pytest.mark.parametrize("mode", ["frozen", "top2"])

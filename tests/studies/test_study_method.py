@@ -6,6 +6,7 @@ import pytest
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.multitask_settings import MultitaskSettings
+from tf_transfer.studies.sentiment_settings import SentimentBertSettings
 from tf_transfer.studies.stack_settings import StackSettings
 
 STACK = dict(task="quora", data="pairs.csv", head="linear")
@@ -14,7 +15,8 @@ STACK = dict(task="quora", data="pairs.csv", head="linear")
 @pytest.mark.parametrize("command, flags", [
     ("tf_transfer.stack", ["--task=quora", "--data=pairs.csv", "--head=linear", "--method=autofreeze"]),
     ("tf_transfer.multitask", ["--data_dir=cs224n", "--method=freezeout"]),
-], ids=["stack", "multitask"])
+    ("tf_transfer.sentiment", ["--approach=bert", "--data=train.csv", "--bert_mode=unfrozen", "--method=autofreeze"]),
+], ids=["stack", "multitask", "sentiment"])
 def test_a_method_that_brings_its_own_trainer_is_refused_in_one_line(tmp_path, command, flags):
     """Refused from the settings, before any data is read or model loaded: nothing is written."""
     output_dir = tmp_path / "run"
@@ -36,6 +38,7 @@ def test_a_method_that_brings_its_own_trainer_is_refused_in_one_line(tmp_path, c
     (lambda: MultitaskSettings(data_dir="d", method="lora", trainable_layers=0),
      "--method=lora with --trainable_layers=0 trains nothing of the blocks"),
     (lambda: MultitaskSettings(data_dir="d", method="lora", lora_rank=0), "--lora_rank must be at least 1"),
+    (lambda: SentimentBertSettings(method="lora"), "--bert_mode=frozen trains the head alone"),
 ])
 def test_a_method_setting_a_study_cannot_use_is_refused(make, message):
     with pytest.raises(TransferError, match=message.replace("(", r"\(")):

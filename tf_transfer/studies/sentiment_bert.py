@@ -33,6 +33,7 @@ from tf_transfer.models.sentence_features import build_feature_model, head_outpu
 from tf_transfer.core import stats
 from tf_transfer.studies.sentiment_results import (TENSORBOARD_DIR, f1_description, fresh_event_dir, held_out_split,
                                                    read_json, refuse_other_settings, score)
+from tf_transfer.studies import study_method
 from tf_transfer.studies.sentiment_settings import SentimentBertSettings
 from tf_transfer.core import strategies
 from tf_transfer.training import checkpoints, distributed, record, runner
@@ -148,6 +149,8 @@ class SeedTask(Task):
         if self.table is not None:
             extra = {"compile_time_s": summary["compile_time_s"], "trainable_params": int(self.table[-1][1]),
                      "total_params": int(self.table[-1][2])}
+        if self.backbone is not None:  # what the method trained (LoRA's rank and weights); nothing for freezing
+            extra.update({k: v for k, v in study_method.facts(self.settings, self.backbone).items() if k != "method"})
         return _run_record(self.seed, scores, summary, **extra)
 
 
@@ -195,13 +198,17 @@ class FrozenFeatures:
 
 
 class FineTuning:
-    """Backbone blocks and head trained end to end; every seed starts again from the preset's weights."""
+    """Backbone blocks and head trained end to end by the settings' method; every seed starts again from the
+    preset's weights. `reload` gives a fresh backbone: a seed after one whose method added weights of its own to the
+    backbone (LoRA's) starts from a fresh one, as the first seed of a process does, so that a seed trained after
+    others computes what it computes when a resumed process trains it first."""
 
     warms_up = True
 
     def __init__(self, backbone, settings: SentimentBertSettings, num_classes: int, encoded_train, encoded_test,
-                 strategy):
+                 strategy, reload=None):
         self.backbone, self.settings, self.num_classes, self.strategy = backbone, settings, num_classes, strategy
+        self.reload = reload
         self.encoded = {"train": encoded_train, "test": encoded_test}
         self.pretrained = [np.array(w) for w in backbone.get_weights()]
         self.shown_table = False
@@ -219,6 +226,8 @@ class FineTuning:
         """The model of `seed`: the preset's weights, a fresh head, dropout seeded by `seed` alone."""
         import keras
 
+        if len(self.backbone.weights) != len(self.pretrained):  # the method added weights to it for an earlier seed
+            self.backbone = self.reload()  # before seeding: building a backbone draws seeds
         keras.utils.set_random_seed(seed)
         self.backbone.set_weights(self.pretrained)
         settings = self.settings
@@ -226,7 +235,7 @@ class FineTuning:
             feature_model = build_feature_model(self.backbone, settings.pooling)
             outputs = head_outputs(feature_model.output, self.num_classes, settings.hidden_units)
             model = keras.Model(feature_model.inputs, outputs, name=f"bert_{settings.model_name}")
-            freezing.set_trainable_layers(self.backbone, settings.k)  # before compile: Keras reads it there
+            study_method.apply(self.backbone, settings, settings.k)  # before compile: Keras reads it there
             _compile(model, self.num_classes, settings.lr, self.strategy)
         _reseed(model, seed)
         return model
@@ -265,7 +274,7 @@ def write_bert_events(output_dir: str, settings: SentimentBertSettings, run: dic
     Written once the seed is done, from its records, so that a resumed seed leaves one events file, not two."""
     logdir = fresh_event_dir(output_dir, settings.stem, f"seed{run['seed']}")
     hparams = {**settings.comparable(), "model": f"BERT {settings.model_name} ({settings.pooling})",
-               "seed": run["seed"]}
+               "seed": run["seed"], **study_method.hparams(settings)}
     recorder = record.TensorBoardRecorder(logdir, hparams, f"{settings.stem}/seed{run['seed']}")
     for epoch in run["epochs"]:
         recorder.scalars(epoch["epoch"], {key: epoch.get(key) for key in ("loss", "epoch_time_s", "train_time_s")})
@@ -317,8 +326,11 @@ def _run_bert(data: LabelledTexts, output_dir: str, settings: SentimentBertSetti
     results = _results_header(existing, settings, data, loaded, encoded_train, encoded_test)
     if chief:
         os.makedirs(output_dir, exist_ok=True)
-    shared = (FrozenFeatures if settings.k == 0 else FineTuning)(loaded.backbone, settings, data.num_classes,
-                                                                 encoded_train, encoded_test, strategy)
+    if settings.k == 0:
+        shared = FrozenFeatures(loaded.backbone, settings, data.num_classes, encoded_train, encoded_test, strategy)
+    else:
+        shared = FineTuning(loaded.backbone, settings, data.num_classes, encoded_train, encoded_test, strategy,
+                            reload=lambda: _backbone(settings, strategy).backbone)
     described = shared.describe()
     if existing:
         # The first attempt's feature time stays the model's; what a later attempt spent again is listed here.
@@ -354,21 +366,26 @@ def _load(settings: SentimentBertSettings, strategy, train_data, test_data):
     the data has been read and checked, so bad input fails fast."""
     import keras
 
-    from tf_transfer.models import backbones
-
     strategy = strategy if strategy is not None else strategies.make_strategy(settings.distribution)
     if settings.batch_size < strategy.num_replicas_in_sync:
         raise TransferError(f"--batch_size={settings.batch_size} is smaller than the "
                             f"{strategy.num_replicas_in_sync} replicas of --distribution={settings.distribution}")
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(settings.precision)
-    with strategy.scope():
-        loaded = backbones.load_preset(settings.preset, supported=("bert",), purpose="the sentiment study")
+    loaded = _backbone(settings, strategy)
     freezing.check_trainable_layers(settings.k, loaded.backbone.num_layers)
     logging.info("preset %s: weights from %s", settings.preset, loaded.source)
     encoded_train = _encode(train_data, loaded.tokenizer, settings.max_seq_length)
     encoded_test = _encode(test_data, loaded.tokenizer, settings.max_seq_length)
     return strategy, loaded, encoded_train, encoded_test
+
+
+def _backbone(settings: SentimentBertSettings, strategy):
+    """The preset loaded under `strategy` (`backbones.load_preset`'s result)."""
+    from tf_transfer.models import backbones
+
+    with strategy.scope():
+        return backbones.load_preset(settings.preset, supported=("bert",), purpose="the sentiment study")
 
 
 def _results_header(existing, settings: SentimentBertSettings, data: LabelledTexts, loaded, encoded_train,
@@ -377,6 +394,7 @@ def _results_header(existing, settings: SentimentBertSettings, data: LabelledTex
     results = existing or {}
     results.update({
         "model": settings.model_name,
+        "method": settings.method,
         "pooling": settings.pooling,
         "settings": settings.comparable(),
         "precision": settings.precision,

@@ -17,8 +17,9 @@ from typing import ClassVar, Optional
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
-from tf_transfer.models import freezing
+from tf_transfer.models import freezing, methods
 from tf_transfer.models.sentence_features import POOLINGS
+from tf_transfer.studies import study_method
 
 APPROACHES = ("sparse", "bert", "report")
 BERT_MODES = {"frozen": 0, "unfrozen": freezing.ALL, "top2": 2}
@@ -62,6 +63,10 @@ class SentimentBertSettings(RunSettings):
                                   "says 'the first two encoders').", flag="bert_mode")
     trainable_layers: Optional[object] = setting(None, "Overrides --bert_mode: train the last k encoder blocks (0 = "
                                                        "frozen, 'all' = unfrozen).")
+    # The method's settings (LoRA's rank, ...), each a flag; recorded in the results file's settings and the model's
+    # name only for a method other than the default (`study_method.recorded`): older results still match.
+    settings_lib.add_fields(vars(), study_method.fields("What of BERT trains, within --bert_mode's blocks (unfrozen "
+                                                        "or top2)"))
     pooling: str = setting("cls", "Text vector fed to the head: cls (last block's [CLS] vector), mean (mean over "
                                   "tokens), or last4_concat ([CLS] vectors of the last four hidden states "
                                   "concatenated, the BERT authors' feature-based suggestion).")
@@ -97,6 +102,7 @@ class SentimentBertSettings(RunSettings):
         "epochs": (settings_lib.at_least(1), "must be at least 1"),
         "hidden_units": (settings_lib.at_least(0), "must be 0 (the paper's logistic layer) or more"),
         "max_seq_length": (settings_lib.at_least(4), "must be at least 4"),
+        **study_method.checks("the sentiment study"),
     }
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
 
@@ -109,7 +115,14 @@ class SentimentBertSettings(RunSettings):
             self._set("trainable_layers", None)
         if self.epochs is None:
             self._set("epochs", FROZEN_EPOCHS if self.k == 0 else FINE_TUNING_EPOCHS)
+        study_method.normalise(self)
         super().__post_init__()
+
+    def check_together(self) -> list:
+        return [(self.method == methods.DEFAULT or self.k != 0,
+                 f"--method={self.method} trains inside BERT's blocks, and --bert_mode=frozen trains the head alone "
+                 "on static features: give --bert_mode=unfrozen or top2 (or --trainable_layers=k)"),
+                *study_method.rules(self, self.k)]
 
     @property
     def k(self):
@@ -119,7 +132,8 @@ class SentimentBertSettings(RunSettings):
     @property
     def model_name(self) -> str:
         k = self.k
-        return "frozen" if k == 0 else "unfrozen" if k == freezing.ALL else f"top{k}"
+        blocks = "frozen" if k == 0 else "unfrozen" if k == freezing.ALL else f"top{k}"
+        return study_method.name_part(self) + blocks  # e.g. lora_r8_unfrozen; the default method adds nothing
 
     @property
     def stem(self) -> str:
@@ -142,4 +156,4 @@ class SentimentBertSettings(RunSettings):
                 "pooling": self.pooling, "split_seed": self.seed, "test_fraction": self.test_fraction,
                 "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "hidden_units": self.hidden_units, "max_seq_length": self.max_seq_length,
-                "precision": self.precision}
+                "precision": self.precision, **study_method.recorded(self)}

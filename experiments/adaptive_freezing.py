@@ -32,7 +32,9 @@ over the cache 41-52 s. Planned with full fine-tuning at about 250-350 s per epo
 fine-tuning run of 4 epochs, about 0.4 h with scoring): per task 3 U (search), about 3 U (the static grid: k/6 of
 an epoch per k, plus its caches), 5 U (full fine-tuning), 3-4 U each for AutoFreeze and FreezeOut (about 0.6 and 0.8
 U a run), up to 3 U for the static k: about 20 U, 8 h per task, **about 24 core-hours in all** (84 runs), i.e. 4
-sessions of one core, 2 of both (`--shard`). The report estimates what is left from the runs so far.
+sessions of one core, 2 of both (`--shard`). Measured by the study's first runs (2026-11-25, core 1 of that VM):
+STS-B full fine-tuning 244-261 CPU s per epoch, a whole 4-epoch run 20 min on the core alone (U = 0.35 h). The
+report estimates what is left from the runs so far.
 
     python -m tf_transfer.experiments run adaptive_freezing --variant=cpu --dry_run
     for t in stsb mrpc sst2; do

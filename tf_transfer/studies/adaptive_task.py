@@ -22,7 +22,7 @@ float16 numbers) before training continues.
 Example:
 
 >>> settings = GlueSettings(task="sst2", method="autofreeze", preset="all_minilm_l6_v2_en", ...)  # doctest: +SKIP
->>> summary = runner.run(AdaptiveGlueTask(settings), "/tmp/af")  # doctest: +SKIP
+>>> summary = runner.run(AutoFreezeTask(settings), "/tmp/af")  # doctest: +SKIP
 >>> [event["blocks"] for event in summary["freezing"]["events"]]  # doctest: +SKIP
 """
 
@@ -71,7 +71,8 @@ def _examples(plan) -> int:
 
 
 class AdaptiveGlueTask(GlueTask):
-    """`GlueTask` with `--method=autofreeze` or `freezeout` (see the module's docstring)."""
+    """`GlueTask` whose frozen prefix grows as it trains (see the module's docstring); each method's subclass
+    (`AutoFreezeTask`, `FreezeOutTask`, its `trainer`) installs its rule."""
 
     def build(self, strategy=None) -> None:
         super().build(strategy)
@@ -94,32 +95,12 @@ class AdaptiveGlueTask(GlueTask):
                        "traces": 0, "cache_s": 0.0, "compile_s": 0.0, "previous_norms": None}
         self.traced = 0
         self._count_traces(self.model)
-        if settings.method == "autofreeze":
-            from tf_transfer.training.block_gradients import BlockGradients
+        self.gradients = None  # AutoFreeze's per-block gradient sums; FreezeOut decides by the step alone
+        self._install_rule()
 
-            self.interval = settings.freeze_interval_steps or max(1, self.total_steps // 10)
-            self.record.update(interval_steps=self.interval, percentile=settings.freeze_percentile)
-            blocks = [list(block.trainable_variables) for block in backbone.transformer_layers]
-            self.gradients = BlockGradients(self.strategy, blocks)
-            self.gradients.install(self.optimizer)
-        else:
-            self._install_freezeout()
-
-    def _install_freezeout(self) -> None:
-        from tf_transfer.models import freezing
-        from tf_transfer.training import layer_rates
-
-        settings, backbone = self.settings, self.backbone
-        times = freeze_schedules.freezeout_times(self.num_blocks, settings.freezeout_t0, settings.freezeout_scale,
-                                                 settings.min_trainable_layers)
-        self.freeze_steps = freeze_schedules.freezeout_freeze_steps(times, self.total_steps)
-        layers = [[v for layer in backbone.layers if freezing.block_of(backbone, layer) == "embeddings"
-                   for v in layer.trainable_variables]]
-        layers += [list(block.trainable_variables) for block in backbone.transformer_layers]
-        layer_rates.anneal_layers(self.optimizer, layers, times, self.total_steps, settings.freezeout_scale_lr)
-        self.gradients = None
-        self.record.update(t0=settings.freezeout_t0, scale=settings.freezeout_scale,
-                           scale_lr=settings.freezeout_scale_lr, times=times, freeze_steps=self.freeze_steps)
+    def _install_rule(self) -> None:
+        """Sets up the method's rule on the built model and optimizer (each method's subclass)."""
+        raise NotImplementedError
 
     def _count_traces(self, model) -> None:
         """Counts the traces of `model`'s training step (its Python body runs once per trace and replica)."""
@@ -217,7 +198,7 @@ class AdaptiveGlueTask(GlueTask):
         settings = self.settings
         if self.gradients is None:
             wanted = freeze_schedules.freezeout_frozen(self.global_step, self.freeze_steps)
-            why = {"rule": "freezeout", "freeze_steps": self.freeze_steps[self.frozen + 1:wanted + 1]}
+            why = {"rule": settings.method, "freeze_steps": self.freeze_steps[self.frozen + 1:wanted + 1]}
         else:
             if self.global_step % self.interval:
                 return
@@ -230,7 +211,7 @@ class AdaptiveGlueTask(GlueTask):
             self.record["previous_norms"] = norms
             self.record["decisions"].append({"step": self.global_step, "epoch": epoch, "norms": norms,
                                              "changes": changes, "threshold": threshold, "frozen_blocks": wanted})
-            why = {"rule": "autofreeze", "threshold": threshold, "changes": changes}
+            why = {"rule": settings.method, "threshold": threshold, "changes": changes}
         from tf_transfer.training import distributed
 
         wanted = distributed.from_chief(self.strategy, lambda: wanted)  # every worker freezes what the chief does
@@ -360,3 +341,36 @@ class AdaptiveGlueTask(GlueTask):
         for key in (self.cache_keys or {}).values():
             cache.forget(key)
         logging.info("froze %s", [(e["step"], e["frozen_blocks"]) for e in self.record["events"]])
+
+
+class AutoFreezeTask(AdaptiveGlueTask):
+    """`--method=autofreeze`: the blocks' gradient sums decide, every `--freeze_interval_steps`."""
+
+    def _install_rule(self) -> None:
+        from tf_transfer.training.block_gradients import BlockGradients
+
+        settings = self.settings
+        self.interval = settings.freeze_interval_steps or max(1, self.total_steps // 10)
+        self.record.update(interval_steps=self.interval, percentile=settings.freeze_percentile)
+        blocks = [list(block.trainable_variables) for block in self.backbone.transformer_layers]
+        self.gradients = BlockGradients(self.strategy, blocks)
+        self.gradients.install(self.optimizer)
+
+
+class FreezeOutTask(AdaptiveGlueTask):
+    """`--method=freezeout`: each layer freezes at its scheduled step, its rate annealed to zero by then."""
+
+    def _install_rule(self) -> None:
+        from tf_transfer.models import freezing
+        from tf_transfer.training import layer_rates
+
+        settings, backbone = self.settings, self.backbone
+        times = freeze_schedules.freezeout_times(self.num_blocks, settings.freezeout_t0, settings.freezeout_scale,
+                                                 settings.min_trainable_layers)
+        self.freeze_steps = freeze_schedules.freezeout_freeze_steps(times, self.total_steps)
+        layers = [[v for layer in backbone.layers if freezing.block_of(backbone, layer) == "embeddings"
+                   for v in layer.trainable_variables]]
+        layers += [list(block.trainable_variables) for block in backbone.transformer_layers]
+        layer_rates.anneal_layers(self.optimizer, layers, times, self.total_steps, settings.freezeout_scale_lr)
+        self.record.update(t0=settings.freezeout_t0, scale=settings.freezeout_scale,
+                           scale_lr=settings.freezeout_scale_lr, times=times, freeze_steps=self.freeze_steps)

@@ -364,7 +364,7 @@ def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: 
 
 def task_for(settings: GlueSettings, export_dir: Optional[str] = None) -> GlueTask:
     """The task of a GLUE run: `GlueTask`, or the subclass the run's method names as its `trainer` (AutoFreeze's and
-    FreezeOut's `adaptive_task.AdaptiveGlueTask`)."""
+    FreezeOut's subclasses of `adaptive_task.AdaptiveGlueTask`)."""
     import importlib
 
     from tf_transfer.models import methods

@@ -1,12 +1,13 @@
 """What `--method=autofreeze` and `--method=freezeout` share: freezing decided while training, a growing prefix
 frozen (and cached) as the run goes, from the freezing rule's scope at the start. The rule and the schedule are
-`tf_transfer.models.freeze_schedules`; the run is `tf_transfer.studies.adaptive_task.AdaptiveGlueTask`.
+`tf_transfer.models.freeze_schedules`; the run is `tf_transfer.studies.adaptive_task.AdaptiveGlueTask`, each
+method's subclass of it its `trainer`.
 
 Example:
 
 >>> from tf_transfer.models import methods
 >>> methods.get("autofreeze").trainer
-'tf_transfer.studies.adaptive_task:AdaptiveGlueTask'
+'tf_transfer.studies.adaptive_task:AutoFreezeTask'
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ class Adaptive(Method):
     backward_passes = 2  # the blocks that still train get their weights' gradients
     sweep_options = {}
     sweep_columns = ()
-    trainer = "tf_transfer.studies.adaptive_task:AdaptiveGlueTask"
 
     def check_together(self, settings) -> list:
         return [

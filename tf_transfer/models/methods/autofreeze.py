@@ -40,4 +40,5 @@ class AutoFreeze(adaptive.Adaptive):
                               "must be in (0, 100]"),
         **adaptive.checks(),
     }
+    trainer = "tf_transfer.studies.adaptive_task:AutoFreezeTask"
     older_runs = {"freeze_interval_steps": None, "freeze_percentile": 50.0, "min_trainable_layers": 1}

@@ -41,5 +41,6 @@ class FreezeOut(adaptive.Adaptive):
         "freezeout_scale": settings_lib.one_of(SCALES),
         **adaptive.checks(),
     }
+    trainer = "tf_transfer.studies.adaptive_task:FreezeOutTask"
     older_runs = {"min_trainable_layers": 1, "freezeout_t0": 0.8, "freezeout_scale": "cubic",
                   "freezeout_scale_lr": True}

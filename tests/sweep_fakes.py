@@ -4,17 +4,15 @@ epoch takes `EPOCH_S` seconds, and a run resumes from its folder's `summary.json
 
 A process on the sweep, as a test starts it (prints "ended: done|budget" and the report's recommendation line):
 
-    python tests/sweep_fakes.py URL NAME RUNS_DIR BUDGET_S [isolate]
+    python tests/sweep_fakes.py URL NAME RUNS_DIR BUDGET_S
 
-`isolate` trains each trial in a child process (`tf_transfer.core.isolated`); a file `die_after_epoch` in the
-sweep's folder makes the next run that finishes an epoch kill its process (SIGKILL), once.
+(A real trainer child killed in a sweep: tests/sweep_children.py.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 
@@ -39,7 +37,7 @@ def train(where, trial_id, settings, folder, keep_s):
     budget says, resumes from its folder."""
     import optuna
 
-    from tf_transfer.studies import sweep, sweep_storage, sweep_trial
+    from tf_transfer.studies import sweep, sweep_trial
 
     study = sweep.load(where)
     trial = optuna.trial.Trial(study, trial_id)
@@ -60,34 +58,32 @@ def train(where, trial_id, settings, folder, keep_s):
     pruned_at = sweep_trial.resume_reports(trial, summary["epochs"], "accuracy", best_so_far, len(curve))
     if pruned_at:
         return {**result, "pruned": True, "pruned_at": pruned_at, "cut": "pruned", "epochs": len(summary["epochs"])}
-    taken = trial.user_attrs.get("started_at") or time.time()  # as train_trial counts it
+    start = time.time()
+    taken, ends = min(trial.user_attrs.get("started_at") or start, start), []  # as train_trial counts them
     for epoch in range(len(summary["epochs"]) + 1, len(curve) + 1):
         time.sleep(EPOCH_S)
         summary["epochs"].append({"epoch": epoch, "val": {"accuracy": curve[epoch - 1]}, "epoch_time_s": EPOCH_S,
                                   "train_time_s": EPOCH_S * epoch})
         summary["best_epoch"] = 1 + max(range(epoch), key=lambda i: curve[i])
         _write(folder, summary)
-        trial.set_user_attr("train_s", time.time() - taken)
+        ends.append(time.time() - start)
+        epoch_s = sweep_trial.epoch_wall(ends, EPOCH_S)
         if sweep.report_epoch(trial, best_so_far(curve[epoch - 1]), epoch, len(curve)):
+            sweep_trial.reserve_rest(study, trial, taken, 0.0, epoch_s, keep_s)
             summary["epochs"][-1]["sweep"] = "pruned"
             _write(folder, summary)
             return {**result, "pruned": True, "cut": "pruned", "epochs": epoch}
-        if not sweep_storage.reserve(study, trial, time.time() - taken + 1.1 * EPOCH_S,
-                                     study.user_attrs["budget_s"] - keep_s):
+        last = epoch == len(curve)
+        if not sweep_trial.reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s) and not last:
             summary["epochs"][-1]["sweep"] = "budget"
             _write(folder, summary)
             return {**result, "cut": "budget", "epochs": epoch, "value": max(curve[:epoch])}
-        marker = os.path.join(os.path.dirname(os.path.dirname(folder)), "die_after_epoch")
-        if os.path.exists(marker):  # killed once its epoch is recorded and reported, as a real run can be
-            os.remove(marker)
-            os.kill(os.getpid(), signal.SIGKILL)
     summary["completed"] = True
     _write(folder, summary)
     return {**result, "value": max(curve), "epochs": len(curve)}
 
 
-def main(url: str, name: str, runs_dir: str, budget_s: float, isolate: bool = False) -> None:
-    from tf_transfer.core import isolated
+def main(url: str, name: str, runs_dir: str, budget_s: float) -> None:
     from tf_transfer.reporting import sweep_report
     from tf_transfer.studies import sweep
 
@@ -97,14 +93,11 @@ def main(url: str, name: str, runs_dir: str, budget_s: float, isolate: bool = Fa
     # The constant prediction of every seed's split, known: the report judges without data to read.
     study.set_user_attr("constant", {str(seed): CONSTANT for seed in range(3)})
 
-    def run(*args):
-        return isolated.call(train, *args) if isolate else train(*args)
-
-    ended = sweep.run_sweep(study, where, sweep_dir, run, top=1, seeds=2, log=lambda line: print(line, flush=True))
+    ended = sweep.run_sweep(study, where, sweep_dir, train, top=1, seeds=2, log=lambda line: print(line, flush=True))
     _, line = sweep_report.write_report(study, sweep_dir, sweep_dir)
     print(f"ended: {ended}", flush=True)
     print(line, flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), "isolate" in sys.argv[5:])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))

@@ -283,6 +283,7 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
         with sweep_storage.heartbeat(study, trial):
             try:  # a seed-0 run that goes on past its first rung stops before it eats into the seed round's share
                 result = train_trial(where, trial._trial_id, settings, folder, reserve)
+                ended = time.time()  # what follows is the sweep's record of the run, not the run
             except BrokenProcessPool as e:  # killed (the OOM killer, a signal): its checkpoint is still there
                 _keep_run(trial, folder)
                 sweep_storage.retry(study, trial, f"its training process died ({e or 'killed'})", log)
@@ -294,7 +295,7 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
                 log(f"[sweep] {name} seed {seed} failed: {type(e).__name__}: {e}")
                 return
             _keep_run(trial, folder, result.get("pruned_at"))
-            _tell(study, trial, name, result, start, max_epochs, log)
+            _tell(study, trial, name, result, start, ended, max_epochs, log)
     except optuna.exceptions.UpdateFinishedTrialError:
         log(f"[sweep] {name} seed {seed}: another process took this one for dead (no heartbeat for "
             f"{sweep_storage.GRACE_BEATS} beats) and queued its trial again; its run stays in {folder}")
@@ -339,16 +340,24 @@ def _await_reference(study, waiting: list, running: bool, max_epochs: int, log: 
         _set_first_rung(study, None, {}, max_epochs, log)
 
 
-def _tell(study, trial, name: str, result: dict, start: float, max_epochs: int, log: Callable) -> None:
-    """Records a finished trial: what the budget's estimates need, and its state (the reference: the first rung)."""
+def _tell(study, trial, name: str, result: dict, start: float, ended: float, max_epochs: int,
+          log: Callable) -> None:
+    """Records a finished trial (its run ended at `ended`): what the budget's estimates need, and its state (the
+    reference: the first rung)."""
     import optuna
 
-    trial.set_user_attr("train_s", time.time() - start)  # the whole trial's wall time, start-up included
+    # The whole run's wall time, start-up included, from when its trial was taken (as the run counts what it spent),
+    # and what it spent after its last epoch's reservation (the run's `train_s` then, written by its own process).
+    last_epoch_s = study._storage.get_trial(trial._trial_id).user_attrs.get("train_s") or 0.0
+    spent = ended - min(trial.user_attrs.get("started_at") or start, start)
+    trial.set_user_attr("train_s", spent)
+    if last_epoch_s > 0.0:  # an epoch trained in this try
+        trial.set_user_attr("tail_s", spent - last_epoch_s)
     for key in ("epoch_time_s", "epochs", "cache_build_s", "startup_s", "cut", "num_layers"):
         trial.set_user_attr(key, result.get(key))
     if result.get("startup_s") is not None and result.get("elapsed_s") is not None:
         # A run in a child process: its start-up includes starting the process, which only this one sees.
-        spawn = max(time.time() - start - result["elapsed_s"], 0.0)
+        spawn = max(ended - start - result["elapsed_s"], 0.0)
         trial.set_user_attr("startup_s", result["startup_s"] + spawn)
     if trial.user_attrs.get("reference"):
         _set_first_rung(study, name, result, max_epochs, log)
@@ -381,8 +390,9 @@ def _shape(settings: dict) -> tuple:
 
 def estimate_s(study, found: dict, trial) -> Optional[float]:
     """Seconds a queued trial is expected to take, from what earlier trials measured: a seed-round run, its
-    candidate's seed-0 run (start-up to its stopping rule); any other, start-up, the frozen-prefix cache's build
-    and the epochs to the first rung (the reference: one epoch). None before anything was measured.
+    candidate's seed-0 run (start-up to its stopping rule); any other, start-up, the frozen-prefix cache's build,
+    the epochs to the first rung (the reference: one epoch) and the tail after them (`sweep_storage.tail_s`). None
+    before anything was measured.
 
     Per epoch, runs of the same method, depth and cache (the slowest of them); else any measured run scaled by its
     work per step (`relative_cost`). The cache's build, the same shape's; else a measured one scaled by the frozen
@@ -419,10 +429,11 @@ def estimate_s(study, found: dict, trial) -> Optional[float]:
                                                                   ["trainable_layers"], 1) for t in built)
                  if built and layers else epoch)
     startup = max(t.user_attrs.get("startup_s") or 0.0 for t in measured)
+    tail = max(t.user_attrs.get("tail_s") or 0.0 for t in measured)  # its record after its last epoch
     epochs = 1 if trial.user_attrs.get("reference") else int(study.user_attrs.get("first_rung") or 1)
     if trial.user_attrs.get("seed_round"):
         epochs = int(study.user_attrs["base"].get("max_epochs", 9))
-    return startup + cache + epochs * epoch
+    return startup + cache + epochs * epoch + tail
 
 
 def _seed_round_candidates(study, top: int) -> list:

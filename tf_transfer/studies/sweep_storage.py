@@ -304,6 +304,15 @@ def committed_s(study, but: Optional[int] = None) -> float:
     return total
 
 
+def tail_s(study, unmeasured_s: float) -> float:
+    """Seconds a trial spends after its last epoch's reservation (its run's final writes, its training process's
+    exit, its record read back): the longest any trial of the sweep took (`tail_s`, measured when it is told),
+    else `unmeasured_s` until one has measured it."""
+    tails = [t.user_attrs["tail_s"] for t in study.get_trials(deepcopy=False)
+             if t.user_attrs.get("tail_s") is not None]
+    return max(tails) if tails else float(unmeasured_s)
+
+
 def reserve(study, trial, seconds: float, budget_s: float) -> bool:
     """Reserves `seconds` of the budget for `trial` (running), then reads the ledger again: True where everything
     spent and reserved, this too, fits in `budget_s`. Every process writes its reservation before it reads, so of

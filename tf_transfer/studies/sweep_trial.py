@@ -55,26 +55,37 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
 
     def after_epoch(epoch_record: dict) -> bool:
         state["at"].append(time.time() - start)
-        spent = time.time() - taken  # the trial's time so far as the sweep counts it: the child's start-up too
-        trial.set_user_attr("train_s", spent)
         best = best_so_far(epoch_record["val"][metric])
+        epoch_s = epoch_wall(state["at"], epoch_record["epoch_time_s"])
         if is_reference and floor is not None and (floor - best if lower else best - floor) >= sweep.MARGIN:
             state["learned_at"] = epoch_record["epoch"]
             epoch_record["sweep"] = "reference"
-            return True
-        if sweep.report_epoch(trial, best, epoch_record["epoch"], task.max_epochs):
+        elif sweep.report_epoch(trial, best, epoch_record["epoch"], task.max_epochs):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
-            return True
-        next_end = spent + 1.1 * _epoch_wall(state["at"], epoch_record["epoch_time_s"])
-        if not sweep_storage.reserve(study, trial, next_end, study.user_attrs["budget_s"] - keep_s):
-            trial.set_user_attr("reserved_s", spent)
+        last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.max_epochs
+        if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s) and not last:
             epoch_record["sweep"] = "budget"
-            return True
-        return False
+        return epoch_record.get("sweep") is not None
 
     task.after_epoch = after_epoch
     return _trial_result(runner.run(task, folder), metric, state, done_before, start)
+
+
+def reserve_rest(study, trial, taken: float, next_epoch_s: float, epoch_s: float, keep_s: float) -> bool:
+    """After an epoch (its score reported): records what the trial has spent since it was taken (`taken`: the
+    child's start-up too) and reserves what it will still spend, its next epoch (`next_epoch_s` and a tenth more; 0
+    where the run ends here) and its tail (`sweep_storage.tail_s`; one epoch, `epoch_s`, until a trial has measured
+    it), so that what the trial finally spends is what it reserved. False where that does not fit in the budget
+    less `keep_s`: the run stops here, and keeps its tail alone reserved."""
+    tail = sweep_storage.tail_s(study, epoch_s)
+    spent = time.time() - taken
+    trial.set_user_attr("train_s", spent)
+    fits = sweep_storage.reserve(study, trial, spent + 1.1 * next_epoch_s + tail,
+                                 study.user_attrs["budget_s"] - keep_s)
+    if not fits and next_epoch_s:
+        trial.set_user_attr("reserved_s", spent + tail)
+    return fits
 
 
 def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last_epoch: int) -> Optional[int]:
@@ -102,7 +113,7 @@ def _trial_result(summary: dict, metric: str, state: dict, done_before: int, sta
     best = next((e for e in epochs if e["epoch"] == summary.get("best_epoch")), None)
     pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in epochs)
     cut = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), None)
-    wall = _epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
+    wall = epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
     built = summary.get("cache_build_s") or 0.0
     return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,
             "learned_at": state["learned_at"], "epoch_time_s": wall, "epochs": len(epochs),
@@ -111,7 +122,7 @@ def _trial_result(summary: dict, metric: str, state: dict, done_before: int, sta
             "elapsed_s": time.time() - start}
 
 
-def _epoch_wall(marks: list, first_epoch_s: float) -> float:
+def epoch_wall(marks: list, first_epoch_s: float) -> float:
     """Wall seconds per epoch, its evaluation included: the longest gap between two epochs' ends, or the first
     epoch's training time while only one has ended."""
     gaps = [b - a for a, b in zip(marks, marks[1:])]

@@ -253,6 +253,25 @@ def _run_in_process(module: str, args: tuple, env: dict):
                                        stderr.getvalue())
 
 
+def copy_when_saved(monkeypatch, when, output_dir, killed) -> None:
+    """Makes a run in `output_dir` copy that folder to `killed` right after it saved an epoch for which
+    `when(run_folder, epoch)` holds: the folder a run killed there (kill -9) leaves, but for its lock files (a dead
+    process's lock is taken over: tests/training/test_locks.py). A test of resuming then needs no run of its own
+    that is killed: the unbroken run leaves it, so what that run trained before the kill is not trained twice."""
+    import shutil
+
+    from tf_transfer.training.run_folder import RunFolder
+
+    save_epoch = RunFolder.save_epoch
+
+    def save_then_copy(self, epoch, model, optimizer=None):
+        save_epoch(self, epoch, model, optimizer)
+        if when(self, epoch) and not os.path.exists(killed):
+            shutil.copytree(output_dir, killed, ignore=shutil.ignore_patterns("lock.json", ".lock-draft-*"))
+
+    monkeypatch.setattr(RunFolder, "save_epoch", save_then_copy)
+
+
 def quora_rows(n: int, empty_label: bool = True) -> str:
     """CS224N Quora layout: unnamed index column, float labels, and (`empty_label`) one row with an empty label,
     which the readers skip."""

@@ -11,9 +11,8 @@ from tf_transfer.models import freeze_schedules as fs
 from tf_transfer.studies import glue_task
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import record
-from tf_transfer.training.run_folder import RunFolder
 
-from conftest import run_module
+from conftest import copy_when_saved, run_module
 from study_runs import GROUP
 
 
@@ -154,8 +153,11 @@ def _settings(glue_dir, preset, **overrides):
 def test_autofreeze_records_its_freezes_and_resumes_after_one_with_the_same_numbers(glue_dir, tiny_preset, tmp_path,
                                                                                      monkeypatch, capsys):
     """Killed right after epoch 1 (whose step 4 froze the embeddings and blocks 0-1; the gradient sums of an
-    unfinished interval pending), the rerun replays the freeze and ends with the unbroken run's numbers."""
+    unfinished interval pending), the rerun replays the freeze and ends with the unbroken run's numbers. What the
+    kill leaves is the unbroken run's folder as it was right after epoch 1 was saved (`conftest.copy_when_saved`),
+    so that the killed run's first epoch is not trained a second time."""
     settings = _settings(glue_dir, tiny_preset, max_epochs=2)
+    copy_when_saved(monkeypatch, lambda folder, epoch: epoch == 1, tmp_path / "straight", tmp_path / "resumed")
     straight = glue_task.run_glue(settings, str(tmp_path / "straight"))
     freezing = straight["freezing"]
     events = freezing["events"]
@@ -179,16 +181,7 @@ def test_autofreeze_records_its_freezes_and_resumes_after_one_with_the_same_numb
     assert shown.startswith(f"autofreeze: k={3 - events[-1]['frozen_blocks']} at the end; froze "
                             f"{events[0]['frozen_blocks']}@{events[0]['step']}"), shown
 
-    original_save = RunFolder.save_epoch
-
-    def save_then_die(self, epoch, model, optimizer=None):
-        original_save(self, epoch, model, optimizer)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(RunFolder, "save_epoch", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        glue_task.run_glue(settings, str(tmp_path / "resumed"))
-    monkeypatch.setattr(RunFolder, "save_epoch", original_save)
+    assert [e["epoch"] for e in record.read_summary(str(tmp_path / "resumed"))["epochs"]] == [1]
     resumed = glue_task.run_glue(settings, str(tmp_path / "resumed"))
     assert [r["after_epoch"] for r in resumed["resumes"]] == [1]
     timings = ("cache_s", "compile_s")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import run_module
+from conftest import copy_when_saved, run_module
 from study_runs import GROUP
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import labelled_texts as texts
@@ -23,7 +23,6 @@ from tf_transfer.studies import sentiment_results as study
 from tf_transfer.studies import sentiment_settings
 from tf_transfer.studies import sentiment_bert as bert
 from tf_transfer.studies import sentiment_sparse as sparse
-from tf_transfer.training.run_folder import RunFolder
 
 KAGGLE_HEADER = ["id", "keyword", "location", "text", "target"]
 # Words the tiny preset's vocabulary knows, so that the BERT tests tokenize to real ids rather than [UNK].
@@ -452,8 +451,8 @@ def test_report_without_results_is_an_error(tmp_path):
 
 # ----------------------------------------------------------------------------------------------------------------
 # Resuming and precision. A real SIGKILL of a training subprocess is tested in tests/test_resume.py (the GLUE entry
-# point, whose checkpoints this study reuses); here the kill is an exception raised right after a unit of work was
-# saved, which is the moment a kill loses the least, in-process and cheaply.
+# point, whose checkpoints this study reuses); here the kill is the unbroken run's folder copied right after a unit
+# of work was saved (conftest.copy_when_saved), which is the moment a kill loses the least, in-process and cheaply.
 
 
 @pytest.mark.parametrize("mode, epochs, method", [
@@ -467,20 +466,12 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
     settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs,
                                                         batch_size=8, **method)
-    straight = bert.run_bert(data, str(tmp_path / "straight"), settings)
     output_dir = str(tmp_path / "resumed")
     work_dir = os.path.join(output_dir, settings.work_name)
-
-    save_epoch = RunFolder.save_epoch
-
-    def killed_after_seed1_epoch1(self, epoch, model, optimizer=None):
-        save_epoch(self, epoch, model, optimizer)
-        if self.summary["seed"] == 1 and epoch == 1:
-            raise KeyboardInterrupt  # as if the process died right after seed 1's first epoch was saved
-
-    monkeypatch.setattr(RunFolder, "save_epoch", killed_after_seed1_epoch1)
-    with pytest.raises(KeyboardInterrupt):
-        bert.run_bert(data, output_dir, settings)
+    # What a process killed right after seed 1's first epoch was saved leaves: the unbroken run's folder then.
+    copy_when_saved(monkeypatch, lambda folder, epoch: folder.summary["seed"] == 1 and epoch == 1,
+                    tmp_path / "straight", output_dir)
+    straight = bert.run_bert(data, str(tmp_path / "straight"), settings)
     with open(os.path.join(output_dir, settings.file_name)) as f:
         partial = json.load(f)
     assert [run["seed"] for run in partial["runs"]] == [0] and partial["completed"] is False
@@ -489,7 +480,6 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
     assert in_progress["seed"] == 1 and [e["epoch"] for e in in_progress["epochs"]] == [1]
     assert sorted(os.listdir(work_dir)) == ["checkpoint-epoch1.npz", "summary.json"]
 
-    monkeypatch.setattr(RunFolder, "save_epoch", save_epoch)
     trained = []
     shared = bert.FrozenFeatures if mode == "frozen" else bert.FineTuning
     build_seed = shared.build

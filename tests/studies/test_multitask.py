@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conftest import REPO, SENTENCES, TWO_CPUS, make_tiny_backbone, run_module
+from conftest import REPO, SENTENCES, TWO_CPUS, copy_when_saved, make_tiny_backbone, run_module
 from study_runs import GROUP, run_study
 from tf_transfer.data import cs224n as multitask_data
 from tf_transfer.core.errors import TransferError
@@ -484,29 +484,19 @@ def test_every_paper_flagfile_gives_valid_settings():
 
 
 def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, one_block_preset, tmp_path, monkeypatch):
-    """Three runs of the same settings (straight, interrupted, resumed) on the one-block preset: every variable
-    trains (embeddings, the block, pooler, heads) and dropout is on, so the resume has weights, optimizer slots,
-    dropout RNG and data order to continue, at a third of the 3-block preset's traces."""
+    """A straight run and its resume on the one-block preset: every variable trains (embeddings, the block, pooler,
+    heads) and dropout is on, so the resume has weights, optimizer slots, dropout RNG and data order to continue, at
+    a third of the 3-block preset's traces. What a process killed right after epoch 1 was saved leaves is the
+    straight run's folder then (`conftest.copy_when_saved`)."""
     from tf_transfer.studies import multitask_task as multitask
     from tf_transfer.studies.multitask_settings import MultitaskSettings
-    from tf_transfer.training import checkpoints
 
     settings = MultitaskSettings(
         data_dir=cs224n_dir, preset=one_block_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,
         max_seq_length=32, max_train_examples=16)
-    straight = multitask.run_multitask(settings, str(tmp_path / "straight"))
-
-    original_prune = checkpoints.prune
-
-    def die_after_epoch_one(output_dir, keep_epoch):
-        original_prune(output_dir, keep_epoch)
-        if keep_epoch == 1:
-            raise KeyboardInterrupt  # as if the process died right after epoch 1 was saved
-
-    monkeypatch.setattr(checkpoints, "prune", die_after_epoch_one)
     resumed_dir = str(tmp_path / "resumed")
-    with pytest.raises(KeyboardInterrupt):
-        multitask.run_multitask(settings, resumed_dir)
+    copy_when_saved(monkeypatch, lambda folder, epoch: epoch == 1, tmp_path / "straight", resumed_dir)
+    straight = multitask.run_multitask(settings, str(tmp_path / "straight"))
     with open(os.path.join(resumed_dir, "summary.json")) as f:
         partial = json.load(f)
     assert partial["completed"] is False and [e["epoch"] for e in partial["epochs"]] == [1]
@@ -517,7 +507,6 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, one_block_prese
         with pytest.raises(TransferError, match="other settings"):
             multitask.run_multitask(changed, resumed_dir)
 
-    monkeypatch.setattr(checkpoints, "prune", original_prune)
     resumed = multitask.run_multitask(settings, resumed_dir)
     assert resumed["completed"] is True and [e["epoch"] for e in resumed["epochs"]] == [1, 2]
     assert resumed["epochs"][0] == partial["epochs"][0] and [r["after_epoch"] for r in resumed["resumes"]] == [1]

@@ -15,6 +15,16 @@ def _two_logical_cpus():
     """Two logical CPU devices for the whole test run, so that MirroredStrategy tests run in this process (logical
     devices can only be set before TensorFlow initialises). Other tests place their work on the first, as before.
 
+    Grappler's graph rewrites are off in the test processes (`disable_meta_optimizer`; also in the two-worker
+    test's worker processes, tests/training/multi_worker_worker.py): each test's graphs run a few steps on a few
+    dozen examples, and optimising them cost more than running them. Measured on 2026-11-26 (2-core AMD EPYC, AVX2)
+    on the distributed tests' five one-device runs (tests/study_runs.py), one process each way on one core: 38.8 CPU
+    seconds with the rewrites, 27.5 without (GLUE 8.8 -> 6.6, stack 5.3 -> 4.0, multitask 7.2 -> 4.1, AutoFreeze
+    10.5 -> 7.6, sentiment 7.0 -> 5.2), the same losses to float32 rounding (most bit for bit). What the tests
+    compare (a resumed run with an unbroken one, a strategy with one device) is computed the same way on both
+    sides; the commands, studies and benchmarks keep TensorFlow's default. Tests that start a command in a process
+    of its own (`run_module(..., process=True)`) run with the default too.
+
     TensorFlow's C++ start-up lines (written to file descriptor 2 before any log level applies; the quiet start of
     `tf_transfer.core.quiet` is off under pytest) are sent to /dev/null while it loads: each test process would
     print them, and pytest-xdist shows its workers' after the summary."""
@@ -27,6 +37,7 @@ def _two_logical_cpus():
 
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     finally:
         os.dup2(saved, 2)
         os.close(saved)

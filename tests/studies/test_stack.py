@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO, SENTENCES, TWO_CPUS, VOCAB, quora_rows, run_module
+from conftest import REPO, SENTENCES, TWO_CPUS, VOCAB, copy_when_saved, quora_rows, run_module
 from study_runs import GROUP, run_study
 from tf_transfer.core import ner_metrics
 from tf_transfer.data import stack_data
@@ -363,16 +363,18 @@ def test_every_heads_layers_compute_in_float32_under_mixed_precision(one_block_p
 
 
 def test_quora_stack_and_finetune_end_to_end(tmp_path, one_block_preset):
+    """The command, both phases, the record, a rerun and a refusal. The MLP head: every head's own step, save and
+    load are test_every_head_trains_a_step_and_survives_save_and_load's (BiMPM's graph took 25 s of tracing here,
+    half this test's time, and checked nothing of the command)."""
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     output_dir = tmp_path / "run"
-    done = run_module("tf_transfer.stack", "--task=quora", f"--data={data}", "--head=bimpm",
+    done = run_module("tf_transfer.stack", "--task=quora", f"--data={data}", "--head=mlp",
                       "--strategy=stack_and_finetune", f"--preset={one_block_preset}", "--phase1_epochs=1",
-                      "--max_epochs=2", "--batch_size=8", "--head_units=8", "--perspectives=4",
-                      f"--output_dir={output_dir}")
+                      "--max_epochs=2", "--batch_size=8", "--head_units=8", f"--output_dir={output_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
     with open(output_dir / "summary.json") as f:
         summary = json.load(f)
-    assert summary["completed"] is True and summary["head"] == "bimpm" and summary["metric"] == "accuracy"
+    assert summary["completed"] is True and summary["head"] == "mlp" and summary["metric"] == "accuracy"
     assert [e["phase"] for e in summary["epochs"]] == [1, 2]
     assert set(summary["epochs"][0]["val"]) == {"accuracy", "f1"} and "gap" in summary["epochs"][0]
     phase1, phase2 = summary["phases"]
@@ -433,66 +435,28 @@ def _same_numbers(a: dict, b: dict) -> None:
     assert strip(b) == strip(a)
 
 
-def _killed_after(monkeypatch, epoch: int, config, output_dir: str) -> None:
-    """Runs `config` in `output_dir` as if the process died right after `epoch`'s checkpoint and summary were
-    written; checks that they were."""
+@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
+def test_interrupted_stack_run_resumes_in_its_phase_and_across_the_switch_to_the_same_numbers(
+        tmp_path, one_block_preset, monkeypatch):
+    """--method=lora: phase 1 (two epochs) trains the head alone, phase 2 LoRA's updates, the pooler and the head.
+    Killed right after epoch 1 (inside phase 1), or right after epoch 2 (phase 1's last: the next start makes LoRA's
+    weights where the unbroken run did, at the build, and phase 2's fresh optimizer), a run resumes to the unbroken
+    run's numbers. What each kill leaves is the unbroken run's folder at that moment (conftest.copy_when_saved).
+    Freezing by blocks shares all of it but LoRA's weights; the GLUE trainer's resume is tested with a real SIGKILL
+    (test_resume.py) and shares this checkpoint code."""
     from tf_transfer.studies import stack_ensemble as stack_training
     from tf_transfer.training import checkpoints, record
-
-    original_prune = checkpoints.prune
-
-    def die_after(folder, keep_epoch):
-        original_prune(folder, keep_epoch)
-        if keep_epoch == epoch:
-            raise KeyboardInterrupt  # the checkpoint and the summary of this epoch are written
-
-    monkeypatch.setattr(checkpoints, "prune", die_after)
-    with pytest.raises(KeyboardInterrupt):
-        stack_training.run_stack(config, output_dir)
-    monkeypatch.setattr(checkpoints, "prune", original_prune)
-    partial = record.read_summary(output_dir)
-    assert partial["completed"] is False and len(partial["epochs"]) == epoch
-    assert os.path.exists(checkpoints.path(output_dir, epoch))
-
-
-@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
-def test_interrupted_stack_run_resumes_in_its_phase_to_the_same_numbers(tmp_path, one_block_preset, monkeypatch):
-    """Interrupted after epoch 1 (inside phase 1), then after epoch 2 (phase 1's last: the next start is phase 2's
-    fresh optimizer), each time as if the process died right after the epoch was saved. The GLUE trainer's
-    resume is tested with a real SIGKILL (test_resume.py); this one shares that checkpoint code."""
-    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.training.run_folder import RunFolder
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    straight = stack_training.run_stack(_stack_config(data, one_block_preset), str(tmp_path / "straight"))
+    config = _stack_config(data, one_block_preset, method="lora", lora_rank=2)
+    unbroken, save_epoch = tmp_path / "straight", RunFolder.save_epoch
+    for kill_after in (1, 2):
+        copy_when_saved(monkeypatch, lambda folder, epoch, kill_after=kill_after: epoch == kill_after, unbroken,
+                        tmp_path / f"killed_after_{kill_after}")
+    straight = stack_training.run_stack(config, str(unbroken))
+    monkeypatch.setattr(RunFolder, "save_epoch", save_epoch)
     assert [e["phase"] for e in straight["epochs"]] == [1, 1, 2]
-
-    output_dir = str(tmp_path / "resumed")
-    for stop_after in (1, 2):
-        _killed_after(monkeypatch, stop_after, _stack_config(data, one_block_preset), output_dir)
-    resumed = stack_training.run_stack(_stack_config(data, one_block_preset), output_dir)
-
-    assert resumed["completed"] is True and [r["after_epoch"] for r in resumed["resumes"]] == [1, 2]
-    assert [p["first_epoch"] for p in resumed["phases"]] == [1, 3]
-    assert [p["ended_by"] for p in resumed["phases"]] == ["phase1_epochs", "max_epochs"]
-    for a, b in zip(straight["epochs"], resumed["epochs"], strict=True):
-        _same_numbers(a, b)  # weights, optimizer state, dropout RNG and data order all continued
-    times = [e["epoch_time_s"] for e in resumed["epochs"]]
-    assert [e["train_time_s"] for e in resumed["epochs"]] == pytest.approx(list(np.cumsum(times)))
-    assert not [f for f in os.listdir(output_dir) if f.startswith("checkpoint-")]
-    assert resumed["precision"] == "float32" and resumed["config"]["precision"] == "float32"
-
-
-@pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
-def test_lora_in_phase_2_is_recorded_and_resumes_across_the_phase_switch_to_the_same_numbers(
-        tmp_path, one_block_preset, monkeypatch):
-    """--method=lora: phase 1 trains the head alone, phase 2 LoRA's updates, the pooler and the head. Killed right
-    after phase 1's last epoch, the resume makes LoRA's weights where the unbroken run did (at the build) and trains
-    phase 2 to the unbroken run's numbers."""
-    from tf_transfer.studies import stack_ensemble as stack_training
-
-    data = write(tmp_path / "quora-dev.csv", quora_rows(40))
-    config = _stack_config(data, one_block_preset, method="lora", lora_rank=2, phase1_epochs=1, max_epochs=2)
-    straight = stack_training.run_stack(config, str(tmp_path / "straight"))
     assert straight["method"] == "lora" and straight["lora"]["rank"] == 2
     assert {k: straight["config"][k] for k in ("method", "lora_rank")} == {"method": "lora", "lora_rank": 2}
     assert config.default_output_dir("runs") == "runs/stack/quora/lora_r2_linear_stack_and_finetune/seed0"
@@ -502,12 +466,22 @@ def test_lora_in_phase_2_is_recorded_and_resumes_across_the_phase_switch_to_the_
     assert straight["lora"]["weights"] == 128
     assert phase2["trainable_params"] - phase1["trainable_params"] == 128 + 272
 
-    output_dir = str(tmp_path / "resumed")
-    _killed_after(monkeypatch, 1, config, output_dir)
-    resumed = stack_training.run_stack(config, output_dir)
-    assert [r["after_epoch"] for r in resumed["resumes"]] == [1] and resumed["lora"] == straight["lora"]
-    for a, b in zip(straight["epochs"], resumed["epochs"], strict=True):
-        _same_numbers(a, b)
+    for kill_after in (1, 2):
+        output_dir = str(tmp_path / f"killed_after_{kill_after}")
+        partial = record.read_summary(output_dir)
+        assert partial["completed"] is False and len(partial["epochs"]) == kill_after
+        assert os.path.exists(checkpoints.path(output_dir, kill_after))
+        resumed = stack_training.run_stack(config, output_dir)
+        assert resumed["completed"] is True and [r["after_epoch"] for r in resumed["resumes"]] == [kill_after]
+        assert [p["first_epoch"] for p in resumed["phases"]] == [1, 3]
+        assert [p["ended_by"] for p in resumed["phases"]] == ["phase1_epochs", "max_epochs"]
+        assert resumed["lora"] == straight["lora"]
+        for a, b in zip(straight["epochs"], resumed["epochs"], strict=True):
+            _same_numbers(a, b)  # weights, optimizer state, dropout RNG and data order all continued
+        times = [e["epoch_time_s"] for e in resumed["epochs"]]
+        assert [e["train_time_s"] for e in resumed["epochs"]] == pytest.approx(list(np.cumsum(times)))
+        assert not [f for f in os.listdir(output_dir) if f.startswith("checkpoint-")]
+        assert resumed["precision"] == "float32" and resumed["config"]["precision"] == "float32"
 
 
 def test_a_methods_choice_survives_phase_1_and_trains_there_with_method_in_phase1(one_block_preset):

@@ -23,7 +23,12 @@ from study_runs import run_study  # noqa: E402  (after the path)
 
 
 def main(spec_path: str, output_root: str) -> None:
-    from tf_transfer.core import strategies
+    from tf_transfer.core import strategies  # before TensorFlow: its environment settings, as in a command
+
+    import tensorflow as tf
+
+    # As in the test process whose one-device runs these are compared with (tests/conftest.py says why).
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
     with open(spec_path) as f:
         specs = json.load(f)

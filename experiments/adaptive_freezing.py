@@ -52,7 +52,7 @@ from experiments.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, G
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 
 TASKS = ["stsb", "mrpc", "sst2"]
 SEEDS = [1, 2, 3, 4, 5]
@@ -80,7 +80,7 @@ def _grid_probe(settings: dict, lr: float, k: int) -> dict:
 
 
 def _completed(runs_dir: str, study: Grid, settings: dict):
-    summary = record.read_summary(studies.run_dir(runs_dir, study, settings))
+    summary = run_record.read_summary(studies.run_dir(runs_dir, study, settings))
     return summary if summary and summary.get("completed") else None
 
 

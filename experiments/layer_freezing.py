@@ -24,7 +24,7 @@ import os
 from collections import defaultdict
 
 from tf_transfer.core import stats
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.studies import grid as studies
@@ -64,7 +64,7 @@ def searched_lr(settings: dict, runs_dir: str, study: Grid):
         if probe.get("cache_frozen"):  # the full model has nothing frozen to cache (and so no cache folder)
             probe["cache_frozen"] = False
             probe.pop("cache_dir", None)
-        summary = record.read_summary(studies.run_dir(runs_dir, study, probe))
+        summary = run_record.read_summary(studies.run_dir(runs_dir, study, probe))
         if not summary or not summary.get("completed"):
             return None
         score = final_score(summary, "val")

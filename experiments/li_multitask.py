@@ -19,7 +19,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.studies.grid import Grid, Variant, run_dir
 from tf_transfer.studies.multitask_settings import MultitaskSettings
 from tf_transfer.studies.multitask_study import STUDY
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 
 FLAGFILE = "flags/li_common.flags"
 ROWS = ("li_heads_first", "li_heads_then_finetune", "li_finetune", "li_pooling_mean", "li_pooling_mixed", "li_llrd",
@@ -41,7 +41,7 @@ def row_settings(row: str) -> dict:
 def heads_first_run(settings: dict, runs_dir: str, grid: Grid):
     """The folder of the completed `li_heads_first` run, or None while it is not."""
     folder = run_dir(runs_dir, grid, {**settings, "part": "li_heads_first"})
-    summary = record.read_summary(folder)
+    summary = run_record.read_summary(folder)
     return folder if summary and summary.get("completed") else None
 
 

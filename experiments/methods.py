@@ -24,7 +24,7 @@ from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 from tf_transfer.reporting import tables as reports
 
 TASKS = ["mrpc", "stsb", "rte", "cola", "sst2"]
@@ -103,7 +103,7 @@ def searched_lr(settings: dict, runs_dir: str, study: Grid):
     unfinished. Chosen on the validation split held out of GLUE train, never on GLUE dev (the test set)."""
     scores = {}
     for probe in search_runs(settings):
-        summary = record.read_summary(studies.run_dir(runs_dir, study, probe))
+        summary = run_record.read_summary(studies.run_dir(runs_dir, study, probe))
         if not summary or not summary.get("completed"):
             return None
         scores[probe["lr"]] = best_validation(summary)

@@ -23,7 +23,7 @@ from experiments.transfer_learning import pinned_commands
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 
 # Cheapest first (tokens per epoch: SST-2's and CoLA's sentences are short), so that whole tasks land early.
 TASKS = ["sst2", "cola", "stsb", "mrpc", "rte"]
@@ -69,7 +69,7 @@ def _scores(settings: dict, runs_dir: str, study: Grid, rates) -> dict:
     """`{rate: best validation score}` of the method's seed-0 runs at `rates`; None while one is unfinished."""
     scores = {}
     for lr in rates:
-        summary = record.read_summary(studies.run_dir(runs_dir, study, _probe(settings, lr, "search")))
+        summary = run_record.read_summary(studies.run_dir(runs_dir, study, _probe(settings, lr, "search")))
         if not summary or not summary.get("completed"):
             return None
         scores[lr] = best_validation(summary)

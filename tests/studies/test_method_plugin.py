@@ -8,6 +8,7 @@ import pytest
 
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.record_schema import Field, RecordMismatch
 from tf_transfer.models import freezing, methods
 from tf_transfer.models.methods.registry import Method, register
 
@@ -28,6 +29,7 @@ class LayerNormsOnly(Method):
     sweep_options = {}
     sweep_columns = ()
     trainer = None
+    record_fields = (Field("layernorms", (dict,), "with --method=layernorms: `{blocks}`", required=False),)
 
     def check_together(self, settings):
         return [(settings.trainable_layers != 0, "--method=layernorms needs a block to train")]
@@ -86,6 +88,20 @@ def test_a_method_that_forgets_a_piece_is_refused_naming_it():
     assert "forgetful" not in methods.names()
     with pytest.raises(TransferError, match="--method='prompt' is not a training method: use one of freeze, lora"):
         methods.get("prompt")
+
+
+def test_a_method_declares_the_keys_it_records_in_its_own_module(layernorms):
+    from tf_transfer.training import run_record
+
+    assert run_record.schema("glue").fields["layernorms"].meaning == "with --method=layernorms: `{blocks}`"
+    recorded = {"method": "layernorms", "layernorms": {"blocks": 1}}
+    assert not [why for why in run_record.schema("glue").problems(recorded) if "layernorms" in why]
+    with pytest.raises(RecordMismatch, match="'layernorms' is a list, not dict"):
+        run_record.check("glue", {**recorded, "layernorms": [1]}, "summary.json", resumed=True)
+    methods.unregister("layernorms")  # a key no registered method declares is refused where it is written
+    with pytest.raises(RecordMismatch, match="'layernorms' is not a key of the glue record"):
+        run_record.check("glue", recorded, "summary.json", resumed=True)
+    register(LayerNormsOnly)
 
 
 def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_sweep_and_the_table(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 
 REPORT_COLUMNS = ("run", "SST acc", "para acc", "STS r", "overall", "best epoch", "epochs", "train time (s)",
                   "examples/task", "precision")
@@ -27,7 +27,7 @@ def report_table(run_dirs: list) -> str:
     lines = ["| " + " | ".join(REPORT_COLUMNS) + " |", "|" + "---|" * len(REPORT_COLUMNS)]
     for run_dir in run_dirs:
         name = os.path.basename(os.path.normpath(run_dir))
-        summary = record.read_summary(run_dir)
+        summary = run_record.read_summary(run_dir)
         if not summary or not summary.get("epochs"):
             lines.append(f"| {name} | " + " | ".join(["missing"] + [""] * (len(REPORT_COLUMNS) - 2)) + " |")
             continue

@@ -44,7 +44,7 @@ from tf_transfer.data.tasks import TASKS
 from tf_transfer.core import stats
 from tf_transfer.models import methods
 from tf_transfer.reporting import tables
-from tf_transfer.training import record
+from tf_transfer.training import record, run_record
 
 SUMMARY = "summary.json"
 COLUMNS = ("run", "task", "preset", "trainable_layers", "method", "lr", "batch_size", "seed", "epochs", "best_epoch",
@@ -83,9 +83,10 @@ def _number(value) -> Optional[float]:
 
 
 def _load(path: str) -> Optional[dict]:
-    """The summary if it is one this table can show: a task, a metric and a list of epochs; `UnreadableRecord` when
-    the file is not a JSON object (truncated, emptied)."""
-    summary = record.read_json(path)
+    """The summary if it is one this table can show (a task, a metric and a list of epochs), as `run_record` reads it
+    (older runs' missing keys filled in); `UnreadableRecord` when the file is not a JSON object (truncated,
+    emptied)."""
+    summary = run_record.load(path)
     if not isinstance(summary.get("epochs"), list):
         return None
     ok = all(isinstance(summary.get(key), str) for key in ("task", "metric"))
@@ -123,12 +124,12 @@ def _row(run: str, summary: dict) -> dict:
             "batch_size": summary.get("batch_size"), "seed": summary.get("seed"), "epochs": len(summary["epochs"]),
             "best_epoch": _stopping_epoch(summary, record), "metric": metric, "score": score,
             "score_mismatched": mismatched, "time_to_best_s": tables.elapsed(summary, record) if timed else None,
-            "time_saved_pct": None, "score_diff": None, "peak_memory_mb": _number(summary.get("peak_memory_mb")),
+            "time_saved_pct": None, "score_diff": None, "peak_memory_mb": _number(summary["peak_memory_mb"]),
             "status": "completed" if summary.get("completed") else "unfinished"}
 
 
 def _method(summary: dict) -> str:
-    """The method's `table_label` (runs from before methods existed: the default, freezing)."""
+    """The method's `table_label` (runs from before methods existed read as the default, freezing: `run_record`)."""
     return methods.registry.table_label(summary)
 
 
@@ -163,7 +164,7 @@ def _references(runs: list) -> dict:
     """(task, preset, data) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
     settings = {}
     for row, summary in runs:
-        if _comparable(row) and row["trainable_layers"] == "all" and methods.name_of(summary) == methods.DEFAULT:
+        if _comparable(row) and row["trainable_layers"] == "all" and summary["method"] == methods.DEFAULT:
             key = (row["task"], row["preset"], _data(summary))
             group = settings.setdefault(key, {}).setdefault(_setting(summary), [])
             group.append((row, _validation(summary)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 
 
 def _metric_names(summaries: list) -> list:
@@ -34,7 +34,7 @@ def _phase1(summary: dict) -> str:
 
 def report_table(run_dirs: list) -> str:
     """The Markdown table described in the module docstring, one row per folder in `run_dirs`."""
-    summaries = [record.read_summary(run_dir) for run_dir in run_dirs]
+    summaries = [run_record.read_summary(run_dir) for run_dir in run_dirs]
     metrics = _metric_names(summaries)
     columns = (["run", "head", "strategy", "phase 1 epochs (ended by)"]
                + [f"val {name} (last)" for name in metrics] + ["best epoch (phase)"]

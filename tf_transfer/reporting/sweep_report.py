@@ -25,7 +25,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.models import methods
 from tf_transfer.reporting import tables
 from tf_transfer.studies import sweep
-from tf_transfer.training import record
+from tf_transfer.training import record, run_record
 
 
 def columns() -> tuple:
@@ -52,7 +52,7 @@ def _runs(study, sweep_dir: str) -> dict:
     for (name, seed), trial in sorted(latest.items()):
         if trial.number in queued:
             continue
-        summary = trial.user_attrs.get("run") if not legacy or "run" in trial.user_attrs else record.read_summary(
+        summary = trial.user_attrs.get("run") if not legacy or "run" in trial.user_attrs else run_record.read_summary(
             sweep.run_folder(sweep_dir, name, seed))
         runs[name].append((trial.state.name, seed, summary))
     return runs
@@ -160,7 +160,7 @@ def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:
     """
     summaries = []
     for root, _, files in sorted(os.walk(folder)):
-        summary = record.read_summary(root) if record.SUMMARY in files else None
+        summary = run_record.read_summary(root) if record.SUMMARY in files else None
         if summary and summary.get("config"):
             summaries.append(summary)
     if not summaries:

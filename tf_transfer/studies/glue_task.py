@@ -91,6 +91,8 @@ class GlueTask(Task):
     """A GLUE run of `settings` (a GLUE task, or a user's own data set read the same way); `export_dir` saves the
     best epoch's classifier there after training."""
 
+    summary_schema = "glue"  # tf_transfer.training.run_record
+
     def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None):
         super().__init__(settings)
         self.added_settings = settings.added_settings()

@@ -24,7 +24,7 @@ import time
 from typing import Callable, Optional
 
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.training import locks, record, run_folder
+from tf_transfer.training import locks, record, run_folder, run_record
 from tf_transfer.studies import registry
 from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError
@@ -383,7 +383,7 @@ def collect(study: Grid, runs: list, runs_dir: str, log=print) -> list:
         if older:
             older_settings, reason = older
             older_folder = run_dir(runs_dir, study, older_settings)
-            older_summary = _readable(lambda: record.read_summary(older_folder), log)
+            older_summary = _readable(lambda: run_record.read_summary(older_folder), log)
             if older_summary and older_summary.get("completed"):
                 entry["summary"] = older_summary
                 entry["stand_in"] = {"folder": older_folder, "reason": reason}
@@ -396,7 +396,7 @@ def _entry(study: Grid, settings: dict, folder: str, log) -> dict:
     error_file = os.path.join(folder, "error.json")
     error = (_readable(lambda: record.read_json(error_file), log) or {}).get("error")
     try:
-        result, summary = completed_result(study, settings, folder), record.read_summary(folder)
+        result, summary = completed_result(study, settings, folder), run_record.read_summary(folder)
     except record.UnreadableRecord as e:  # listed as not completed, with why; `run` trains it afresh
         result = summary = None
         error = f"unreadable {os.path.basename(e.path)} ({e.why}): the next `experiments run` trains it afresh"

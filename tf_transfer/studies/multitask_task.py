@@ -105,6 +105,8 @@ def _split_validation(data, settings: MultitaskSettings):
 class MultitaskTask(Task):
     """One multi-task run of `settings`."""
 
+    summary_schema = "multitask"  # tf_transfer.training.run_record
+
     metric = METRIC
     added_settings = {"patience": 0}  # runs from before --patience never stopped early
 

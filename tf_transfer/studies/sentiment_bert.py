@@ -104,6 +104,8 @@ class SeedTask(Task):
     nothing is scored between epochs and nothing stops early; the held-out rows are scored once at the end
     (`result`). `model` says what is shared by the model's seeds (`FrozenFeatures` or `FineTuning`)."""
 
+    summary_schema = "sentiment_bert"  # tf_transfer.training.run_record
+
     metric = "accuracy"
     patience = 0
 

@@ -178,6 +178,8 @@ class StackHeadTask(Task):
     are the ensemble's, shared by its heads. `keep_probabilities` (ensemble members) writes the final probabilities
     to `PROBABILITIES_FILE`, so that a resumed ensemble need not train a finished member again."""
 
+    summary_schema = "stack"  # tf_transfer.training.run_record
+
     def __init__(self, settings: StackSettings, head_name: str, data, encoded: dict, loaded,
                  keep_probabilities: bool = False):
         super().__init__(settings)

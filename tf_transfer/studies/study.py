@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tf_transfer.training import record
+from tf_transfer.training import run_record
 
 
 def completed_summary(run: dict, folder: str) -> Optional[dict]:
-    """The run's `summary.json` in `folder` if it is marked completed, else None: most studies' result."""
-    summary = record.read_summary(folder)
+    """The run's `summary.json` in `folder` if it is marked completed, else None: most studies' result (as
+    `run_record` reads it: older runs' missing keys filled in)."""
+    summary = run_record.read_summary(folder)
     return summary if summary and summary.get("completed") else None
 
 

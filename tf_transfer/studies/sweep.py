@@ -304,10 +304,10 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
 def _keep_run(trial, folder: str, pruned_at: Optional[int] = None) -> None:
     """Keeps the run's record (`sweep_storage.run_record`) in its trial, for any machine's report, with the epoch
     at which a resumed run was pruned where that was one it had already trained (`pruned_at`)."""
-    from tf_transfer.training import record
+    from tf_transfer.training import record, run_record
 
     try:
-        kept = sweep_storage.run_record(record.read_summary(folder))
+        kept = sweep_storage.run_record(run_record.read_summary(folder))
     except record.UnreadableRecord:
         return
     if kept and pruned_at:

@@ -1,10 +1,7 @@
 """What a run leaves behind: `summary.json` (rewritten atomically) and TensorBoard scalars plus HParams.
 
-Schema of `summary.json` (see README "Outputs"): `task`, `preset`, `preset_source`, `num_layers`,
-`trainable_layers`, `lr`, `batch_size`, `seed`, `metric`, `trainable_params`, `total_params`, `compile_time_s`,
-`epochs` (list of `{epoch, epoch_time_s, train_time_s, cpu_utilization, loss, val: {metric: value}, test: {metric: value}}`, for
-MNLI `test` is `{dev_matched: {...}, dev_mismatched: {...}}`), `best_epoch`, `stopped_early`, `completed`, and
-`config` (every setting of the run). Undefined metric values (a constant prediction's correlation) are `null`.
+What `summary.json` holds, key by key, for each kind of run: `tf_transfer.training.run_record` (docs/outputs.md is
+generated from it). Undefined metric values (a constant prediction's correlation) are written as `null`.
 
 Example:
 

@@ -23,7 +23,7 @@ import time
 from typing import Optional
 
 from tf_transfer.core import machine
-from tf_transfer.training import checkpoints, distributed, record
+from tf_transfer.training import checkpoints, distributed, record, run_record
 
 
 def now() -> str:
@@ -62,6 +62,11 @@ class RunFolder:
         self.path = strategies.worker_dir(strategy, path)
         self.summary: Optional[dict] = None
         self.summary_path = os.path.join(self.path, record.SUMMARY)
+        self.kind: Optional[str] = None  # the run record's kind (`run_record.KINDS`): every write is checked
+
+    def _check(self, summary: dict) -> None:
+        if self.kind is not None:
+            run_record.check(self.kind, summary, self.summary_path, resumed=self.resuming)
 
     @property
     def completed(self) -> bool:
@@ -77,10 +82,12 @@ class RunFolder:
         os.makedirs(self.path, exist_ok=True)
         if not self.resuming:
             checkpoints.clear(self.path)
+        self._check(fresh if not self.resuming else self.existing)
         self.summary, _ = record.start_summary(self.path, fresh, self.existing, self.resuming)
         return self.summary
 
     def write(self) -> None:
+        self._check(self.summary)
         record.write_json_atomic(self.summary_path, self.summary)
 
     def note_resume(self, after_epoch: int, **facts) -> None:

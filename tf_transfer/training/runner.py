@@ -6,7 +6,8 @@
       train(task, folder)
         task.build(strategy)            data -> tokens -> backbone from its preset -> model, feed, optimizer
         task.parameter_table()          printed, and in the summary
-        folder.start(fresh summary)     or the unfinished run's summary, to continue
+        folder.start(fresh summary)     or the unfinished run's summary, to continue (each write checked
+                                        against the task's kind of run record, `run_record`)
         TensorBoard HParams             task.hparams()
         Engine: for each task.stages()  warm-up, restore the last finished epoch, fit epoch by epoch
         task.finish(engine)             e.g. an export
@@ -58,6 +59,7 @@ def train(task, folder: RunFolder, strategy=None) -> dict:
     """`run` once the run folder is known: trains `task` in `folder.path` (`output_dir`, or a non-chief worker's
     temporary folder) and returns the completed summary."""
     task.folder = folder
+    folder.kind = task.summary_schema
     task.build(strategy)
     table = task.parameter_table()
     folder.start(task.fresh_summary(table))

@@ -54,6 +54,9 @@ class Task:
     after_epoch: Optional[Callable] = None
     # Settings introduced after runs were made, with the value those runs had (`RunFolder`).
     added_settings: Optional[dict] = None
+    # The kind of its `summary.json` in `tf_transfer.training.run_record` (every write is checked against it); None:
+    # not checked (a test's toy task).
+    summary_schema: Optional[str] = None
 
     def __init__(self, settings):
         self.settings = settings

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from tf_transfer.core import settings as settings_lib
+from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
 from tf_transfer.models.methods import scope
@@ -32,6 +33,16 @@ class Adaptive(Method):
     backward_passes = 2  # the blocks that still train get their weights' gradients
     sweep_options = {}
     sweep_columns = ()
+    record_fields = (
+        Field("freezing", (dict,), "with `--method=autofreeze` or `freezeout`: the freeze record `{method, "
+              "min_trainable_layers, total_steps, events, decisions, phases, traces, cache_s, compile_s, ...}` "
+              "(docs/methods.md)", required=False),
+        Field("frozen_blocks", (int,), "adaptive freezing: blocks frozen at the epoch's end", required=False,
+              per_epoch=True),
+        Field("trainable_params", (int,), "adaptive freezing: parameters still training at the epoch's end",
+              required=False, per_epoch=True),
+        Field("global_step", (int,), "adaptive freezing: training steps so far", required=False, per_epoch=True),
+    )
 
     def check_together(self, settings) -> list:
         return [

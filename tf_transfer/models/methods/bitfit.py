@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
 from tf_transfer.models.methods import scope
@@ -40,6 +41,8 @@ class BitFit(Method):
     sweep_options = {}
     trainer = None
     sweep_columns = ()
+    record_fields = (Field("bitfit", (dict,), "with `--method=bitfit`: `{layer_norm}` (whether the LayerNorms' gains "
+                           "and biases train too)", required=False),)
 
     def check_together(self, settings) -> list:
         return scope.needs_a_block(settings)

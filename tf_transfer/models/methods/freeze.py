@@ -33,6 +33,7 @@ class Freeze(Method):
     sweep_options = {}
     trainer = None
     sweep_columns = ()
+    record_fields = ()
 
     def check_together(self, settings) -> list:
         return []

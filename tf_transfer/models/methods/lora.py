@@ -27,6 +27,7 @@ from typing import Sequence
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.record_schema import Field, Schema
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
 from tf_transfer.models.methods import scope
@@ -94,6 +95,14 @@ class LoRA(Method):
     sweep_options = {"lora_ranks": (["4", "8", "16"], "sweep: the LoRA ranks among the candidates.", int)}
     trainer = None
     sweep_columns = ("lora_rank",)
+    record_fields = (Field("lora", (dict,), "with `--method=lora`: `{rank, alpha, init, targets, layers, weights}` "
+                           "(`init` absent in runs made before 2026-11-25, which drew A from a Gaussian)",
+                           required=False, keys=Schema("lora", (
+                               Field("rank", (int,), "r"), Field("alpha", (float,), "the scale's numerator"),
+                               Field("init", (str,), "how A was drawn", required=False, older="gaussian"),
+                               Field("targets", (list,), "the dense layers updated"),
+                               Field("layers", (int,), "layers with an update"),
+                               Field("weights", (int,), "LoRA's trainable weights")))),)
 
     def check_together(self, settings) -> list:
         return scope.needs_a_block(settings)

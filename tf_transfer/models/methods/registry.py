@@ -43,6 +43,9 @@ PIECES = {
     "apply": "apply(backbone, options, trainable_layers): sets what trains (after the freezing rule set the scope)",
     "describe": "describe(settings): what the run's first line adds ('' for nothing)",
     "summary_facts": "summary_facts(options, backbone): what summary.json records beside `method` ({} for nothing)",
+    "record_fields": "the keys summary_facts (or its trainer) adds to summary.json, or with per_epoch=True to each "
+                     "epoch's record: core.record_schema.Field(name, types, meaning, required=False) each (() for "
+                     "none); tf_transfer/training/run_record.py reads them",
     "added_weights": "added_weights(summary): weights the method adds to the model, from a summary (None if none)",
     "hparams": "hparams(settings): its TensorBoard HParams under it ({} for none)",
     "hparams_off": "its HParams' values in runs of other methods ({} for none)",

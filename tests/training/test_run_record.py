@@ -112,7 +112,7 @@ def test_a_summary_is_checked_where_it_is_written(tmp_path):
     for summary, why in bad:
         with pytest.raises(RecordMismatch, match=why.replace("[", r"\[").replace("]", r"\]")):
             folder.start(summary)
-        assert not os.path.exists(folder.summary_path)  # nothing written
+        assert not os.path.exists(folder.path)  # nothing written, not even its folder
     folder.start(fresh)
     folder.summary["completed"] = True
     with pytest.raises(RecordMismatch, match="'finished_at' is missing; 'train_time_s' is missing; "
@@ -149,3 +149,15 @@ def test_what_the_sweep_keeps_of_a_run_are_keys_of_the_record():
     glue = run_record.schema("glue")
     assert set(sweep_storage.RUN_KEYS) <= set(glue.fields)
     assert set(sweep_storage.EPOCH_KEYS) <= set(glue.fields["epochs"].item.fields)
+
+
+def test_the_stack_pages_key_table_names_keys_of_the_stack_record():
+    with open(os.path.join(REPO, "docs", "stack.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Outputs"):]
+    section = section[:section.index("\n\n", section.index("| key | meaning |"))]
+    named = {name for line in section.splitlines() if line.startswith("| `")
+             for name in line.split("|")[1].replace("(NER)", "").replace("`", "").replace(" ", "").split(",")}
+    stack = run_record.schema("stack")
+    keys = set(stack.fields) | {f"epochs[].{name}" for name in stack.fields["epochs"].item.fields}
+    assert named and named <= keys, named - keys

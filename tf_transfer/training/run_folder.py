@@ -79,10 +79,10 @@ class RunFolder:
     def start(self, fresh: dict) -> dict:
         """Writes the first `summary.json`: `fresh`, or when resuming what the first attempt measured with a
         `resumes` list for the later attempts. A fresh start clears what an earlier attempt left."""
+        self._check(fresh if not self.resuming else self.existing)  # before anything in the folder changes
         os.makedirs(self.path, exist_ok=True)
         if not self.resuming:
             checkpoints.clear(self.path)
-        self._check(fresh if not self.resuming else self.existing)
         self.summary, _ = record.start_summary(self.path, fresh, self.existing, self.resuming)
         return self.summary
 

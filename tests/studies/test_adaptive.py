@@ -254,9 +254,9 @@ def test_two_replicas_freeze_the_same_blocks_at_the_same_steps_as_one_device(tmp
     same_freezing(one, two)
 
 
-def same_freezing(one: dict, two: dict, losses: bool = True) -> None:
-    """`two` froze the same blocks at the same steps as `one`, from the same statistics (and with the same losses,
-    unless `losses` is false)."""
+def same_freezing(one: dict, two: dict) -> None:
+    """`two` froze the same blocks at the same steps as `one`, from the same statistics, with the same loss and
+    scores."""
     assert one["freezing"]["events"], one["freezing"]["decisions"]
     assert len(two["freezing"]["decisions"]) == len(one["freezing"]["decisions"])
     for a, b in zip(one["freezing"]["decisions"], two["freezing"]["decisions"]):
@@ -264,9 +264,8 @@ def same_freezing(one: dict, two: dict, losses: bool = True) -> None:
         assert b["norms"] == pytest.approx(a["norms"], rel=1e-4)
     assert [e["frozen_blocks"] for e in two["freezing"]["events"]] == [
         e["frozen_blocks"] for e in one["freezing"]["events"]]
-    if losses:
-        assert two["epochs"][0]["loss"] == pytest.approx(one["epochs"][0]["loss"], rel=1e-4)
-        assert two["epochs"][0]["val"] == pytest.approx(one["epochs"][0]["val"], rel=1e-4)
+    assert two["epochs"][0]["loss"] == pytest.approx(one["epochs"][0]["loss"], rel=1e-4)
+    assert two["epochs"][0]["val"] == pytest.approx(one["epochs"][0]["val"], rel=1e-4)
 
 
 def test_the_budgeted_sweep_refuses_adaptive_methods_with_a_pointer():

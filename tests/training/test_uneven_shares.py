@@ -134,3 +134,28 @@ def test_sentiment_head_on_arrays():
         return model, feed.train_batches, feed.steps_per_epoch, EXAMPLES
 
     _assert_mirrored_is_default(setup)
+
+
+def test_a_model_compiled_outside_the_strategy_scope_is_refused():
+    """Its loss tracker would be each process's own variable: under `multi_worker` each worker's `fit` reported its
+    own share's loss (AutoFreeze's suffix until 2026-11-26); mirrored in one process hides it, so it is refused."""
+    from tf_transfer.core import strategies
+    from tf_transfer.training import distributed
+
+    strategy = strategies.make_strategy("mirrored", TWO_CPUS)
+
+    def compiled(in_scope: bool):
+        with strategy.scope():
+            inputs = keras.Input((3,))
+            model = keras.Model(inputs, keras.layers.Dense(2)(inputs), name=f"in_scope_{in_scope}")
+            if in_scope:
+                model.compile(optimizer="adam", loss="mse")
+        if not in_scope:
+            model.compile(optimizer="adam", loss="mse")
+        return model
+
+    with pytest.raises(ValueError, match="in_scope_False was compiled outside the strategy's scope"):
+        distributed.keras_distributed(compiled(in_scope=False), strategy)
+    inside = compiled(in_scope=True)
+    distributed.keras_distributed(inside, strategy)
+    assert inside._tf_transfer_distributed

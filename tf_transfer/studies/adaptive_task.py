@@ -278,8 +278,11 @@ class AdaptiveGlueTask(GlueTask):
     def _compile_suffix(self) -> None:
         from tf_transfer.training import distributed
 
-        self.current.compile(optimizer=self.optimizer, loss=self.model.loss, jit_compile=self.settings.jit,
-                             steps_per_execution=1)
+        # In the strategy's scope, as every model here: the loss tracker `compile` creates is then the strategy's
+        # (summed across workers when `fit` reads the epoch's loss), not one worker's own.
+        with self.strategy.scope():
+            self.current.compile(optimizer=self.optimizer, loss=self.model.loss, jit_compile=self.settings.jit,
+                                 steps_per_execution=1)
         distributed.keras_distributed(self.current, self.strategy)
 
     def _trainable(self) -> int:

@@ -161,6 +161,17 @@ def _train_step_recording_the_mean(model):
     return train_step
 
 
+def _refuse_compiled_outside_the_scope(model) -> None:
+    """A `ValueError` if `model`'s loss tracker is not the strategy's: its variables would be this process's own,
+    and each worker's epoch loss its own share's."""
+    import tensorflow as tf
+
+    tracker = getattr(model, "_loss_tracker", None)  # None: not compiled (a model that only predicts)
+    if tracker is not None and not all(isinstance(v.value, tf.distribute.DistributedValues)
+                                       for v in tracker.variables):
+        raise ValueError(f"{model.name} was compiled outside the strategy's scope; compile it in `strategy.scope()`")
+
+
 def keras_distributed(model, strategy) -> None:
     """Makes Keras 3's `fit` compute the single-device step on datasets distributed by `inputs.distribute` (faults
     of its TensorFlow trainer, 3.15).
@@ -176,13 +187,18 @@ def keras_distributed(model, strategy) -> None:
        for input with 0 dimensions"): the step's scalars are given that axis (the epoch's loss is read from the
        synchronized metric, not from these logs).
     3. The epoch's loss: each step's loss is recorded weighted by the step's real examples
-       (`_train_step_recording_the_mean`), not by each replica's rows.
+       (`_train_step_recording_the_mean`), not by each replica's rows. The model must have been compiled in the
+       strategy's scope (a `ValueError` otherwise): outside it, `compile` makes a loss tracker of this process's
+       own variables, and each worker's `fit` reports its own share's loss (in one process, where every replica
+       adds to the same variable, nothing shows).
 
     Idempotent; nothing happens for a strategy with one replica on one worker.
     """
     if not is_distributed(strategy) or getattr(model, "_tf_transfer_distributed", False):
         return
     import tensorflow as tf
+
+    _refuse_compiled_outside_the_scope(model)
 
     def built() -> bool:
         return (all(layer.built for layer in model._flatten_layers())

@@ -8,6 +8,7 @@ from tf_transfer.models import freezing
 from tf_transfer.models import heads
 from tf_transfer.training import optimizers
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.setting_groups import OptimizerSettings
 
 from conftest import NUM_LAYERS, make_tiny_backbone
 
@@ -44,8 +45,8 @@ def test_exactly_the_right_variables_train_and_frozen_ones_stay_bit_identical(k)
     # is decided by the same Keras code either way (the step differentiates and updates model.trainable_variables),
     # and the traced step's trace and graph optimisation took most of each case's time. k=1 keeps the traced step
     # that runs use under test.
-    model.compile(optimizer=optimizers.build_optimizer(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(True),
-                  run_eagerly=k != 1)
+    model.compile(optimizer=optimizers.build_optimizer(OptimizerSettings(lr=1e-2)),
+                  loss=keras.losses.SparseCategoricalCrossentropy(True), run_eagerly=k != 1)
 
     expected = _expected_layers(k) | {"head"}
     trainable_owners = {_owner(v.path) for v in model.trainable_variables}

@@ -12,6 +12,7 @@ from conftest import REPO, SENTENCES, TWO_CPUS, copy_when_saved, make_tiny_backb
 from study_runs import GROUP, run_study
 from tf_transfer.data import cs224n as multitask_data
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.setting_groups import InputSettings, OptimizerSettings
 
 
 def _write(path, header, rows):
@@ -195,7 +196,7 @@ def test_effective_first_step_of_every_variable_is_its_blocks_learning_rate(mode
                 "head_sst": head_lr, "head_para": head_lr, "head_sts": head_lr}
     groups = parameter_groups(model, lr, 0.5, head_lr)
     assert {g.name: g.learning_rate for g in groups} == pytest.approx(expected)
-    optimizer = GroupedAdamW(groups, weight_decay=0.0, clip_norm=0.0)
+    optimizer = GroupedAdamW(groups, OptimizerSettings(lr=lr, weight_decay=0.0, clip_norm=0.0))
     variables = list(model.trainable_variables)
     before = [np.array(v.numpy()) for v in variables]
     # Adam's first step is lr * g / (|g| + eps) per element: with g = 1 it is the variable's learning rate.
@@ -213,7 +214,7 @@ def test_weight_decay_scales_with_the_groups_learning_rate(model):
     from tf_transfer.training.optimizers import GroupedAdamW, parameter_groups
 
     groups = parameter_groups(model, 1e-2, 0.5)
-    optimizer = GroupedAdamW(groups, weight_decay=0.1, clip_norm=0.0)
+    optimizer = GroupedAdamW(groups, OptimizerSettings(lr=1e-2, weight_decay=0.1, clip_norm=0.0))
     block_0 = next(g for g in groups if g.name == "block_0")
     kernel = next(v for v in block_0.variables if v.path.endswith("kernel"))
     gamma = next(v for v in block_0.variables if v.path.endswith("gamma"))
@@ -230,7 +231,7 @@ def test_each_head_counts_its_own_adam_steps(model):
     from tf_transfer.training.optimizers import GroupedAdamW, parameter_groups
 
     groups = parameter_groups(model, 1e-3, 1.0)
-    optimizer = GroupedAdamW(groups, weight_decay=0.0, clip_norm=0.0)
+    optimizer = GroupedAdamW(groups, OptimizerSettings(lr=1e-3, weight_decay=0.0, clip_norm=0.0))
     sst = model.task_heads["sst"].trainable_variables
     para = model.task_heads["para"].trainable_variables
     for _ in range(10):  # the sentiment pass of a sequential epoch
@@ -394,7 +395,8 @@ def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     dev = {task: encode_split(task, data.tasks[task].dev, loaded.tokenizer, settings.pair_head,
                               settings.max_seq_length) for task in data.tasks}
     predict = {task: make_predict(model, task, settings.pair_head) for task in dev}
-    feed = MultitaskFeed({"train": dev, "dev": dev}, 32, 0, "sequential", tuple(dev), eval_batch_size=64)
+    feed = MultitaskFeed({"train": dev, "dev": dev}, InputSettings(batch_size=32, seed=0, eval_batch_size=64), "sequential",
+                         tuple(dev))
     scores = multitask_scores(feed.predict(predict, "dev"), feed.labels("dev"))
     assert scores == pytest.approx(summary["epochs"][0]["test"], abs=1e-6)
     concat = MultitaskSettings(data_dir="d", preset=settings.preset, pair_head="concat", init_from=output_dir)

@@ -11,6 +11,7 @@ from study_runs import GROUP, run_study
 from tf_transfer.core import ner_metrics
 from tf_transfer.data import stack_data
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.setting_groups import OptimizerSettings
 
 CONLL = """-DOCSTART- -X- -X- O
 
@@ -186,7 +187,7 @@ def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optim
     features, labels = batch(pair=False)
     loss = stack_train.make_loss(tagging=False)
 
-    first = stack_train.set_phase(model, backbone, 1, 1e-3, loss)
+    first = stack_train.set_phase(model, backbone, 1, OptimizerSettings(lr=1e-3), loss)
     model.run_eagerly = True  # what is checked is which variables move, not the traced step; eager is faster here
     assert {id(v) for v in model.trainable_variables} == {id(v) for v in head.weights}
     head_before = [v.numpy().copy() for v in head.weights]
@@ -195,7 +196,7 @@ def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optim
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(backbone_before, backbone.weights))
     assert not all(np.array_equal(a, v.numpy()) for a, v in zip(head_before, head.weights))
 
-    second = stack_train.set_phase(model, backbone, 2, 2e-5, loss)
+    second = stack_train.set_phase(model, backbone, 2, OptimizerSettings(lr=2e-5), loss)
     model.run_eagerly = True
     assert second is not first and model.optimizer is second and int(second.iterations) == 0
     assert {id(v) for v in model.trainable_variables} == everything
@@ -501,7 +502,8 @@ def test_a_methods_choice_survives_phase_1_and_trains_there_with_method_in_phase
     loss = stack_train.make_loss(tagging=False)
 
     def trained_after(phase, in_phase1=False):
-        stack_train.set_phase(model, backbone, phase, 1e-3, loss, method_trains=trains, method_in_phase1=in_phase1)
+        stack_train.set_phase(model, backbone, phase, OptimizerSettings(lr=1e-3), loss, method_trains=trains,
+                              method_in_phase1=in_phase1)
         return {v.path for v in model.trainable_variables}
 
     assert trained_after(1) == head

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import TWO_CPUS
+from tf_transfer.core.setting_groups import InputSettings, OptimizerSettings
 
 EPOCHS = 2
 BATCH_SIZE = 5
@@ -102,11 +103,11 @@ def test_stack_tagging_mean_over_labelled_pieces():
     split = stack_data.EncodedSplit({"": stack_data.Sequences(token_ids, np.zeros_like(token_ids), lengths)}, labels)
 
     def setup(strategy):
-        feed = stack_feed.StackFeed({"train": split}, BATCH_SIZE, seed=0, bucket_step=8).use_strategy(strategy)
+        feed = stack_feed.StackFeed({"train": split}, InputSettings(batch_size=BATCH_SIZE, seed=0, bucket_step=8)).use_strategy(strategy)
         keras.utils.set_random_seed(0)
         with strategy.scope():
             model = _token_tagger(vocabulary, tags)
-            model.compile(optimizer=optimizers.build_optimizer(1e-2, clip_norm=0.0),
+            model.compile(optimizer=optimizers.build_optimizer(OptimizerSettings(lr=1e-2, clip_norm=0.0)),
                           loss=distributed.loss_under(strategy, stack_train.make_loss(tagging=True)))
         return model, feed.train_batches, feed.steps_per_epoch, EXAMPLES
 

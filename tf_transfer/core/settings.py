@@ -4,7 +4,8 @@ A field is declared with `setting(default, help)`: its metadata carries the flag
 name differs from the field's, the flag's name), its type the flag's kind (str, int, float, bool; a tuple is a
 comma-separated list). So one declaration gives the command its flag (`tf_transfer.core.flags.settings_flags`), the
 study its setting, a flagfile its meaning (`read_flagfile`, the one reader every study's grid uses) and a run's
-`summary.json` its `config` entry (`to_dict`).
+`summary.json` its `config` entry (`to_dict`). The components of a run take the settings grouped by concern, views
+of these fields (`settings.optimizer`, `settings.loop`, ...: `tf_transfer.core.setting_groups`).
 
 Checks live in one table, `CHECKS`: for a setting name, the rule its value must meet and what the error line says
 (a class may change a rule in its own `CHECKS`); a settings object applies the rules of its own fields when it is
@@ -32,6 +33,7 @@ import os
 import typing
 from typing import Callable, ClassVar, Optional
 
+from tf_transfer.core import setting_groups as groups
 from tf_transfer.core.choices import DISTRIBUTIONS, PRECISIONS
 from tf_transfer.core.errors import TransferError
 
@@ -132,6 +134,14 @@ class RunSettings:
     def check_together(self) -> list:
         """`[(ok, error line)]`: rules that involve several settings."""
         return []
+
+    # The settings grouped by concern, what each component of a run takes (`tf_transfer.core.setting_groups`):
+    # views of the fields above and a subclass's, not fields (no flags, nothing in `config`).
+    inputs: ClassVar = groups.Group(groups.InputSettings)
+    model: ClassVar = groups.Group(groups.ModelSettings)
+    optimizer: ClassVar = groups.Group(groups.OptimizerSettings)
+    loop: ClassVar = groups.Group(groups.LoopSettings)
+    runtime: ClassVar = groups.Group(groups.RuntimeSettings)
 
     def _set(self, name: str, value) -> None:
         """Normalises a value while the frozen object is being built (in a subclass's `__post_init__`)."""

@@ -17,14 +17,18 @@ replicas each training example is weighted so that the replicas' summed gradient
 
 Example:
 
->>> feed = feeds.TokenFeed(encoded_splits, batch_size=32, seed=0, padding="bucket", bucket_step=16)  # doctest: +SKIP
+>>> from tf_transfer.core.setting_groups import InputSettings
+>>> feed = feeds.TokenFeed(encoded_splits, InputSettings(batch_size=32, seed=0))  # doctest: +SKIP
 >>> model.fit(feed.train_batches(epoch=1))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import cache
 from tf_transfer.data import inputs
 
@@ -39,21 +43,22 @@ class Feed:
     """What the token, cached and stack feeds share: seeded epoch plans of length-bucketed batches, warm-up shapes,
     scoring, and the protocol above.
 
-    A feed holds the encoded (or cached) splits and knows `padding`; subclasses say how a plan becomes a
-    `tf.data.Dataset` (`_to_dataset`).
+    A feed holds the encoded (or cached) splits and takes from the run's `InputSettings` its batch sizes, the
+    seed of its order, `padding` and `bucket_step`; `jit` is the run's `RuntimeSettings.jit` (XLA wants bounded
+    shapes). Subclasses say how a plan becomes a `tf.data.Dataset` (`_to_dataset`).
     """
 
-    def __init__(self, splits: dict, batch_size: int, seed: int, padding: str, bucket_step: int,
-                 max_seq_length: int, eval_batch_size: int = 64, jit=False):
+    def __init__(self, splits: dict, settings: InputSettings, max_seq_length: int, jit=False):
         self.splits = splits
-        self.batch_size, self.seed, self.padding = batch_size, seed, padding
-        self.bucket_step = train_bucket_step(batch_size, bucket_step, jit) if padding == "bucket" else bucket_step
-        self.eval_bucket_step = bucket_step
+        self.batch_size, self.seed, self.padding = settings.batch_size, settings.seed, settings.padding
+        self.bucket_step = (train_bucket_step(settings.batch_size, settings.bucket_step, jit)
+                            if settings.padding == "bucket" else settings.bucket_step)
+        self.eval_bucket_step = settings.bucket_step
         self.max_seq_length = max_seq_length
-        self.eval_batch_size = eval_batch_size
+        self.eval_batch_size = settings.eval_batch_size
         self.jit = jit
         # Under XLA the epoch's one partial batch is filled with zero-weight repeats: one shape per bucket length.
-        self.fill_to = batch_size if jit is True else None
+        self.fill_to = settings.batch_size if jit is True else None
         self.train = splits["train"]
         self.strategy = None
 
@@ -135,10 +140,8 @@ class Feed:
 class TokenFeed(Feed):
     """Batches of token ids, segment ids and padding masks for the full model."""
 
-    def __init__(self, splits: dict, batch_size: int, seed: int, padding: str, bucket_step: int,
-                 eval_batch_size: int = 64, jit=False):
-        super().__init__(splits, batch_size, seed, padding, bucket_step, splits["train"].max_seq_length,
-                         eval_batch_size, jit)
+    def __init__(self, splits: dict, settings: InputSettings, jit=False):
+        super().__init__(splits, settings, splits["train"].max_seq_length, jit)
 
     def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
         return inputs.to_dataset(split, plan, self.padding, bucket_step, with_labels=with_labels, fill_to=fill_to)
@@ -148,9 +151,8 @@ class CachedFeed(Feed):
     """Batches of cached frozen-prefix outputs (float16) and padding masks for the suffix model (always
     bucketed: the cache holds only real tokens)."""
 
-    def __init__(self, splits: dict, batch_size: int, seed: int, bucket_step: int, max_seq_length: int,
-                 eval_batch_size: int = 64, jit=False):
-        super().__init__(splits, batch_size, seed, "bucket", bucket_step, max_seq_length, eval_batch_size, jit)
+    def __init__(self, splits: dict, settings: InputSettings, jit=False):
+        super().__init__(splits, dataclasses.replace(settings, padding="bucket"), settings.max_seq_length, jit)
 
     def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
         return cache.to_dataset(split, plan, bucket_step, self.max_seq_length, with_labels=with_labels,

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import inputs
 from tf_transfer.data.examples import Examples
 from tf_transfer.data.cs224n import TASK_NAMES
@@ -94,9 +95,9 @@ def epoch_batches(sizes: dict, batch_size: int, seed: int, epoch: int, schedule:
 class MultitaskFeed:
     """`splits` is `{split: {task: TaskSplit}}` ("train", "dev", and "validation" when one is held out)."""
 
-    def __init__(self, splits: dict, batch_size: int, seed: int, schedule: str, order: tuple, eval_batch_size: int):
-        self.splits, self.batch_size, self.seed = splits, batch_size, seed
-        self.schedule, self.order, self.eval_batch_size = schedule, order, eval_batch_size
+    def __init__(self, splits: dict, settings: InputSettings, schedule: str, order: tuple):
+        self.splits, self.batch_size, self.seed = splits, settings.batch_size, settings.seed
+        self.schedule, self.order, self.eval_batch_size = schedule, order, settings.eval_batch_size
         self.sizes = {task: len(split) for task, split in splits["train"].items()}
 
     def plan(self, epoch: int) -> list:

@@ -5,14 +5,18 @@ predictor. It keeps the feeds' protocol (`tf_transfer.data.feeds`).
 Example:
 
 >>> from tf_transfer.data.stack_feed import StackFeed
->>> feed = StackFeed(encoded, batch_size=32, seed=0, bucket_step=16)  # doctest: +SKIP
+>>> from tf_transfer.core.setting_groups import InputSettings
+>>> feed = StackFeed(encoded, InputSettings(batch_size=32, seed=0))  # doctest: +SKIP
 >>> probabilities = feed.predict(model, "validation")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import feeds
 from tf_transfer.data import inputs
 from tf_transfer.data import stack_data
@@ -27,9 +31,9 @@ class StackFeed(feeds.Feed):
 
     FEATURES = ("token_ids", "segment_ids", "padding_mask")
 
-    def __init__(self, splits: dict, batch_size: int, seed: int, bucket_step: int, eval_batch_size: int = 64):
+    def __init__(self, splits: dict, settings: InputSettings):
         max_seq_length = next(iter(splits["train"].inputs.values())).token_ids.shape[1]
-        super().__init__(splits, batch_size, seed, "bucket", bucket_step, max_seq_length, eval_batch_size, jit=False)
+        super().__init__(splits, dataclasses.replace(settings, padding="bucket"), max_seq_length, jit=False)
         self.feature_names = [f"{n}{s}" for s in self.train.inputs for n in self.FEATURES]
         self._predictors = {}
 

@@ -87,7 +87,7 @@ class AdaptiveGlueTask(GlueTask):
         # `current` is what trains now, on `current_feed`.
         self.current, self.current_feed, self.optimizer = self.model, self.feed, self.model.optimizer
         self.steps_per_epoch = self.feed.steps_per_epoch
-        self.total_steps = self.steps_per_epoch * settings.max_epochs
+        self.total_steps = self.steps_per_epoch * settings.loop.max_epochs
         self.frozen = -1  # blocks frozen: -1 while the embeddings still train
         self.caches, self.cache_keys, self.global_step, self.engine = None, None, 0, None
         self.record = {"method": settings.method, "min_trainable_layers": settings.min_trainable_layers,
@@ -271,8 +271,7 @@ class AdaptiveGlueTask(GlueTask):
         for name in self.caches or {}:
             cache.forget(self.cache_keys[name])  # the shallower prefix is not needed again
         self.caches, self.cache_keys = caches, keys
-        self.current_feed = feeds.CachedFeed(caches, settings.batch_size, settings.seed, settings.bucket_step,
-                                             settings.max_seq_length, settings.eval_batch_size, settings.jit)
+        self.current_feed = feeds.CachedFeed(caches, settings.inputs, settings.runtime.jit)
         self.current_feed.use_strategy(self.strategy)
 
     def _compile_suffix(self) -> None:
@@ -281,7 +280,7 @@ class AdaptiveGlueTask(GlueTask):
         # In the strategy's scope, as every model here: the loss tracker `compile` creates is then the strategy's
         # (summed across workers when `fit` reads the epoch's loss), not one worker's own.
         with self.strategy.scope():
-            self.current.compile(optimizer=self.optimizer, loss=self.model.loss, jit_compile=self.settings.jit,
+            self.current.compile(optimizer=self.optimizer, loss=self.model.loss, jit_compile=self.settings.runtime.jit,
                                  steps_per_execution=1)
         distributed.keras_distributed(self.current, self.strategy)
 

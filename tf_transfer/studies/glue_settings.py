@@ -247,11 +247,6 @@ class GlueSettings(RunSettings):
             return user_data.REGRESSION_METRICS[0] if self.regression else "accuracy"
         return self.task_spec.primary_metric
 
-    @property
-    def jit(self):
-        """`jit_compile` for `Model.compile`: True, False or "auto"."""
-        return {"true": True, "false": False}.get(str(self.jit_compile).lower(), "auto")
-
     def fingerprint(self) -> str:
         """A short hash of every setting that can change results: not the seed (a folder of its own), where the data
         and caches live, or knobs that only change speed."""

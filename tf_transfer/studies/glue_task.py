@@ -31,21 +31,21 @@ from tf_transfer.training.task import Task
 def load_data(settings: GlueSettings):
     """Returns `(task, train, validation, {test name: Examples}, skipped_rows)` for the settings' GLUE task or own
     data set (`user_data`; its own validation file or split, where it has one, instead of a held-out share)."""
-    spec, validation = settings.data_spec, None
+    spec, validation, given = settings.data_spec, None, settings.inputs
     if spec is None:
         task = settings.task_spec
-        train_full, tests = tasks.load_task_data(task, settings.data_dir, settings.skip_bad_rows)
+        train_full, tests = tasks.load_task_data(task, given.data_dir, given.skip_bad_rows)
     else:
-        task, train_full, validation, tests = user_data.load(spec, settings.skip_bad_rows)
+        task, train_full, validation, tests = user_data.load(spec, given.skip_bad_rows)
         user_data.check_metric(task, settings.metric)
     if validation is not None:
         train = train_full
-    elif settings.validation_fraction:
-        train, validation = train_validation_split(train_full, settings.validation_fraction, settings.seed)
+    elif given.validation_fraction:
+        train, validation = train_validation_split(train_full, given.validation_fraction, given.seed)
     else:  # --validation_fraction=0: train on all of it; the empty validation split is never scored
         train, validation = train_full, train_full.take([])
-    if settings.max_train_examples is not None and settings.max_train_examples < len(train):
-        train = train.take(range(settings.max_train_examples))
+    if given.max_train_examples is not None and given.max_train_examples < len(train):
+        train = train.take(range(given.max_train_examples))
     for line in label_coverage(task, train, validation):
         logging.warning("%s", line)
     skipped = {"train": train_full.skipped_rows, **{name: t.skipped_rows for name, t in tests.items()}}
@@ -112,15 +112,15 @@ class GlueTask(Task):
 
         from tf_transfer.data import inputs
 
-        keras.utils.set_random_seed(settings.seed)
+        keras.utils.set_random_seed(settings.loop.seed)
         self.strategy = strategy = self._strategy(strategy)
         # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
-        keras.mixed_precision.set_global_policy(settings.precision)
+        keras.mixed_precision.set_global_policy(settings.runtime.precision)
         with strategy.scope():
             self.loaded = self._load_backbone()
         self.backbone = self.loaded.backbone
         splits = {"train": train, "validation": validation, **tests}
-        self.encoded = {name: inputs.encode(examples, self.loaded.tokenizer, settings.max_seq_length)
+        self.encoded = {name: inputs.encode(examples, self.loaded.tokenizer, settings.inputs.max_seq_length)
                         for name, examples in splits.items()}
         with strategy.scope():
             self.model, self.feed = self._model_and_feed()
@@ -138,47 +138,46 @@ class GlueTask(Task):
         from tf_transfer.core import strategies
         from tf_transfer.core.errors import TransferError
 
-        settings = self.settings
+        runtime, batch_size = self.settings.runtime, self.settings.inputs.batch_size
         if strategy is None:
-            strategy = strategies.make_strategy(settings.distribution)
-        if settings.batch_size < strategy.num_replicas_in_sync:
-            raise TransferError(f"--batch_size={settings.batch_size} is smaller than the "
-                                f"{strategy.num_replicas_in_sync} replicas of --distribution={settings.distribution}")
-        if settings.steps_per_execution > 1 and strategies.is_distributed(strategy):
+            strategy = strategies.make_strategy(runtime.distribution)
+        if batch_size < strategy.num_replicas_in_sync:
+            raise TransferError(f"--batch_size={batch_size} is smaller than the {strategy.num_replicas_in_sync} "
+                                f"replicas of --distribution={runtime.distribution}")
+        if runtime.steps_per_execution > 1 and strategies.is_distributed(strategy):
             # Keras 3.15's loop of several steps per call fails on a distributed iterator ("You must feed a value
             # for placeholder tensor ... while/cond/Placeholder"), whoever distributed the dataset.
-            raise TransferError(f"--steps_per_execution={settings.steps_per_execution} does not work with several "
-                                f"replicas (--distribution={settings.distribution}) in Keras 3.15: use 1")
+            raise TransferError(f"--steps_per_execution={runtime.steps_per_execution} does not work with several "
+                                f"replicas (--distribution={runtime.distribution}) in Keras 3.15: use 1")
         return strategy
 
     def _load_backbone(self):
         from tf_transfer.models import backbones, freezing
 
-        settings = self.settings
-        if settings.init_checkpoint:
+        model = self.settings.model
+        if model.init_checkpoint:
             from tf_transfer.models import tf1_checkpoint
 
-            loaded = tf1_checkpoint.load_tf1_bert(settings.init_checkpoint, settings.bert_config_file,
-                                                  settings.vocab_file, dropout=settings.dropout)
+            loaded = tf1_checkpoint.load_tf1_bert(model.init_checkpoint, model.bert_config_file, model.vocab_file,
+                                                  dropout=model.dropout)
         else:
-            loaded = backbones.load_preset(settings.preset, dropout=settings.dropout)
-        freezing.check_trainable_layers(settings.trainable_layers, loaded.backbone.num_layers)
-        logging.info("preset %s: weights from %s", settings.preset, loaded.source)
+            loaded = backbones.load_preset(model.preset, dropout=model.dropout)
+        freezing.check_trainable_layers(model.trainable_layers, loaded.backbone.num_layers)
+        logging.info("preset %s: weights from %s", model.preset, loaded.source)
         return loaded
 
     def _model_and_feed(self):
         from tf_transfer.data import feeds
         from tf_transfer.models import cached_prefix, heads, methods
 
-        settings, backbone = self.settings, self.backbone
-        head = heads.pooled_head(self.task.num_labels, settings.dropout, backbone)
-        methods.apply(backbone, settings.method, settings.trainable_layers, **methods.registry.options_of(settings))
+        settings, model, backbone = self.settings, self.settings.model, self.backbone
+        head = heads.pooled_head(self.task.num_labels, model.dropout, backbone)
+        methods.apply(backbone, settings.method, model.trainable_layers, **methods.registry.options_of(settings))
         if settings.cache_frozen:
             feed = self._cached_feed()
-            return cached_prefix.suffix_classifier(backbone, settings.trainable_layers, head), feed
-        feed = feeds.TokenFeed(self.encoded, settings.batch_size, settings.seed, settings.padding,
-                               settings.bucket_step, settings.eval_batch_size, settings.jit)
-        return heads.build_classifier(backbone, self.task.num_labels, settings.dropout, head=head), feed
+            return cached_prefix.suffix_classifier(backbone, model.trainable_layers, head), feed
+        feed = feeds.TokenFeed(self.encoded, settings.inputs, settings.runtime.jit)
+        return heads.build_classifier(backbone, self.task.num_labels, model.dropout, head=head), feed
 
     def _cached_feed(self):
         """Builds (or reuses) the frozen-prefix cache of every split; notes the seconds this run spent building and
@@ -206,8 +205,7 @@ class GlueTask(Task):
                     self.cache_cost[field] + value)
             logging.info("frozen-prefix cache of %s: %s (%.1f MB)", name,
                          "reused" if reused else f"built in {spent:.1f} s", cached[name].nbytes / 1e6)
-        return feeds.CachedFeed(cached, settings.batch_size, settings.seed, settings.bucket_step,
-                                settings.max_seq_length, settings.eval_batch_size, settings.jit)
+        return feeds.CachedFeed(cached, settings.inputs, settings.runtime.jit)
 
     def _compile(self) -> None:
         import keras
@@ -215,16 +213,14 @@ class GlueTask(Task):
         from tf_transfer.training import optimizers
 
         settings = self.settings
-        optimizer = optimizers.build_optimizer(
-            settings.lr, settings.lr_schedule, self.feed.steps_per_epoch * settings.max_epochs,
-            settings.warmup_proportion, settings.weight_decay, settings.clip_norm, settings.adam_epsilon)
+        optimizer = optimizers.build_optimizer(settings.optimizer, self.feed.steps_per_epoch * settings.loop.max_epochs)
         # Averaged over the sample weights, so that the zero-weight examples filling a partial batch under XLA
         # (inputs.fill_batch) change nothing; with all weights 1 this is the usual mean. Several replicas: summed,
         # each example weighted 1 / its batch's examples, so that every step is one device's (loss_under).
         loss = (keras.losses.MeanSquaredError(reduction="mean_with_sample_weight") if self.task.is_regression
                 else keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"))
         self.model.compile(optimizer=optimizer, loss=distributed.loss_under(self.strategy, loss),
-                           jit_compile=settings.jit, steps_per_execution=settings.steps_per_execution)
+                           jit_compile=settings.runtime.jit, steps_per_execution=settings.runtime.steps_per_execution)
 
     def describe(self) -> str:
         from tf_transfer.models import methods

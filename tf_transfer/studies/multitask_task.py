@@ -124,29 +124,29 @@ class MultitaskTask(Task):
         from tf_transfer.core import strategies
         from tf_transfer.data.multitask_feed import MultitaskFeed
 
-        self.strategy = strategy if strategy is not None else strategies.make_strategy(settings.distribution)
+        runtime = settings.runtime
+        self.strategy = strategy if strategy is not None else strategies.make_strategy(runtime.distribution)
         # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
         # The heads are float32 under any policy, so logits, scores and losses are too.
-        keras.mixed_precision.set_global_policy(settings.precision)
+        keras.mixed_precision.set_global_policy(runtime.precision)
         # Seeded before the backbone is built: its dropout layers draw their seed generators' seeds when made, so
         # seeding only afterwards left them to whatever ran before in the process (two runs in one process differed).
-        keras.utils.set_random_seed(settings.seed)
+        keras.utils.set_random_seed(settings.loop.seed)
         self.loaded = self._load_backbone()
         self.backbone = self.loaded.backbone
-        keras.utils.set_random_seed(settings.seed)
-        self.feed = MultitaskFeed(self._encode(raw), settings.batch_size, settings.seed, settings.schedule,
-                                  settings.task_order, settings.eval_batch_size)
+        keras.utils.set_random_seed(settings.loop.seed)
+        self.feed = MultitaskFeed(self._encode(raw), settings.inputs, settings.schedule, settings.task_order)
         self._build_model()
 
     def _load_backbone(self):
         from tf_transfer.models import backbones, freezing
 
-        settings = self.settings
+        model = self.settings.model
         with self.strategy.scope():
-            loaded = backbones.load_preset(settings.preset, dropout=settings.dropout, supported=("bert",),
+            loaded = backbones.load_preset(model.preset, dropout=model.dropout, supported=("bert",),
                                            purpose="the multi-task study")
-        freezing.check_trainable_layers(settings.trainable_layers, loaded.backbone.num_layers)
-        logging.info("preset %s: weights from %s", settings.preset, loaded.source)
+        freezing.check_trainable_layers(model.trainable_layers, loaded.backbone.num_layers)
+        logging.info("preset %s: weights from %s", model.preset, loaded.source)
         return loaded
 
     def _encode(self, raw: dict) -> dict:
@@ -173,7 +173,7 @@ class MultitaskTask(Task):
                 load_initial_weights(self.model, settings.init_from)
                 logging.info("initial weights from %s", os.path.join(settings.init_from, BEST_WEIGHTS))
             self.optimizer = GroupedAdamW(parameter_groups(self.model, settings.lr, settings.llrd, settings.head_lr),
-                                          settings.weight_decay, settings.clip_norm)
+                                          settings.optimizer)
 
     def describe(self) -> str:
         settings = self.settings

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -25,6 +26,7 @@ from absl import logging
 
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import feeds
 from tf_transfer.data.examples import Examples
 from tf_transfer.data.labelled_texts import LabelledTexts
@@ -42,6 +44,11 @@ from tf_transfer.training.task import Task
 
 # Batch size for computing frozen features and scoring: inference only, so it changes speed, never results.
 INFERENCE_BATCH_SIZE = 64
+
+
+def feed_settings(settings: SentimentBertSettings, seed: int) -> InputSettings:
+    """The token feed's settings of BERT run r: its seed (`--seed` + r) orders the batches; bucketed padding."""
+    return dataclasses.replace(settings.inputs, seed=seed, eval_batch_size=INFERENCE_BATCH_SIZE)
 
 
 def _compile(model, num_classes: int, lr: float, strategy) -> None:
@@ -107,15 +114,10 @@ class SeedTask(Task):
     summary_schema = "sentiment_bert"  # tf_transfer.training.run_record
 
     metric = "accuracy"
-    patience = 0
 
     def __init__(self, settings: SentimentBertSettings, seed: int, model, strategy):
         super().__init__(settings)
         self.seed, self.shared, self.strategy, self.table = seed, model, strategy, None
-
-    @property
-    def max_epochs(self) -> int:
-        return self.settings.epochs
 
     def compared_settings(self) -> dict:
         return {**self.settings.comparable(), "seed": self.seed}
@@ -169,8 +171,8 @@ class FrozenFeatures:
         start = time.perf_counter()
         if strategies.is_distributed(strategy):
             distributed.keras_distributed(feature_model, strategy)
-        texts = feeds.TokenFeed({"train": encoded_train, "test": encoded_test}, settings.batch_size, 0, "bucket", 16,
-                                eval_batch_size=INFERENCE_BATCH_SIZE).use_strategy(strategy)
+        texts = feeds.TokenFeed({"train": encoded_train, "test": encoded_test},
+                                feed_settings(settings, seed=0)).use_strategy(strategy)
         # Kept in float32 whatever the backbone computed in: the head is float32.
         self.features = {split: texts.predict(feature_model, split).astype(np.float32) for split in ("train", "test")}
         self.feature_time_s = time.perf_counter() - start
@@ -220,8 +222,7 @@ class FineTuning:
 
     def build(self, seed: int):
         model = self.model(seed)
-        feed = feeds.TokenFeed(self.encoded, self.settings.batch_size, seed, "bucket", 16,
-                               eval_batch_size=INFERENCE_BATCH_SIZE).use_strategy(self.strategy)
+        feed = feeds.TokenFeed(self.encoded, feed_settings(self.settings, seed)).use_strategy(self.strategy)
         return model, feed
 
     def model(self, seed: int):

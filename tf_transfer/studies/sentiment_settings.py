@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Optional
 
+from tf_transfer.core import setting_groups
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
@@ -123,6 +124,11 @@ class SentimentBertSettings(RunSettings):
                  f"--method={self.method} trains inside BERT's blocks, and --bert_mode=frozen trains the head alone "
                  "on static features: give --bert_mode=unfrozen or top2 (or --trainable_layers=k)"),
                 *study_method.rules(self, self.k)]
+
+    @property
+    def loop(self) -> setting_groups.LoopSettings:
+        """`epochs` every run trains; no validation split, so nothing stops early."""
+        return setting_groups.view(self, setting_groups.LoopSettings, max_epochs=self.epochs)
 
     @property
     def k(self):

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from typing import ClassVar, Optional
 
+from tf_transfer.core import setting_groups
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.settings import RunSettings, setting
@@ -182,15 +183,22 @@ class StackSettings(RunSettings):
 @dataclasses.dataclass(frozen=True)
 class Phase:
     number: int  # 1: head on the frozen backbone; 2: everything
-    lr: float
+    optimizer: setting_groups.OptimizerSettings  # the run's, at the phase's rate
     last_epoch: int  # the run's epoch (counted over both phases) at which the phase ends at the latest
     gap_rule: bool  # end the phase (and undo the epoch, unless the phase's first) when train accuracy runs ahead
 
+    @property
+    def lr(self) -> float:
+        return self.optimizer.lr
+
 
 def plan_phases(config: StackSettings) -> list:
+    def at(lr: float) -> setting_groups.OptimizerSettings:
+        return setting_groups.view(config, setting_groups.OptimizerSettings, lr=lr)
+
     if config.stack_strategy == "finetune_only":
-        return [Phase(2, config.phase2_lr, config.max_epochs, False)]
+        return [Phase(2, at(config.phase2_lr), config.max_epochs, False)]
     if config.stack_strategy == "stack_only":
-        return [Phase(1, config.phase1_lr, config.max_epochs, False)]
-    return [Phase(1, config.phase1_lr, config.phase1_epochs, True),
-            Phase(2, config.phase2_lr, config.max_epochs, False)]
+        return [Phase(1, at(config.phase1_lr), config.max_epochs, False)]
+    return [Phase(1, at(config.phase1_lr), config.phase1_epochs, True),
+            Phase(2, at(config.phase2_lr), config.max_epochs, False)]

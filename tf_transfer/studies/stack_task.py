@@ -23,6 +23,7 @@ import numpy as np
 from absl import logging
 
 from tf_transfer.core import machine
+from tf_transfer.core.setting_groups import OptimizerSettings
 from tf_transfer.data import stack_data
 from tf_transfer.models import freezing, methods
 from tf_transfer.studies import stack_inputs, study_method
@@ -42,9 +43,10 @@ def make_loss(tagging: bool):
         from_logits=True, ignore_class=stack_data.IGNORED_LABEL if tagging else None)
 
 
-def set_phase(model, backbone, phase: int, lr: float, loss, weight_decay: float = 0.01, clip_norm: float = 1.0,
-              method_trains=None, method_in_phase1: bool = False):
-    """Freezes (phase 1) or unfreezes (phase 2) the backbone and compiles `model` with a fresh AdamW; returns it.
+def set_phase(model, backbone, phase: int, optimizer: OptimizerSettings, loss, method_trains=None,
+              method_in_phase1: bool = False):
+    """Freezes (phase 1) or unfreezes (phase 2) the backbone and compiles `model` with a fresh AdamW of the phase's
+    `optimizer` settings (`Phase.optimizer`: its rate); returns it.
     `method_trains` (`freezing.trainability` of the backbone after the method was applied) is what phase 2 trains
     of it (None: everything), and phase 1 too with `method_in_phase1`.
 
@@ -59,9 +61,9 @@ def set_phase(model, backbone, phase: int, lr: float, loss, weight_decay: float 
         freezing.set_trainable_layers(backbone, freezing.ALL)
     else:
         freezing.set_trainability(method_trains)
-    optimizer = optimizers.build_optimizer(lr, "constant", weight_decay=weight_decay, clip_norm=clip_norm)
-    model.compile(optimizer=optimizer, loss=loss)
-    return optimizer
+    built = optimizers.build_optimizer(optimizer)
+    model.compile(optimizer=built, loss=loss)
+    return built
 
 
 def build(config: StackSettings, backbone, head_name: str, num_labels: int, tagging: bool):
@@ -201,8 +203,7 @@ class StackHeadTask(Task):
             self.method_trains = freezing.trainability(self.backbone)
             self.model, self.head = build(settings, self.backbone, self.head_name, len(self.data.label_names),
                                           self.tagging)
-        self.feed = StackFeed(self.encoded, settings.batch_size, settings.seed, settings.bucket_step,
-                              settings.eval_batch_size)
+        self.feed = StackFeed(self.encoded, settings.inputs)
         # Several replicas: summed, with the feed's weights (StackFeed.loss_units), so that each step is one device's.
         self.loss = distributed.loss_under(strategy, make_loss(self.tagging))
         # Several replicas or workers: every batch is split into one share per replica here, once (as in GLUE).
@@ -296,8 +297,8 @@ class StackHeadTask(Task):
         from tf_transfer.training import distributed
 
         with self.strategy.scope():
-            set_phase(self.model, self.backbone, phase.number, phase.lr, self.loss, self.settings.weight_decay,
-                      self.settings.clip_norm, self.method_trains, self.settings.method_in_phase1)
+            set_phase(self.model, self.backbone, phase.number, phase.optimizer, self.loss, self.method_trains,
+                      self.settings.method_in_phase1)
         distributed.keras_distributed(self.model, self.strategy)
 
     def _stage(self, engine, phase, phase_record, resumes_here: bool, last: bool) -> Stage:

@@ -49,7 +49,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
 
     earlier = record.read_summary(folder) or {}
     done_before = len(earlier.get("epochs", []))
-    pruned_at = resume_reports(trial, earlier.get("epochs", []), metric, best_so_far, task.max_epochs)
+    pruned_at = resume_reports(trial, earlier.get("epochs", []), metric, best_so_far, task.loop.max_epochs)
     if pruned_at:
         return _pruned_before(earlier, pruned_at, start)
 
@@ -60,10 +60,10 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         if is_reference and floor is not None and (floor - best if lower else best - floor) >= sweep.MARGIN:
             state["learned_at"] = epoch_record["epoch"]
             epoch_record["sweep"] = "reference"
-        elif sweep.report_epoch(trial, best, epoch_record["epoch"], task.max_epochs):
+        elif sweep.report_epoch(trial, best, epoch_record["epoch"], task.loop.max_epochs):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
-        last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.max_epochs
+        last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.loop.max_epochs
         if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s) and not last:
             epoch_record["sweep"] = "budget"
         return epoch_record.get("sweep") is not None

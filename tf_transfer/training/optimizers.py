@@ -5,7 +5,9 @@ constant or warm-up-then-linear-decay schedule, and a fused Adam update for the 
 Example:
 
 >>> from tf_transfer.training import optimizers
->>> optimizer = optimizers.build_optimizer(2e-5, "linear", total_steps=1000, warmup_proportion=0.1)
+>>> from tf_transfer.core.setting_groups import OptimizerSettings
+>>> settings = OptimizerSettings(lr=2e-5, lr_schedule="linear", warmup_proportion=0.1)
+>>> optimizer = optimizers.build_optimizer(settings, total_steps=1000)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Optional
 
 import keras
 
+from tf_transfer.core.setting_groups import OptimizerSettings
 from tf_transfer.training import distributed
 
 
@@ -72,20 +75,21 @@ class FusedAdamW(keras.optimizers.AdamW):
             grad=tf.cast(tf.convert_to_tensor(gradient), tf.float32))  # dense, like Keras' own Adam
 
 
-def build_optimizer(lr: float, schedule: str = "constant", total_steps: int = 1, warmup_proportion: float = 0.0,
-                    weight_decay: float = 0.01, clip_norm: float = 1.0, epsilon: float = 1e-6):
-    """AdamW as in Google BERT's `optimization.py`: decoupled weight decay except on LayerNorm and bias variables,
-    global-norm clipping (`clip_norm=0` turns it off). One difference: Keras' Adam corrects the moment bias."""
-    learning_rate = lr
-    if schedule == "linear":
-        learning_rate = WarmupLinearDecay(lr, total_steps, int(round(total_steps * warmup_proportion)))
+def build_optimizer(settings: OptimizerSettings, total_steps: int = 1):
+    """AdamW as in Google BERT's `optimization.py`, from a run's `OptimizerSettings` (`settings.optimizer`; the
+    linear schedule spans `total_steps`): decoupled weight decay except on LayerNorm and bias variables, global-norm
+    clipping (`clip_norm=0` turns it off). One difference: Keras' Adam corrects the moment bias."""
+    learning_rate = settings.lr
+    if settings.lr_schedule == "linear":
+        learning_rate = WarmupLinearDecay(settings.lr, total_steps,
+                                          int(round(total_steps * settings.warmup_proportion)))
     optimizer = FusedAdamW(
         learning_rate=learning_rate,
-        weight_decay=weight_decay,
+        weight_decay=settings.weight_decay,
         beta_1=0.9,
         beta_2=0.999,
-        epsilon=epsilon,
-        global_clipnorm=clip_norm if clip_norm > 0 else None,
+        epsilon=settings.adam_epsilon,
+        global_clipnorm=settings.clip_norm if settings.clip_norm > 0 else None,
     )
     # Keras names LayerNormalization's variables gamma/beta; Dense and attention biases are "bias".
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
@@ -151,16 +155,17 @@ class GroupedAdamW:
 
     Args:
       groups: `ParameterGroup`s (their `optimizer` is filled in here).
-      weight_decay: decoupled weight decay, scaled by each group's learning rate; not on LayerNorm or bias variables.
-      clip_norm: global norm over every gradient of a step; 0 turns clipping off.
+      settings: the run's `OptimizerSettings`: each group's AdamW takes them at the group's own rate (decoupled
+        weight decay scaled by it, not on LayerNorm or bias variables); `clip_norm` is the global norm over every
+        gradient of a step (0 turns clipping off).
 
-    >>> optimizer = GroupedAdamW(parameter_groups(model, 1e-5, 0.95))  # doctest: +SKIP
+    >>> optimizer = GroupedAdamW(parameter_groups(model, 1e-5, 0.95), OptimizerSettings(lr=1e-5))  # doctest: +SKIP
     >>> optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)  # doctest: +SKIP
     """
 
-    def __init__(self, groups: list, weight_decay: float = 0.0, clip_norm: float = 0.0, epsilon: float = 1e-6):
+    def __init__(self, groups: list, settings: OptimizerSettings):
         self.groups = groups
-        self.clip_norm = clip_norm
+        self.clip_norm = settings.clip_norm
         # Under mixed_float16 the step scales the loss by this (halved after a step with non-finite gradients,
         # which is then skipped), so small float16 gradients do not underflow; None otherwise.
         self.loss_scale = None
@@ -168,8 +173,7 @@ class GroupedAdamW:
             self.loss_scale = keras.Variable(2.0 ** 15, dtype="float32", trainable=False, name="loss_scale")
         self._group_of = {}
         for index, group in enumerate(groups):
-            group.optimizer = build_optimizer(group.learning_rate, weight_decay=weight_decay, clip_norm=0,
-                                              epsilon=epsilon)
+            group.optimizer = build_optimizer(dataclasses.replace(settings, lr=group.learning_rate, clip_norm=0))
             group.optimizer.build(group.variables)
             self._group_of.update({id(v): index for v in group.variables})
 

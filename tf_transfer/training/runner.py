@@ -65,7 +65,8 @@ def train(task, folder: RunFolder, strategy=None) -> dict:
     folder.start(task.fresh_summary(table))
     hparams = task.hparams()
     recorder = record.TensorBoardRecorder(folder.path, hparams, task.trial_name()) if hparams is not None else None
-    engine = Engine(folder, task.metric, task.max_epochs, task.patience, task.min_delta, recorder, task.strategy)
+    loop = task.loop
+    engine = Engine(folder, task.metric, loop.max_epochs, loop.patience, loop.min_delta, recorder, task.strategy)
     with engine:
         for stage in task.stages(engine):
             stage.ended_by = engine.fit(

@@ -66,16 +66,9 @@ class Task:
     # --- what the runner records -----------------------------------------------------------------------------------
 
     @property
-    def max_epochs(self) -> int:
-        return self.settings.max_epochs
-
-    @property
-    def patience(self) -> int:
-        return getattr(self.settings, "patience", 0)
-
-    @property
-    def min_delta(self) -> float:
-        return getattr(self.settings, "min_delta", 0.0)
+    def loop(self):
+        """The run's `LoopSettings` (`tf_transfer.core.setting_groups`): its epochs at most, and when it stops early."""
+        return self.settings.loop
 
     def compared_settings(self) -> dict:
         """What a rerun in the same folder must match (its `NOT_RESULT_SETTINGS` aside)."""

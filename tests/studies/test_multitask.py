@@ -395,8 +395,8 @@ def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     dev = {task: encode_split(task, data.tasks[task].dev, loaded.tokenizer, settings.pair_head,
                               settings.max_seq_length) for task in data.tasks}
     predict = {task: make_predict(model, task, settings.pair_head) for task in dev}
-    feed = MultitaskFeed({"train": dev, "dev": dev}, InputSettings(batch_size=32, seed=0, eval_batch_size=64), "sequential",
-                         tuple(dev))
+    feed = MultitaskFeed({"train": dev, "dev": dev}, InputSettings(batch_size=32, seed=0, eval_batch_size=64),
+                         "sequential", tuple(dev))
     scores = multitask_scores(feed.predict(predict, "dev"), feed.labels("dev"))
     assert scores == pytest.approx(summary["epochs"][0]["test"], abs=1e-6)
     concat = MultitaskSettings(data_dir="d", preset=settings.preset, pair_head="concat", init_from=output_dir)

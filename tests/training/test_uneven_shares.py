@@ -103,7 +103,8 @@ def test_stack_tagging_mean_over_labelled_pieces():
     split = stack_data.EncodedSplit({"": stack_data.Sequences(token_ids, np.zeros_like(token_ids), lengths)}, labels)
 
     def setup(strategy):
-        feed = stack_feed.StackFeed({"train": split}, InputSettings(batch_size=BATCH_SIZE, seed=0, bucket_step=8)).use_strategy(strategy)
+        settings = InputSettings(batch_size=BATCH_SIZE, seed=0, bucket_step=8)
+        feed = stack_feed.StackFeed({"train": split}, settings).use_strategy(strategy)
         keras.utils.set_random_seed(0)
         with strategy.scope():
             model = _token_tagger(vocabulary, tags)

@@ -21,8 +21,8 @@ Example:
 >>> from tf_transfer.core import setting_groups
 >>> from tf_transfer.studies.glue_settings import GlueSettings
 >>> settings = GlueSettings(task="rte", lr=1e-3, clip_norm=0.5)
->>> settings.optimizer
-OptimizerSettings(lr=0.001, lr_schedule='constant', warmup_proportion=0.1, weight_decay=0.01, clip_norm=0.5, adam_epsilon=1e-06)
+>>> settings.optimizer.lr, settings.optimizer.clip_norm, settings.optimizer.lr_schedule
+(0.001, 0.5, 'constant')
 >>> settings.loop.max_epochs, settings.inputs.batch_size, settings.runtime.jit
 (30, 1, 'auto')
 >>> setting_groups.view(settings, setting_groups.OptimizerSettings, lr=2e-5).lr

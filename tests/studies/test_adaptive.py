@@ -264,6 +264,7 @@ def same_freezing(one: dict, two: dict) -> None:
         assert b["norms"] == pytest.approx(a["norms"], rel=1e-4)
     assert [e["frozen_blocks"] for e in two["freezing"]["events"]] == [
         e["frozen_blocks"] for e in one["freezing"]["events"]]
+    assert two["freezing"]["traces"] == one["freezing"]["traces"]  # each process counts its own replicas' traces
     assert two["epochs"][0]["loss"] == pytest.approx(one["epochs"][0]["loss"], rel=1e-4)
     assert two["epochs"][0]["val"] == pytest.approx(one["epochs"][0]["val"], rel=1e-4)
 

@@ -272,6 +272,14 @@ def is_distributed(strategy) -> bool:
     return strategy is not None and (strategy.num_replicas_in_sync > 1 or is_multi_worker(strategy))
 
 
+def local_replicas(strategy) -> int:
+    """The replicas whose step runs in this process: all of them but under a multi-worker strategy, where each
+    worker runs its own devices' (`num_replicas_in_sync` counts every worker's)."""
+    if strategy is None or not is_distributed(strategy):
+        return 1
+    return len(strategy.extended.worker_devices)
+
+
 def is_chief(strategy) -> bool:
     """True where `--output_dir` is written: every process but a multi-worker cluster's non-chief workers."""
     return not is_multi_worker(strategy) or bool(strategy.extended.should_checkpoint)

@@ -103,8 +103,11 @@ class AdaptiveGlueTask(GlueTask):
         raise NotImplementedError
 
     def _count_traces(self, model) -> None:
-        """Counts the traces of `model`'s training step (its Python body runs once per trace and replica)."""
-        step, replicas = model.train_step, self.strategy.num_replicas_in_sync
+        """Counts the traces of `model`'s training step (its Python body runs once per trace and replica of this
+        process: a worker of a multi-worker cluster traces only its own)."""
+        from tf_transfer.core import strategies
+
+        step, replicas = model.train_step, strategies.local_replicas(self.strategy)
 
         def counted(data):
             self.traced += 1.0 / replicas

@@ -110,9 +110,9 @@ def claim_row(claim: str, paper: str, intervals: dict, tasks: list, margin: floa
               scale: float = 1.0, unit: str = "", digits: int = 1) -> list:
     """One row of the claims table, tested on every task of the study (Holm across them): `intervals` maps each
     task where both sides ran to its interval (None: not testable at this budget); a task not run yet leaves the
-    claim inconclusive unless another task already refutes it."""
+    claim inconclusive unless another task already refutes it, and no task run leaves it without a verdict."""
     if not intervals:
-        return [claim, paper, "not run yet", stats.INCONCLUSIVE, basis]
+        return [claim, paper, "not run yet", stats.NOT_RUN, basis]
     found = stats.verdicts(intervals, margin, direction)
     missing = [t for t in tasks if t not in intervals]
     kind = stats.overall([*found.values(), *[stats.INCONCLUSIVE] * len(missing)])

@@ -267,7 +267,7 @@ def _score_claim(table, tasks, method, claim, paper, gains) -> list:
     found = stats.verdicts(intervals, MATCH_POINTS, "as good as")
     tested = [t for t, i in intervals.items() if i is not None]
     mean = stats.mean_of([intervals[t] for t in tested]) if tested else None
-    kind = stats.INCONCLUSIVE if not ran else stats.NOT_TESTABLE if mean is None else \
+    kind = stats.NOT_RUN if not ran else stats.NOT_TESTABLE if mean is None else \
         stats.verdict(mean, MATCH_POINTS, "as good as")
     ours = (f"{mean.text()} points vs full fine-tuning (mean of {', '.join(tested)})" if mean else
             "no task where full fine-tuning learned enough to test it" if ran else "not run yet")
@@ -290,7 +290,7 @@ def _faster_claim(table, tasks) -> list:
              + _task_cells(found, tasks, 100, "%"))
     return ["LoRA trains faster than full fine-tuning (no gradients for the frozen weights)",
             "25% faster on GPT-3 175B (LoRA, section 4.2)", ours,
-            stats.overall(found) if found else stats.INCONCLUSIVE, basis]
+            stats.overall(found) if found else stats.NOT_RUN, basis]
 
 
 def band_verdict(interval, low: float, high: float) -> str:
@@ -318,9 +318,11 @@ def _small_saving_claim(table, tasks, summary, memory) -> list:
     # The process peak holds TensorFlow's fixed resident memory, which shrinks every share saved by an unknown
     # factor: a band cannot be judged on it (an ordering of savings can, as the next claim's).
     diluted = memory == "peak_memory_mb"
+    ran = any(summary[method]["intervals"].get("memory_saving") for method in PEFT)
     return ["LoRA and BitFit save about a quarter of full fine-tuning's training memory",
             "26% (Ladder Side-Tuning, T5 on GLUE: LoRA, adapters, BitFit at similar parameter counts)",
-            "memory saved: " + ", ".join(ours), stats.INCONCLUSIVE if diluted else stats.overall(kinds),
+            "memory saved: " + ", ".join(ours),
+            stats.NOT_RUN if not ran else stats.INCONCLUSIVE if diluted else stats.overall(kinds),
             f"reproduced if each method's saving (95% interval) lies within {_pct(QUARTER_BAND[0])}-"
             f"{_pct(QUARTER_BAND[1])} (the paper's 26% +- 10 points), not reproduced if wholly outside"
             + ("; inconclusive here whatever the shares: these runs record only the process peak, whose fixed part "
@@ -330,7 +332,7 @@ def _small_saving_claim(table, tasks, summary, memory) -> list:
 
 
 def _top_saves_more_claim(table, tasks, summary, memory) -> list:
-    kinds, ours = [], []
+    kinds, ours, ran = [], [], False
     for method in PEFT:
         per_task = []
         for t in tasks:
@@ -339,7 +341,8 @@ def _top_saves_more_claim(table, tasks, summary, memory) -> list:
         mean = _mean_interval(per_task) if per_task else None
         kinds.append(stats.verdict(mean, 0.0, "at least") if mean else stats.INCONCLUSIVE)
         ours.append(f"than {method}: {mean.text(1, 100, ' points') if mean else 'n/a'}")
-    kind = stats.overall(kinds)
+        ran = ran or mean is not None
+    kind = stats.overall(kinds) if ran else stats.NOT_RUN
     return ["Not training the bulk of the network saves more memory than LoRA and BitFit (LST's claim, restated "
             "for freezing: here the last 2 blocks over the frozen-prefix cache, no backward pass below them; not a "
             "side network)",

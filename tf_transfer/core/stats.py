@@ -121,7 +121,9 @@ def welch_test(a, b) -> WelchTest:
 # "at least" where it is above +margin, "at most" where it is below +margin.
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 NOT_TESTABLE = "not testable at this budget"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE)
+# A claim none of whose comparisons has run yet: no interval exists, so no verdict, not even "inconclusive".
+NOT_RUN = "not run yet"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE, NOT_RUN)
 
 
 @dataclasses.dataclass(frozen=True)

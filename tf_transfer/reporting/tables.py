@@ -351,7 +351,7 @@ def testable_sentence(metric_note: str) -> str:
             "points; elsewhere the claim there is not testable at this budget. " + metric_note)
 
 
-VERDICTS = stats.VERDICTS  # reproduced, not reproduced, inconclusive, not testable at this budget
+VERDICTS = stats.VERDICTS  # reproduced, not reproduced, inconclusive, not testable at this budget, not run yet
 CLAIMS_HEADER = ["claim", "paper", "ours", "verdict", "basis"]
 
 

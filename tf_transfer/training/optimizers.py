@@ -50,14 +50,19 @@ class FusedAdamW(keras.optimizers.AdamW):
     `v += (g^2 - v)(1 - beta_2)`, `var -= lr_t m / (sqrt(v) + epsilon)`), in one pass over each variable instead of
     about ten elementwise ops with their own passes: per-step optimizer cost is what dominates at batch size 1.
     Weight decay stays Keras' own. Falls back to Keras' update off the TensorFlow backend, for non-float32
-    variables, under a tf.distribute strategy, and with amsgrad.
+    variables, and with amsgrad.
+
+    Under a tf.distribute strategy (mirrored, multi-worker) Keras calls `update_step` once per device inside
+    `strategy.extended.update`, with that device's copy of the variable: the slots' and the step counter's `handle`
+    and value are that device's too there, so the same kernel applies. Measured on 2026-11-26 (2-core AMD EPYC,
+    AVX2), AutoFreeze's two-replica test run: 29 -> 22 CPU s, tracing most of it (the Keras update's ops per variable,
+    once per device); losses as one device's to 2e-8 relative (the replicas' summed gradients round differently).
     """
 
     def update_step(self, gradient, variable, learning_rate):
         import tensorflow as tf
 
-        if (keras.backend.backend() != "tensorflow" or variable.dtype != "float32" or self.amsgrad
-                or tf.distribute.has_strategy()):
+        if keras.backend.backend() != "tensorflow" or variable.dtype != "float32" or self.amsgrad:
             if isinstance(gradient, tf.IndexedSlices):
                 # Keras' Adam squares an embedding gradient's slices one by one: a token twice in a batch would get
                 # the sum of squares, not the square of its summed gradient. Sum the slices first, as the fused

@@ -107,6 +107,16 @@ def one_block_preset(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def two_block_preset(tmp_path_factory):
+    """The tiny preset with two blocks, for adaptive freezing's runs: the fewest blocks with one to freeze below the
+    top block, which is kept training."""
+    folder = str(tmp_path_factory.mktemp("two_block_preset"))
+    make_tiny_backbone(num_layers=2).save_to_preset(folder)
+    make_tiny_tokenizer().save_to_preset(folder)
+    return folder
+
+
 SENTENCES = [
     "the cat is happy", "a dog runs in the house", "he said \" yes", "she eats a big red tree",
     "what did the man buy ?", "they play with the small blue car", "we walk to the sea", "the plane is in the sky",

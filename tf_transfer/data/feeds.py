@@ -131,7 +131,7 @@ class Feed:
         data = self.splits[split]
         plan = inputs.plan_eval_batches(data.lengths, self.eval_batch_size, self.padding)
         dataset = self._planned(data, plan, self.eval_bucket_step, False, None)
-        return _unsort(model.predict(dataset, verbose=0, steps=getattr(dataset, "num_steps", None)), plan)
+        return _unsort(inputs.predict(model, dataset), plan)
 
     def labels(self, split: str) -> np.ndarray:
         return self.splits[split].labels
@@ -193,7 +193,7 @@ class ArrayFeed:
 
     def predict(self, model, split: str) -> np.ndarray:
         batches = self._batches((self.features[split],), self.eval_batch_size)
-        return model.predict(batches, verbose=0, steps=getattr(batches, "num_steps", None))
+        return inputs.predict(model, batches)
 
     def labels(self, split: str) -> np.ndarray:
         return self._labels[split]

@@ -292,6 +292,27 @@ def prefetched(dataset, num_batches: int):
     return dataset.prefetch(PREFETCH_BATCHES).with_options(options)
 
 
+def predict(model, dataset) -> np.ndarray:
+    """`model.predict` over `dataset` (plain, or distributed by `distribute`), its step traced once.
+
+    Keras traces its predict step for the first batch's shapes, again with those dimensions relaxed at the first
+    batch of other shapes (bucketed padding: the second batch, nearly always), then reuses that. Traced first for
+    the dataset's own element spec (the batch and length dimensions unknown), every batch reuses the one trace: one
+    trace per model instead of two, the same graph for every batch the relaxed trace served already. Datasets
+    distributed over several replicas keep Keras' way (their elements are per-replica values).
+    """
+    import tensorflow as tf
+
+    steps = getattr(dataset, "num_steps", None)
+    if model.predict_function is None and not model.run_eagerly and isinstance(dataset, tf.data.Dataset):
+        model.make_predict_function()
+        relaxed = tf.nest.map_structure(
+            lambda spec: tf.TensorSpec([None] * len(spec.shape), spec.dtype) if spec.shape.rank else spec,
+            dataset.element_spec)
+        model.predict_function.get_concrete_function([relaxed])
+    return model.predict(dataset, verbose=0, steps=steps)
+
+
 def train_dataset(encoded: Encoded, batch_size: int, seed: int, epoch: int, padding: str = "bucket",
                   bucket_step: int = 16):
     plan = plan_train_batches(encoded.lengths, batch_size, seed, epoch, padding, encoded.max_seq_length, bucket_step)

@@ -35,7 +35,7 @@ GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size
 # two-block preset (`blocks_preset(2)`: block 0 freezes at step 4, the top one trains on): the fewest blocks with
 # something to freeze below the kept top one, whose full-model step traces in about 4/5 of the three-block preset's
 # time (one device, 7.6 against 9.8 CPU s).
-AUTOFREEZE = dict(task="sst2", method="autofreeze", lr=1e-3, batch_size=4, max_epochs=1, patience=10,
+AUTOFREEZE = dict(task="sst2", method="autofreeze", lr=1e-3, clip_norm=0.05, batch_size=4, max_epochs=1, patience=10,
                   max_seq_length=16, dropout=0.0, seed=0, freeze_interval_steps=2, freeze_percentile=100.0)
 # Stack and multitask train every block they have, so how many there are changes nothing the distributed tests
 # check: they run on a one-block preset (`blocks_preset(1)`), whose traces and graph optimisation take about half

@@ -3,7 +3,7 @@ one `MultiWorkerMirroredStrategy` this process joins (`TF_CONFIG`).
 
     python tests/training/multi_worker_worker.py SPEC.json OUTPUT_ROOT
 
-SPEC.json maps each study (glue, stack, sentiment or sentiment_frozen, multitask, autofreeze) to the keyword arguments of its
+SPEC.json maps each study (glue or autofreeze, stack, sentiment or sentiment_frozen, multitask) to the keyword arguments of its
 settings (tests/study_runs.py); each study writes to OUTPUT_ROOT/<study> through the same function its command
 calls. One process for all four pays TensorFlow's import and the cluster's start-up once (the suite's budget for
 tests that start processes is 60 s).

@@ -114,6 +114,25 @@ def test_bucket_padding_gives_the_same_logits_as_fixed(encoded_rte):
     np.testing.assert_allclose(model(bucket, training=False), model(fixed, training=False), rtol=1e-5, atol=1e-5)
 
 
+def test_scoring_traces_the_predict_step_once_for_batches_of_every_length():
+    """`inputs.predict` over bucketed batches of three lengths: one trace (Keras' `predict` alone traced three
+    times here), and each example's outputs are the model's on that example's batch."""
+    words = "the cat is happy and the dog runs in the big green house".split()
+    examples = Examples([" ".join(words[:n]) for n in (1, 2, 5, 6, 9, 10, 12, 13)], None, np.zeros(8, np.int64))
+    encoded = inputs.encode(examples, make_tiny_tokenizer(), MAX_LEN)
+    model = heads.build_classifier(make_tiny_backbone(), 2)
+    plan = inputs.plan_eval_batches(encoded.lengths, 3, "bucket")
+    batches = list(inputs.batches(encoded, plan, "bucket", 4, with_labels=False))
+    assert len({batch["token_ids"].shape[1] for batch in batches}) == 3
+    traces = []
+    predict_step = model.predict_step
+    model.predict_step = lambda data: traces.append(1) or predict_step(data)
+    outputs = inputs.predict(model, inputs.to_dataset(encoded, plan, "bucket", 4, with_labels=False))
+    assert len(traces) == 1
+    expected = np.concatenate([model(batch, training=False) for batch in batches])
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("k", [0, 1, NUM_LAYERS])
 def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     cache.clear_memory()

@@ -295,11 +295,12 @@ def prefetched(dataset, num_batches: int):
 def predict(model, dataset) -> np.ndarray:
     """`model.predict` over `dataset` (plain, or distributed by `distribute`), its step traced once.
 
-    Keras traces its predict step for the first batch's shapes, again with those dimensions relaxed at the first
-    batch of other shapes (bucketed padding: the second batch, nearly always), then reuses that. Traced first for
-    the dataset's own element spec (the batch and length dimensions unknown), every batch reuses the one trace: one
-    trace per model instead of two, the graph that served every batch but the first already. The first batch's
-    outputs can differ in float32 rounding (kernels chosen without its static shape): measured on 2026-11-26 with
+    Keras traces its predict step for the first batch's shapes and again for later shapes until a trace with
+    relaxed dimensions serves them (bucketed padding: two or three traces; three for batches of three lengths in
+    `tests/training/test_performance.py`). Traced first for the dataset's own element spec (the batch and length
+    dimensions unknown), every batch reuses that one trace, the kind of graph that served most batches already. The
+    first batches' outputs can differ in float32 rounding (presumably kernels chosen without their static shapes):
+    measured on 2026-11-26 with
     all-MiniLM-L6-v2 (last 2 blocks, 256 training examples, one epoch), STS-B test Pearson -0.04340054431 before and
     -0.04340054146 after (7e-8 relative), its validation scores and MRPC's equal to the last digit. Datasets
     distributed over several replicas keep Keras' way (their elements are per-replica values).

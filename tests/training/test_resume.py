@@ -154,9 +154,9 @@ def test_non_finite_loss_stops_with_a_clear_message(glue_dir, tiny_preset, tmp_p
     assert all(e["loss"] is not None for e in summary["epochs"])
 
 
-def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, tiny_preset, tmp_path):
+def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, one_block_preset, tmp_path):
     output_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "tf_transfer.glue", "--task=sst2", f"--preset={tiny_preset}",
+    command = [sys.executable, "-m", "tf_transfer.glue", "--task=sst2", f"--preset={one_block_preset}",
                f"--data_dir={glue_dir}", "--batch_size=1", "--max_epochs=4", "--patience=10",
                "--trainable_layers=1", "--lr=1e-3", f"--output_dir={output_dir}"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}

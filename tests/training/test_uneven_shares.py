@@ -55,14 +55,14 @@ def _assert_mirrored_is_default(setup) -> None:
     assert np.linalg.norm(mirrored_vector - default_vector) <= TOLERANCE * np.linalg.norm(default_vector)
 
 
-def test_glue_weighted_mean(glue_dir, tiny_preset):
+def test_glue_weighted_mean(glue_dir, one_block_preset):
     from tf_transfer.studies.glue_task import GlueTask
     from tf_transfer.studies.glue_settings import GlueSettings
 
     def setup(strategy):
         # A clipping norm below the gradients' (clipping after the replicas' sum shows too); bucketed padding,
         # each share padded to its own bucket.
-        config = GlueSettings(task="mrpc", preset=tiny_preset, trainable_layers=1, lr=1e-2, clip_norm=0.05,
+        config = GlueSettings(task="mrpc", preset=one_block_preset, trainable_layers=1, lr=1e-2, clip_norm=0.05,
                            batch_size=BATCH_SIZE, max_train_examples=EXAMPLES, max_epochs=EPOCHS, patience=0,
                            data_dir=glue_dir, max_seq_length=32, dropout=0.0,
                            distribution="default" if strategy.num_replicas_in_sync == 1 else "mirrored")

@@ -119,6 +119,7 @@ def test_layer_rates_anneal_each_layers_updates():
 
 
 def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs(tiny_preset):
+    from tf_transfer.core.setting_groups import InputSettings
     from tf_transfer.data import cache, inputs
     from tf_transfer.data.examples import Examples
     from tf_transfer.models import backbones, cached_prefix
@@ -128,10 +129,11 @@ def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs
     examples = Examples(sentences, None, np.array([0, 1, 0, 1]))
     encoded = inputs.encode(examples, loaded.tokenizer, 16)
     backbone = loaded.backbone
-    one, _, _ = cache.build(cached_prefix.prefix_model(backbone, 2), encoded, "ext-test-d1", batch_size=3)
+    batching = InputSettings(max_seq_length=16, eval_batch_size=3)
+    one, _, _ = cache.build(cached_prefix.prefix_model(backbone, 2), encoded, "ext-test-d1", batching)
     extended, seconds, reused = cache.extend(cached_prefix.blocks_model(backbone, 1, 3), one, "ext-test-d1+3",
-                                             max_length=16, batch_size=3)
-    at_once, _, _ = cache.build(cached_prefix.prefix_model(backbone, 0), encoded, "ext-test-d3", batch_size=3)
+                                             batching)
+    at_once, _, _ = cache.build(cached_prefix.prefix_model(backbone, 0), encoded, "ext-test-d3", batching)
     assert not reused and seconds > 0
     assert extended.hidden.shape == at_once.hidden.shape
     # The same blocks on the same inputs; only the float16 rounding of the stored depth-1 outputs differs.

@@ -142,7 +142,7 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     freezing.set_trainable_layers(backbone, k)
     prefix = cached_prefix.prefix_model(backbone, k)
     depth = NUM_LAYERS - k
-    key = cache.cache_key("tiny", "rte", "train", encoded_rte, depth, cls_only=k == 0)
+    key = cache.Prefix("tiny", "rte", depth, cls_only=k == 0).key("train", encoded_rte)
     cached, seconds, reused = cache.build(prefix, encoded_rte, key, cls_only=k == 0, cache_dir=str(tmp_path))
     assert seconds > 0 and not reused
     assert cached.hidden.dtype == np.float16
@@ -173,7 +173,7 @@ def test_pipelines_prefetch_a_fixed_buffer_without_autotuning(encoded_rte):
     plan = inputs.plan_eval_batches(encoded_rte.lengths, 16, "bucket")
     backbone = make_tiny_backbone()
     prefix = cached_prefix.prefix_model(backbone, 1)
-    key = cache.cache_key("tiny", "rte", "train", encoded_rte, NUM_LAYERS - 1, cls_only=False)
+    key = cache.Prefix("tiny", "rte", NUM_LAYERS - 1).key("train", encoded_rte)
     cached, _, _ = cache.build(prefix, encoded_rte, key)
     for dataset in (inputs.to_dataset(encoded_rte, plan, "bucket", 16),
                     cache.to_dataset(cached, plan, 16, MAX_LEN)):
@@ -183,12 +183,22 @@ def test_pipelines_prefetch_a_fixed_buffer_without_autotuning(encoded_rte):
 
 
 def test_cache_key_depends_on_depth_and_data(encoded_rte):
-    key = cache.cache_key("p", "rte", "train", encoded_rte, 2, False)
-    assert key != cache.cache_key("p", "rte", "train", encoded_rte, 1, False)
+    key = cache.Prefix("p", "rte", 2).key("train", encoded_rte)
+    assert key != cache.Prefix("p", "rte", 1).key("train", encoded_rte)
     first5 = inputs.Encoded(encoded_rte.token_ids[:5], encoded_rte.segment_ids[:5], encoded_rte.lengths[:5],
                             encoded_rte.labels[:5], encoded_rte.regression)
-    assert key != cache.cache_key("p", "rte", "train", first5, 2, False)
-    assert key == cache.cache_key("p", "rte", "train", encoded_rte, 2, False)
+    assert key != cache.Prefix("p", "rte", 2).key("train", first5)
+    assert key == cache.Prefix("p", "rte", 2).key("train", encoded_rte)
+
+
+def test_caches_written_by_earlier_versions_keep_their_names():
+    """A cache on disk is found by its name: these are the names the code before `cache.Prefix` (at ea1afee) gave
+    the same settings and examples."""
+    encoded = inputs.Encoded(np.array([[2, 7, 3, 0], [2, 9, 11, 3]], np.int32), np.zeros((2, 4), np.int32),
+                             np.array([3, 4]), np.array([0, 1]))
+    assert cache.Prefix("bert_tiny_en_uncased", "mrpc", 2).key("train", encoded) == "mrpc-train-d2-a412c8767ef58dc7"
+    assert (cache.Prefix("bert_tiny_en_uncased", "mrpc", 4, cls_only=True, precision="mixed_bfloat16")
+            .key("train", encoded) == "mrpc-train-d4-80d005af80bad769")
 
 
 def test_run_with_cache_records_and_reuses_it(glue_dir, tiny_preset, tmp_path):

@@ -25,6 +25,7 @@ Example:
 >>> from tf_transfer.data import cache
 >>> from tf_transfer.models import cached_prefix
 >>> prefix = cached_prefix.prefix_model(backbone, trainable_layers=2)  # doctest: +SKIP
+>>> key = cache.Prefix("bert_base_en_uncased", "rte", depth=10).key("train", encoded)  # doctest: +SKIP
 >>> cached, seconds, reused = cache.build(prefix, encoded, key)  # doctest: +SKIP
 >>> model = cached_prefix.suffix_classifier(backbone, trainable_layers=2, head=head)  # doctest: +SKIP
 """
@@ -47,6 +48,7 @@ import numpy as np
 from tf_transfer.data import inputs
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.setting_groups import InputSettings
 
 _MEMORY: dict = {}
 
@@ -84,14 +86,32 @@ def frozen_depth(trainable_layers, num_layers: int) -> int:
     return num_layers - int(trainable_layers)
 
 
-def cache_key(preset: str, task: str, split: str, encoded: inputs.Encoded, depth: int, cls_only: bool,
-              precision: str = "float32") -> str:
-    digest = hashlib.sha256()
-    for part in (preset, task, split, str(encoded.max_seq_length), str(depth), str(cls_only), precision):
-        digest.update(part.encode() + b"\0")
-    digest.update(np.ascontiguousarray(encoded.token_ids).tobytes())
-    digest.update(np.ascontiguousarray(encoded.segment_ids).tobytes())
-    return f"{task}-{split}-d{depth}-{digest.hexdigest()[:16]}"
+@dataclasses.dataclass(frozen=True)
+class Prefix:
+    """What a frozen prefix's outputs depend on, besides the examples: the weights (a preset or a checkpoint),
+    the data set, how many blocks deep it is, whether only [CLS] is kept, and the precision it runs in.
+
+    >>> Prefix("bert_tiny_en_uncased", "mrpc", depth=2).key("train", encoded)  # doctest: +SKIP
+    'mrpc-train-d2-a412c8767ef58dc7'
+    """
+
+    weights: str
+    dataset: str
+    depth: int
+    cls_only: bool = False
+    precision: str = "float32"
+
+    def key(self, split: str, encoded: inputs.Encoded) -> str:
+        """The cache's name for `split` (in memory and as its folder in `cache_dir`): these settings and the exact
+        token ids, so that tokenizer, sequence length and data are covered. Caches written by earlier versions
+        keep their names (tests/training/test_performance.py)."""
+        digest = hashlib.sha256()
+        for part in (self.weights, self.dataset, split, str(encoded.max_seq_length), str(self.depth),
+                     str(self.cls_only), self.precision):
+            digest.update(part.encode() + b"\0")
+        digest.update(np.ascontiguousarray(encoded.token_ids).tobytes())
+        digest.update(np.ascontiguousarray(encoded.segment_ids).tobytes())
+        return f"{self.dataset}-{split}-d{self.depth}-{digest.hexdigest()[:16]}"
 
 
 class _NoRetracingWarning(logging.Filter):
@@ -112,10 +132,11 @@ def _bucket_retraces_unreported():
         logger.removeFilter(quiet)
 
 
-def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cache_dir: Optional[str] = None,
-          batch_size: int = 64, bucket_step: int = 16, run=None):
+def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = InputSettings(), cls_only: bool = False,
+          cache_dir: Optional[str] = None, run=None):
     """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix` (through
-    `run`, a function of a batch's features, where given: `traced_inference`, shared by several splits)."""
+    `run`, a function of a batch's features, where given: `traced_inference`, shared by several splits) over
+    batches of `batching.eval_batch_size` examples padded to `batching.bucket_step` buckets."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     if cache_dir:
@@ -141,9 +162,10 @@ def build(prefix, encoded: inputs.Encoded, key: str, cls_only: bool = False, cac
     # A traced function: calling the Keras model eagerly per batch is several times slower on CPU.
     run_prefix = run or tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
                                     autograph=False)
-    plan = inputs.plan_eval_batches(encoded.lengths, batch_size, "bucket")
+    plan = inputs.plan_eval_batches(encoded.lengths, batching.eval_batch_size, "bucket")
     with _bucket_retraces_unreported():
-        for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", bucket_step, with_labels=False)):
+        for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", batching.bucket_step,
+                                                          with_labels=False)):
             output = run_prefix(features).numpy()
             for row, index in enumerate(indices):
                 n = lengths[index]
@@ -187,20 +209,21 @@ def traced_inference(model):
     return run
 
 
-def extend(blocks, cached: CachedSplit, key: str, max_length: int, batch_size: int = 64, bucket_step: int = 16,
-           run=None):
+def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = InputSettings(), run=None):
     """Returns `(CachedSplit, seconds spent, reused?)`: `cached` (a prefix's outputs, every real token) run through
     `blocks` (a model from `{"hidden", "padding_mask"}` to the next blocks' output, `cached_prefix.blocks_model`) in
     inference mode, for a deeper frozen prefix, without running the embeddings and the earlier blocks again. Kept in
     memory under `key` (which must name the whole sequence of depths: the stored float16 outputs are rounded at each
-    depth, so an extended cache differs from one built at once in the last float16 bits)."""
+    depth, so an extended cache differs from one built at once in the last float16 bits). Batched as `build`
+    batches, up to `batching.max_seq_length`."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     start, cpu_start = time.perf_counter(), machine.cpu_seconds()
     run_blocks = run or traced_inference(blocks)
     hidden = np.empty((int(cached.offsets[-1]), int(blocks.output.shape[-1])), np.float16)
-    plan = inputs.plan_eval_batches(cached.lengths, batch_size, "bucket")
-    for indices, features in zip(plan, batches(cached, plan, bucket_step, max_length, with_labels=False)):
+    plan = inputs.plan_eval_batches(cached.lengths, batching.eval_batch_size, "bucket")
+    for indices, features in zip(plan, batches(cached, plan, batching.bucket_step, batching.max_seq_length,
+                                               with_labels=False)):
         output = run_blocks(features).numpy()
         for row, index in enumerate(indices):
             begin, end = cached.offsets[index], cached.offsets[index + 1]

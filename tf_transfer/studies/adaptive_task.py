@@ -258,19 +258,18 @@ class AdaptiveGlueTask(GlueTask):
             prefix = cached_prefix.prefix_model(backbone, self.num_blocks - frozen)
             run = cache.traced_inference(prefix)  # one trace for every split
             caches, keys = {}, {}
+            identity = cache.Prefix(settings.init_checkpoint or settings.preset, settings.dataset, frozen,
+                                    precision=settings.precision)
             for name, split in self.encoded.items():
-                keys[name] = cache.cache_key(settings.init_checkpoint or settings.preset, settings.dataset, name,
-                                             split, frozen, False, settings.precision) + f"-run{id(self)}"
-                caches[name], _, _ = cache.build(prefix, split, keys[name], False, None, settings.eval_batch_size,
-                                                 settings.bucket_step, run=run)
+                keys[name] = identity.key(name, split) + f"-run{id(self)}"
+                caches[name], _, _ = cache.build(prefix, split, keys[name], settings.inputs, run=run)
         else:
             blocks = cached_prefix.blocks_model(backbone, before, frozen)
             run = cache.traced_inference(blocks)
             caches, keys = {}, {}
             for name, cached in self.caches.items():
                 keys[name] = f"{self.cache_keys[name]}+{frozen}"
-                caches[name], _, _ = cache.extend(blocks, cached, keys[name], settings.max_seq_length,
-                                                  settings.eval_batch_size, settings.bucket_step, run=run)
+                caches[name], _, _ = cache.extend(blocks, cached, keys[name], settings.inputs, run=run)
         for name in self.caches or {}:
             cache.forget(self.cache_keys[name])  # the shallower prefix is not needed again
         self.caches, self.cache_keys = caches, keys

@@ -2,7 +2,7 @@
 Garden nests a task's config into data, model, optimizer and runtime.
 
     InputSettings      how examples are read and batched        the feeds (`tf_transfer.data.feeds`), data loading
-    ModelSettings      which backbone, what of it trains        the backbone loader (`backbones.load_model`)
+    ModelSettings      which backbone, what of it trains        `tf_transfer.models.loader.load_model`
     OptimizerSettings  AdamW, its schedule and clipping         `tf_transfer.training.optimizers.build_optimizer`
     LoopSettings       epochs, early stopping, the seed         the epoch loop (`Task.loop`, `Engine`)
     RuntimeSettings    devices, precision, compilation          the strategy, the dtype policy, `Model.compile`

@@ -206,13 +206,13 @@ def measure_naive(config: GlueSettings, steps: int, warmup_steps: int) -> dict:
     import keras
     import keras_hub
 
-    from tf_transfer.models import backbones
+    from tf_transfer.models import loader
     from tf_transfer.models import freezing
 
     task, train_examples, _, _, _ = load_data(config)
     keras.mixed_precision.set_global_policy(config.precision)
-    loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
-                                    purpose="the keras-hub BertTextClassifier comparison")
+    loaded = loader.load_model(config.model, supported=("bert",),
+                                   purpose="the keras-hub BertTextClassifier comparison")
     encoded = inputs.encode(train_examples, loaded.tokenizer, config.max_seq_length)
     classifier = keras_hub.models.BertTextClassifier(backbone=loaded.backbone,
                                                      num_classes=task.num_labels, preprocessor=None)

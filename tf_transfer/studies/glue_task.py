@@ -152,19 +152,9 @@ class GlueTask(Task):
         return strategy
 
     def _load_backbone(self):
-        from tf_transfer.models import backbones, freezing
+        from tf_transfer.models import loader
 
-        model = self.settings.model
-        if model.init_checkpoint:
-            from tf_transfer.models import tf1_checkpoint
-
-            loaded = tf1_checkpoint.load_tf1_bert(model.init_checkpoint, model.bert_config_file, model.vocab_file,
-                                                  dropout=model.dropout)
-        else:
-            loaded = backbones.load_preset(model.preset, dropout=model.dropout)
-        freezing.check_trainable_layers(model.trainable_layers, loaded.backbone.num_layers)
-        logging.info("preset %s: weights from %s", model.preset, loaded.source)
-        return loaded
+        return loader.load_model(self.settings.model)
 
     def _model_and_feed(self):
         from tf_transfer.data import feeds
@@ -189,12 +179,12 @@ class GlueTask(Task):
         prefix = cached_prefix.prefix_model(backbone, settings.trainable_layers)
         depth = cache.frozen_depth(settings.trainable_layers, backbone.num_layers)
         cls_only = depth == backbone.num_layers
+        identity = cache.Prefix(settings.init_checkpoint or settings.preset, settings.dataset, depth, cls_only,
+                                settings.precision)
         cached, self.cache_cost, self.cache_mb = {}, {"build_s": 0.0, "build_cpu_s": 0.0}, 0.0
         for name, split in self.encoded.items():
-            key = cache.cache_key(settings.init_checkpoint or settings.preset, settings.dataset, name, split, depth,
-                                  cls_only, settings.precision)
-            cached[name], spent, reused = cache.build(prefix, split, key, cls_only, settings.cache_dir,
-                                                      settings.eval_batch_size, settings.bucket_step)
+            cached[name], spent, reused = cache.build(prefix, split, identity.key(name, split), settings.inputs,
+                                                      cls_only, settings.cache_dir)
             self.cache_time_s += spent
             if not reused:
                 self.cache_split_cost[name] = {"s": spent, "cpu_s": cached[name].build_cpu_s}

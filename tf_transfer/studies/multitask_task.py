@@ -139,15 +139,10 @@ class MultitaskTask(Task):
         self._build_model()
 
     def _load_backbone(self):
-        from tf_transfer.models import backbones, freezing
+        from tf_transfer.models import loader
 
-        model = self.settings.model
         with self.strategy.scope():
-            loaded = backbones.load_preset(model.preset, dropout=model.dropout, supported=("bert",),
-                                           purpose="the multi-task study")
-        freezing.check_trainable_layers(model.trainable_layers, loaded.backbone.num_layers)
-        logging.info("preset %s: weights from %s", model.preset, loaded.source)
-        return loaded
+            return loader.load_model(self.settings.model, supported=("bert",), purpose="the multi-task study")
 
     def _encode(self, raw: dict) -> dict:
         from tf_transfer.data.multitask_feed import encode_split

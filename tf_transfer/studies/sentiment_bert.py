@@ -376,19 +376,19 @@ def _load(settings: SentimentBertSettings, strategy, train_data, test_data):
     # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
     keras.mixed_precision.set_global_policy(settings.precision)
     loaded = _backbone(settings, strategy)
-    freezing.check_trainable_layers(settings.k, loaded.backbone.num_layers)
-    logging.info("preset %s: weights from %s", settings.preset, loaded.source)
     encoded_train = _encode(train_data, loaded.tokenizer, settings.max_seq_length)
     encoded_test = _encode(test_data, loaded.tokenizer, settings.max_seq_length)
     return strategy, loaded, encoded_train, encoded_test
 
 
 def _backbone(settings: SentimentBertSettings, strategy):
-    """The preset loaded under `strategy` (`backbones.load_preset`'s result)."""
-    from tf_transfer.models import backbones
+    """The preset loaded under `strategy` (`loader.load_model`'s result; the blocks trained are `k`)."""
+    from tf_transfer.core import setting_groups
+    from tf_transfer.models import loader
 
+    model = setting_groups.view(settings, setting_groups.ModelSettings, trainable_layers=settings.k)
     with strategy.scope():
-        return backbones.load_preset(settings.preset, supported=("bert",), purpose="the sentiment study")
+        return loader.load_model(model, supported=("bert",), purpose="the sentiment study")
 
 
 def _results_header(existing, settings: SentimentBertSettings, data: LabelledTexts, loaded, encoded_train,

@@ -115,7 +115,7 @@ def _run_stack(config: StackSettings, output_dir: str, overwrite: bool, strategy
     data = stack_inputs.read_data(config)
     import keras
 
-    from tf_transfer.models import backbones
+    from tf_transfer.models import loader
 
     if strategy is None:
         strategy = strategies.make_strategy(config.distribution)
@@ -136,8 +136,7 @@ def _run_stack(config: StackSettings, output_dir: str, overwrite: bool, strategy
         keras.utils.set_random_seed(config.seed)
         # Each member starts from the pretrained weights: the preset is loaded afresh for every head.
         with strategy.scope():
-            loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
-                                            purpose="stack-and-finetune")
+            loaded = loader.load_model(config.model, supported=("bert",), purpose="stack-and-finetune")
         pair_head = head_name in PAIR_HEADS
         if pair_head not in encodings:
             encodings[pair_head] = stack_inputs.encode(config, data, loaded.tokenizer, pair_head)
@@ -174,15 +173,14 @@ def _finished_member(member_dir: str) -> bool:
 def _ensemble_result(config: StackSettings, output_dir: str, data, loaded, encodings: dict, members: dict,
                      member_dirs: dict) -> dict:
     """Averages the members' probabilities (a member finished before: from its folder) and writes the result."""
-    from tf_transfer.models import backbones
+    from tf_transfer.models import loader
 
     for head_name, member in list(members.items()):
         if member is None:  # finished before this run
             members[head_name] = (record.read_summary(member_dirs[head_name]),
                                   stack_task.load_probabilities(member_dirs[head_name]))
     if not encodings:  # every member had finished before: their labels are still needed for the scores
-        loaded = backbones.load_preset(config.preset, dropout=config.dropout, supported=("bert",),
-                                        purpose="stack-and-finetune")
+        loaded = loader.load_model(config.model, supported=("bert",), purpose="stack-and-finetune")
         encodings[False] = stack_inputs.encode(config, data, loaded.tokenizer, False)
     encoded = next(iter(encodings.values()))
     result = {"task": config.task, "heads": list(config.heads), "strategy": config.stack_strategy,

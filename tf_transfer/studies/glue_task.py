@@ -23,6 +23,7 @@ from absl import logging
 from tf_transfer.core import machine
 from tf_transfer.data import tasks, user_data
 from tf_transfer.data.examples import file_sha256, train_validation_split
+from tf_transfer.studies import study_method
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import distributed, record, runner
 from tf_transfer.training.task import Task
@@ -224,18 +225,13 @@ class GlueTask(Task):
         return {
             "task": settings.dataset,
             **self._dataset_facts(),
-            "preset": settings.init_checkpoint or settings.preset,
-            "preset_source": self.loaded.source,
-            "num_layers": int(self.backbone.num_layers),
-            "trainable_layers": settings.trainable_layers,
-            **self._method_facts(),
+            **record.model_facts(settings.model, self.loaded),
+            **study_method.facts(settings, self.backbone),
             "lr": settings.lr,
             "batch_size": settings.batch_size,
             "seed": settings.seed,
             "metric": self.metric,
-            "trainable_params": table[-1][1],
-            "total_params": table[-1][2],
-            "parameter_table": [{"part": p, "trainable": t, "total": n} for p, t, n in table],
+            **record.parameter_facts(table),
             "examples": {"train": len(self.encoded["train"]), "validation": len(self.encoded["validation"]),
                          **{f"test/{name}": len(self.encoded[name]) for name in self.test_names}},
             "skipped_rows": self.skipped,
@@ -253,16 +249,6 @@ class GlueTask(Task):
             "jit_compile": settings.jit_compile,
             **record.nothing_trained_yet(settings.to_dict(), settings.run_name()),
         }
-
-    def _method_facts(self) -> dict:
-        """What trained besides the blocks' own rule: the method, and what it records of itself (LoRA's rank, scale,
-        targets and weights)."""
-        from tf_transfer.models import methods
-
-        settings = self.settings
-        method = methods.get(settings.method)
-        options = method.options(methods.registry.options_of(settings))
-        return {"method": settings.method, **method.summary_facts(options, self.backbone)}
 
     def _dataset_facts(self) -> dict:
         """For a user's own data set: where it came from, its labels in class order (positive last of two), its

@@ -190,10 +190,7 @@ class MultitaskTask(Task):
             examples[f"{task}/dev"] = len(splits["dev"][task])
         return {
             "task": "multitask",
-            "preset": settings.preset,
-            "preset_source": self.loaded.source,
-            "num_layers": int(self.backbone.num_layers),
-            "trainable_layers": settings.trainable_layers,
+            **record.model_facts(settings.model, self.loaded),
             **study_method.facts(settings, self.backbone),
             "lr": settings.lr,
             "batch_size": settings.batch_size,
@@ -202,9 +199,7 @@ class MultitaskTask(Task):
             "machine": machine.describe(),
             "code": record.code_version(),
             "metric": METRIC,
-            "trainable_params": table[-1][1],
-            "total_params": table[-1][2],
-            "parameter_table": [{"part": p, "trainable": t, "total": n} for p, t, n in table],
+            **record.parameter_facts(table),
             "learning_rates": self.optimizer.learning_rates(),
             "val_is_dev": "validation" not in splits,
             "examples": examples,

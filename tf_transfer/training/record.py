@@ -150,6 +150,20 @@ def start_summary(output_dir: str, fresh: dict, existing, resuming: bool):
     return summary, path
 
 
+def model_facts(model, loaded) -> dict:
+    """The part of a fresh `summary.json` that says which model trained: `model` is the run's `ModelSettings`,
+    `loaded` what `models.loader.load_model` gave for it."""
+    return {"preset": model.init_checkpoint or model.preset, "preset_source": loaded.source,
+            "num_layers": int(loaded.backbone.num_layers), "trainable_layers": model.trainable_layers}
+
+
+def parameter_facts(table: list) -> dict:
+    """The part of a fresh `summary.json` that counts parameters, from `freezing.parameter_table`'s rows
+    `(part, trainable, total)`, the last of which is the total."""
+    return {"trainable_params": table[-1][1], "total_params": table[-1][2],
+            "parameter_table": [{"part": p, "trainable": t, "total": n} for p, t, n in table]}
+
+
 def nothing_trained_yet(config: dict, run_name: str) -> dict:
     """The part of a fresh `summary.json` that the epochs fill in, after the study's own facts."""
     return {"compile_time_s": None, "epochs": [], "best_epoch": None, "stopped_early": False, "completed": False,

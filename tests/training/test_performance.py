@@ -133,6 +133,24 @@ def test_scoring_traces_the_predict_step_once_for_batches_of_every_length():
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_scoring_a_ragged_dataset_is_left_to_keras():
+    """Only dense specs are relaxed up front: a ragged one is traced once, by Keras, not first as a dense
+    `TensorSpec` that no batch matches (two traces before this was checked), with the model's outputs."""
+    import keras
+    import tensorflow as tf
+
+    class RowSums(keras.Model):
+        def call(self, x):
+            return tf.expand_dims(tf.cast(tf.reduce_sum(x, axis=1), "float32"), -1)
+
+    dataset = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1, 2], [3], [4, 5, 6], [7]])).batch(2)
+    model, traces = RowSums(), []
+    predict_step = model.predict_step
+    model.predict_step = lambda data: traces.append(1) or predict_step(data)
+    np.testing.assert_array_equal(inputs.predict(model, dataset).ravel(), [3, 3, 15, 7])
+    assert len(traces) == 1
+
+
 @pytest.mark.parametrize("k", [0, 1, NUM_LAYERS])
 def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     cache.clear_memory()

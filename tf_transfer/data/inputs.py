@@ -303,12 +303,14 @@ def predict(model, dataset) -> np.ndarray:
     measured on 2026-11-26 with
     all-MiniLM-L6-v2 (last 2 blocks, 256 training examples, one epoch), STS-B test Pearson -0.04340054431 before and
     -0.04340054146 after (7e-8 relative), its validation scores and MRPC's equal to the last digit. Datasets
-    distributed over several replicas keep Keras' way (their elements are per-replica values).
+    distributed over several replicas keep Keras' way (their elements are per-replica values), and so do datasets
+    of anything but dense tensors (a ragged or sparse spec is not a shape to relax).
     """
     import tensorflow as tf
 
     steps = getattr(dataset, "num_steps", None)
-    if model.predict_function is None and not model.run_eagerly and isinstance(dataset, tf.data.Dataset):
+    if (model.predict_function is None and not model.run_eagerly and isinstance(dataset, tf.data.Dataset)
+            and all(type(spec) is tf.TensorSpec for spec in tf.nest.flatten(dataset.element_spec))):
         model.make_predict_function()
         relaxed = tf.nest.map_structure(
             lambda spec: tf.TensorSpec([None] * len(spec.shape), spec.dtype) if spec.shape.rank else spec,

@@ -64,6 +64,11 @@ class ModelSettings:
     bert_config_file: Optional[str] = None
     vocab_file: Optional[str] = None
 
+    @property
+    def weights(self) -> str:
+        """Where the weights come from, as summaries and cache names record it: the checkpoint, else the preset."""
+        return self.init_checkpoint or self.preset
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimizerSettings:

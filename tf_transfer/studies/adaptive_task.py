@@ -258,8 +258,7 @@ class AdaptiveGlueTask(GlueTask):
             prefix = cached_prefix.prefix_model(backbone, self.num_blocks - frozen)
             run = cache.traced_inference(prefix)  # one trace for every split
             caches, keys = {}, {}
-            identity = cache.Prefix(settings.init_checkpoint or settings.preset, settings.dataset, frozen,
-                                    precision=settings.precision)
+            identity = cache.Prefix(settings.model.weights, settings.dataset, frozen, precision=settings.precision)
             for name, split in self.encoded.items():
                 keys[name] = identity.key(name, split) + f"-run{id(self)}"
                 caches[name], _, _ = cache.build(prefix, split, keys[name], settings.inputs, run=run)

@@ -212,7 +212,7 @@ def measure_naive(config: GlueSettings, steps: int, warmup_steps: int) -> dict:
     task, train_examples, _, _, _ = load_data(config)
     keras.mixed_precision.set_global_policy(config.precision)
     loaded = loader.load_model(config.model, supported=("bert",),
-                                   purpose="the keras-hub BertTextClassifier comparison")
+                               purpose="the keras-hub BertTextClassifier comparison")
     encoded = inputs.encode(train_examples, loaded.tokenizer, config.max_seq_length)
     classifier = keras_hub.models.BertTextClassifier(backbone=loaded.backbone,
                                                      num_classes=task.num_labels, preprocessor=None)

@@ -180,8 +180,7 @@ class GlueTask(Task):
         prefix = cached_prefix.prefix_model(backbone, settings.trainable_layers)
         depth = cache.frozen_depth(settings.trainable_layers, backbone.num_layers)
         cls_only = depth == backbone.num_layers
-        identity = cache.Prefix(settings.init_checkpoint or settings.preset, settings.dataset, depth, cls_only,
-                                settings.precision)
+        identity = cache.Prefix(settings.model.weights, settings.dataset, depth, cls_only, settings.precision)
         cached, self.cache_cost, self.cache_mb = {}, {"build_s": 0.0, "build_cpu_s": 0.0}, 0.0
         for name, split in self.encoded.items():
             cached[name], spent, reused = cache.build(prefix, split, identity.key(name, split), settings.inputs,

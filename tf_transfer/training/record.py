@@ -153,7 +153,7 @@ def start_summary(output_dir: str, fresh: dict, existing, resuming: bool):
 def model_facts(model, loaded) -> dict:
     """The part of a fresh `summary.json` that says which model trained: `model` is the run's `ModelSettings`,
     `loaded` what `models.loader.load_model` gave for it."""
-    return {"preset": model.init_checkpoint or model.preset, "preset_source": loaded.source,
+    return {"preset": model.weights, "preset_source": loaded.source,
             "num_layers": int(loaded.backbone.num_layers), "trainable_layers": model.trainable_layers}
 
 

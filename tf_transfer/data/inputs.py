@@ -300,11 +300,10 @@ def predict(model, dataset) -> np.ndarray:
     `tests/training/test_performance.py`). Traced first for the dataset's own element spec (the batch and length
     dimensions unknown), every batch reuses that one trace, the kind of graph that served most batches already. The
     first batches' outputs can differ in float32 rounding (presumably kernels chosen without their static shapes):
-    measured on 2026-11-26 with
-    all-MiniLM-L6-v2 (last 2 blocks, 256 training examples, one epoch), STS-B test Pearson -0.04340054431 before and
-    -0.04340054146 after (7e-8 relative), its validation scores and MRPC's equal to the last digit. Datasets
-    distributed over several replicas keep Keras' way (their elements are per-replica values), and so do datasets
-    of anything but dense tensors (a ragged or sparse spec is not a shape to relax).
+    measured on 2026-11-26 with all-MiniLM-L6-v2 (last 2 blocks, 256 training examples, one epoch), STS-B test
+    Pearson -0.04340054431 before and -0.04340054146 after (7e-8 relative), its validation scores and MRPC's equal
+    to the last digit. Datasets distributed over several replicas keep Keras' way (their elements are per-replica
+    values), and so do datasets of anything but dense tensors (a ragged or sparse spec is not a shape to relax).
     """
     import tensorflow as tf
 

@@ -258,3 +258,42 @@ def test_fused_adamw_updates_exactly_like_keras_adamw():
     for fused, reference in zip(run(optimizers.FusedAdamW), run(keras.optimizers.AdamW)):
         # Float32 rounding only (the bias-corrected step size is computed in a different order).
         np.testing.assert_allclose(fused, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adamw_makes_its_scalars_once_per_step_with_the_same_numbers():
+    """In a traced step the update's step-dependent scalars are made once for all variables (two `Pow` ops, not
+    two per variable), and the variables end bit for bit where the per-variable scalars put them."""
+    import keras
+    import tensorflow as tf
+
+    from tf_transfer.training import optimizers
+
+    def run(hoisted: bool):
+        variables = [keras.Variable(np.random.default_rng(i).normal(size=(4, 3)).astype("float32"), name=f"v{i}")
+                     for i in range(3)]
+        # No weight decay: the per-variable side below calls the Adam update alone.
+        optimizer = optimizers.FusedAdamW(learning_rate=1e-2, weight_decay=0.0, epsilon=1e-6)
+        optimizer.build(variables)
+
+        @tf.function
+        def step(seed):
+            with tf.GradientTape() as tape:
+                loss = tf.add_n([tf.reduce_sum(tf.sin(v.value * tf.cast(seed + 1, tf.float32))) for v in variables])
+            grads = tape.gradient(loss, [v.value for v in variables])
+            if hoisted:
+                optimizer.apply_gradients(zip(grads, variables))
+            else:  # the scalars made for each variable, as before they were made once
+                for grad, variable in zip(grads, variables):
+                    optimizer.update_step(grad, variable.value, optimizer.learning_rate)
+                optimizer.iterations.assign_add(1)
+
+        for seed in range(4):
+            step(tf.constant(seed))
+        graph = step.get_concrete_function(tf.TensorSpec([], tf.int32)).graph
+        powers = sum(op.type == "Pow" for op in graph.get_operations())
+        return [np.asarray(v) for v in variables], powers
+
+    (hoisted, powers), (per_variable, per_variable_powers) = run(True), run(False)
+    assert (powers, per_variable_powers) == (2, 6)
+    for a, b in zip(hoisted, per_variable):
+        np.testing.assert_array_equal(a, b)

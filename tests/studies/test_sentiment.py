@@ -460,16 +460,17 @@ def test_report_without_results_is_an_error(tmp_path):
 
 
 # Fine-tuning's resume is tested with LoRA on the last two blocks: the same `FineTuning` path as plain top2 (its
-# optimizer state, dropout RNG and data order), plus the adapters. LoRA adds weights to the backbone: seed 1 of the
+# optimizer state, dropout RNG and data order), plus the adapters. On the two-block preset (what resumes holds at any
+# depth; the embeddings stay frozen below the two blocks). LoRA adds weights to the backbone: seed 1 of the
 # unbroken run starts from a fresh backbone, as the resumed process's first seed does. Plain top2's results file
 # (no method recorded) is checked on the shared study run (test_bert_frozen_and_top2_results_files).
 @pytest.mark.parametrize("mode, epochs, method", [
     ("frozen", 3, {}), ("top2", 2, {"method": "lora", "lora_rank": 2}),
 ], ids=["frozen", "top2_lora"])
-def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_path, monkeypatch, capsys, mode,
+def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset, tmp_path, monkeypatch, capsys, mode,
                                                                epochs, method):
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    settings = sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=2, epochs=epochs,
+    settings = sentiment_settings.SentimentBertSettings(preset=two_block_preset, mode=mode, runs=2, epochs=epochs,
                                                         batch_size=8, **method)
     output_dir = str(tmp_path / "resumed")
     work_dir = os.path.join(output_dir, settings.work_name)
@@ -521,7 +522,7 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(tiny_preset, tmp_
 
 
 @pytest.mark.parametrize("mode", ["frozen", "top2"])
-def test_progress_counts_the_real_steps_of_every_epoch(tiny_preset, tmp_path, monkeypatch, mode):
+def test_progress_counts_the_real_steps_of_every_epoch(two_block_preset, tmp_path, monkeypatch, mode):
     from tf_transfer.training import engine
 
     seen = []
@@ -533,8 +534,8 @@ def test_progress_counts_the_real_steps_of_every_epoch(tiny_preset, tmp_path, mo
 
     monkeypatch.setattr(engine, "Progress", Recording)
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    bert.run_bert(data, str(tmp_path / "out"), sentiment_settings.SentimentBertSettings(preset=tiny_preset, mode=mode, runs=1, epochs=2,
-                                                                  batch_size=8))
+    bert.run_bert(data, str(tmp_path / "out"), sentiment_settings.SentimentBertSettings(
+        preset=two_block_preset, mode=mode, runs=1, epochs=2, batch_size=8))
     # 19 training rows in batches of 8: 3 steps per epoch, each reported once against that total.
     assert seen == [(epoch, done, 3, 19) for epoch in (1, 2) for done in (1, 2, 3)]
 

@@ -144,8 +144,8 @@ def test_full_disk_keeps_the_previous_summary(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["summary.json"]
 
 
-def test_non_finite_loss_stops_with_a_clear_message(glue_dir, tiny_preset, tmp_path):
-    config = _config(glue_dir, tiny_preset, task="stsb", lr=1e12, clip_norm=0.0, max_epochs=4,
+def test_non_finite_loss_stops_with_a_clear_message(glue_dir, one_block_preset, tmp_path):
+    config = _config(glue_dir, one_block_preset, task="stsb", lr=1e12, clip_norm=0.0, max_epochs=4,
                      trainable_layers="all", weight_decay=0.0)
     with pytest.raises(TransferError, match="training loss became"):
         runner.run_glue(config, str(tmp_path))

@@ -51,6 +51,10 @@ SETTINGS = {
     "bitfit": ("BitFit", "--method=bitfit", "--method=bitfit"),
     "lora8_last2": ("LoRA r8 on the last 2 over the cache vs PEFT LoRA r8 on all blocks",
                     "--method=lora --lora_rank=8 --trainable_layers=2 --cache_frozen", "--method=lora --lora_rank=8"),
+    # Batch size 1 (issue 43: at least 40% of batch 32's examples per second): 8 times the steps and warm-up steps
+    # of a batch-32 span, so that a span is not a handful of milliseconds. Flags given last win on both sides.
+    "all_bs1": ("all layers, batch size 1", "--trainable_layers=all --batch_size=1 --steps=128 --warmup_steps=16",
+                "--trainable_layers=all --batch_size=1 --steps=128 --warmup_steps=16"),
 }
 PEER_MODES = {"eager": "", "compile": "--compile", "bf16": "--bf16", "compile_bf16": "--compile --bf16"}
 
@@ -324,6 +328,19 @@ def print_table(head: dict, results: dict, out: str) -> None:
     print()
     for setting, result in results.items():
         print("\n".join(notes(setting, result)))
+    if "all" in results and "all_bs1" in results:
+        print("\n".join(batch_one_share(results["all"], results["all_bs1"])))
+
+
+def batch_one_share(batch32: dict, batch1: dict) -> list:
+    """Each side's examples per second at batch size 1 as a share of its batch 32's (medians; issue 43's target for
+    ours: at least 40%)."""
+    lines = []
+    for name in ["ours"] + [name for name in batch32 if name != "ours" and name in batch1]:
+        share = batch1[name]["train_examples_per_s"] / batch32[name]["train_examples_per_s"]
+        lines.append(f"- batch size 1 against batch 32, {name}: {batch1[name]['train_examples_per_s']:.1f} / "
+                     f"{batch32[name]['train_examples_per_s']:.1f} examples/s = {share:.0%}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -58,6 +58,19 @@ def test_ratio_is_the_median_of_per_round_ratios_and_the_cache_is_charged_per_ep
     assert fair.amortised([51.2], 10.0) == [pytest.approx(1536 / 40)]
 
 
+def test_batch_one_is_a_share_of_each_sides_batch_32_and_its_flags_come_last(tmp_path):
+    lines = fair.batch_one_share({"ours": {"train_examples_per_s": 20.0}, "peer:eager": {"train_examples_per_s": 21.0}},
+                                 {"ours": {"train_examples_per_s": 9.0}, "peer:eager": {"train_examples_per_s": 12.0}})
+    assert lines == ["- batch size 1 against batch 32, ours: 9.0 / 20.0 examples/s = 45%",
+                     "- batch size 1 against batch 32, peer:eager: 12.0 / 21.0 examples/s = 57%"]
+    (tmp_path / "MRPC").mkdir()
+    (tmp_path / "MRPC" / "train.tsv").write_text("")
+    args = fair.parse_args([f"--data_dir={tmp_path}"])
+    for _, command in fair.side_commands(args, "all_bs1", ["eager"]):
+        batch = [word for word in command if word.startswith("--batch_size=")]
+        assert batch[-1] == "--batch_size=1"  # after the common --batch_size=32: the last one wins
+
+
 def test_peer_modes_follow_the_cpu():
     assert fair.peer_modes("eager,bf16", {"flags": []}) == ["eager", "bf16"]
     assert "bf16" not in fair.peer_modes("auto", {"flags": ["avx2"]})

@@ -460,10 +460,10 @@ def test_report_without_results_is_an_error(tmp_path):
 
 
 # Fine-tuning's resume is tested with LoRA on the last two blocks: the same `FineTuning` path as plain top2 (its
-# optimizer state, dropout RNG and data order), plus the adapters. On the two-block preset (what resumes holds at any
-# depth; the embeddings stay frozen below the two blocks). LoRA adds weights to the backbone: seed 1 of the
-# unbroken run starts from a fresh backbone, as the resumed process's first seed does. Plain top2's results file
-# (no method recorded) is checked on the shared study run (test_bert_frozen_and_top2_results_files).
+# optimizer state, dropout RNG and data order), plus the adapters; on the two-block preset, since what a resume must
+# keep does not depend on depth (the embeddings stay frozen below both blocks). LoRA adds weights to the backbone:
+# seed 1 of the unbroken run starts from a fresh backbone, as the resumed process's first seed does. Plain top2's
+# results file (no method recorded) is checked on the shared study run (test_bert_frozen_and_top2_results_files).
 @pytest.mark.parametrize("mode, epochs, method", [
     ("frozen", 3, {}), ("top2", 2, {"method": "lora", "lora_rank": 2}),
 ], ids=["frozen", "top2_lora"])

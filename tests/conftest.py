@@ -192,12 +192,12 @@ def glue_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def one_device_runs(tmp_path_factory, glue_dir, tiny_preset):
+def one_device_runs(tmp_path_factory, glue_dir):
     """Each study's small setting and its default-strategy run, trained once per test process
     (tests/study_runs.py); tests that use it carry `pytest.mark.xdist_group(study_runs.GROUP)`."""
     from study_runs import OneDeviceRuns
 
-    return OneDeviceRuns(tmp_path_factory.mktemp("one_device_runs"), glue_dir, tiny_preset)
+    return OneDeviceRuns(tmp_path_factory.mktemp("one_device_runs"), glue_dir)
 
 
 def run_module(module: str, *args, env=None, timeout=600, process=False):

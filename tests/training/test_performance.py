@@ -219,9 +219,9 @@ def test_caches_written_by_earlier_versions_keep_their_names():
             .key("train", encoded) == "mrpc-train-d4-80d005af80bad769")
 
 
-def test_run_with_cache_records_and_reuses_it(glue_dir, tiny_preset, tmp_path):
+def test_run_with_cache_records_and_reuses_it(glue_dir, two_block_preset, tmp_path):
     cache.clear_memory()
-    settings = dict(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
+    settings = dict(task="rte", preset=two_block_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
                     data_dir=glue_dir, max_seq_length=32, cache_frozen=True)
     first = runner.run_glue(GlueSettings(**settings), str(tmp_path / "a"))
     second = runner.run_glue(GlueSettings(**settings, seed=1), str(tmp_path / "b"))

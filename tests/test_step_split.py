@@ -1,0 +1,39 @@
+"""benchmarks/step_split.py without TensorFlow or PyTorch: both sides' profiles become one table of shares in the
+same order, each side's traced step is per step, our GFLOP per CPU second is set against the peak, and a bad
+argument is one `error:` line with status 2."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("step_split", os.path.join(REPO, "benchmarks", "step_split.py"))
+step_split = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(step_split)
+
+
+def profile(shares: dict, traced_s: float, cpu_s: float, busy_s: float) -> dict:
+    return {"profile_categories": [{"category": k, "share": v} for k, v in shares.items()],
+            "profile_traced_s": traced_s, "profile_traced_cpu_s": cpu_s, "profile_op_busy_s": busy_s}
+
+
+def test_the_table_puts_both_sides_parts_side_by_side_per_step():
+    ours = {**profile({"other": 0.1, "matmul": 0.7, "layer norm": 0.2}, 8.0, 8.0, 7.2),
+            "gflop_per_s": 30.0, "cpu_utilization": 0.5, "step_time_s": 1.9}
+    peer = profile({"matmul": 0.8, "GELU": 0.2}, 4.0, 4.0, 3.8)
+    peak = {"float32": {"square_2048": {"gflop_per_cpu_s": 80.0}, "feedforward_bs32": {"gflop_per_cpu_s": 70.0}}}
+    lines = step_split.split_table(ours, peer, peak, steps=4)
+    assert lines[2:6] == ["| matmul | 70.0% | 80.0% |", "| GELU | 0.0% | 20.0% |", "| layer norm | 20.0% | 0.0% |",
+                          "| other | 10.0% | 0.0% |"]
+    # 8 s over 4 steps, ops busy 7.2 / 4 = 1.8 s: 0.2 s (10%) of each step is the framework's own
+    assert "a traced step 2.000 s wall" in lines[6] and "0.200 s, 10.0% of the step" in lines[6]
+    assert "60.0 GFLOP per CPU second executed = 75% of" in lines[-1]  # 30 GFLOP/s at half a CPU
+
+
+def test_a_bad_argument_is_one_error_line():
+    done = subprocess.run([sys.executable, "benchmarks/step_split.py", "--data_dir=/nowhere"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: --data_dir=/nowhere: no MRPC/train.tsv")
+    assert done.stderr.count("\n") == 1

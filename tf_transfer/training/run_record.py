@@ -32,6 +32,7 @@ import os
 from typing import Optional
 
 from tf_transfer.core.record_schema import Field, Schema
+from tf_transfer.models.methods.registry import DEFAULT as DEFAULT_METHOD
 from tf_transfer.training import record
 
 NUMBER, MAYBE_NUMBER, MAYBE_DICT = (float,), (float, type(None)), (dict, type(None))
@@ -63,7 +64,7 @@ CORE = (
     Field("preset_source", (str,), "where its weights came from"),
     Field("num_layers", (int,), "encoder blocks of the backbone"),
     Field("trainable_layers", (int, str, type(None)), "the freezing rule's k (the last k blocks train), or `\"all\"`"),
-    Field("method", (str,), "the training method (docs/methods.md)", older="freeze"),
+    Field("method", (str,), "the training method (docs/methods.md)", older=DEFAULT_METHOD),
     Field("lr", MAYBE_NUMBER, "the learning rate"),
     Field("batch_size", (int,), "the training batch size"),
     Field("seed", (int,), "the seed (data order, split, dropout, new weights)"),

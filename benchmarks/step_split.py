@@ -31,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fair  # noqa: E402  (beside this file: CPU flags, commit, speed_s, the sides' thread settings)
@@ -126,7 +127,7 @@ def commands(args, ours_preset: str, peer_model) -> list:
     """`[(name, command)]`: ours traced, the peer traced, the matmul peak."""
     common = f"--data_dir={args.data_dir} --max_train_examples=512 --batch_size=32"
     ours = (f"-m tf_transfer.bench --task=mrpc --preset={ours_preset} {common} --trainable_layers=all "
-            f"--steps={args.steps} --warmup_steps=2 --repeats=1 --profile_dir=/tmp/step_split_profile")
+            f"--steps={args.steps} --warmup_steps=2 --repeats=1 --profile_dir={tempfile.mkdtemp(prefix='step_split_')}")
     peer = (f"benchmarks/hf_baseline.py {common} --trainable_layers=all --sampling=group_by_length --steps=2 "
             f"--rounds=1 --warmup_steps=2 --profile_steps={args.steps} --threads={args.threads}"
             + (f" --model={peer_model}" if peer_model else ""))

@@ -5,6 +5,7 @@ to one core with one thread a side, so that the traced ops' busy time is the ste
 
     taskset -c 0 python benchmarks/step_split.py --data_dir=../shared/data/glue
     taskset -c 0 python benchmarks/step_split.py --data_dir=../shared/data/glue --model=bert_base_random
+    taskset -c 0 python benchmarks/step_split.py --data_dir=../shared/data/glue --setting=last2
 
 Three processes run one after another, never together: `python -m tf_transfer.bench --profile_dir` (4 timed steps
 of all layers, batch 32, length-grouped batches, then the same 4 traced with tf.profiler), `benchmarks/hf_baseline.py
@@ -21,6 +22,12 @@ raw JSON lines to `--out`.
 uncased vocabulary: MiniLM's, which is BERT's) with random weights, seeded, written once for each side (a keras-hub
 preset folder and a Hugging Face folder, under `--model_dir`): what each step costs does not depend on the weights'
 values, and BERT-base's own weights need the network.
+
+`--setting=all` (default): all layers train on both sides. `--setting=last2`: the last 2 blocks, ours over the
+frozen-prefix cache (`--trainable_layers=2 --cache_frozen`: the step runs the 2 blocks only), the peer's with the
+blocks below frozen (its step runs them forward); the table then also says what the step math allows: the ratio of
+the two steps' FLOPs, i.e. how much faster ours is at equal GFLOP per second, before and after the train split's
+cache build is charged over 3 epochs.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ REPO = fair.REPO
 MODELS = ("all_minilm_l6_v2", "bert_base_random")
 # keras-hub's BertBackbone and transformers' BertConfig at BERT-base's shape (Devlin et al., Table 1: BERT-base).
 BERT_BASE = dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072, max_sequence_length=512)
+SETTINGS = {"all": "all", "last2": "2"}  # --setting: the blocks trained (both sides' --trainable_layers)
 PARTS = ("matmul", "attention", "GELU", "dropout", "optimizer", "layer norm", "embeddings", "other")
 
 
@@ -49,6 +57,7 @@ def parse_args(argv=None):
     parser.add_argument("--model", default=MODELS[0], help=f"One of {', '.join(MODELS)}.")
     parser.add_argument("--model_dir", default="/tmp/step_split_models",
                         help="Where --model=bert_base_random's two random-weight folders are written (once).")
+    parser.add_argument("--setting", default="all", help=f"One of {', '.join(SETTINGS)}: the blocks trained.")
     parser.add_argument("--steps", type=int, default=4, help="Steps traced on each side.")
     parser.add_argument("--threads", type=int, default=1, help="Threads a side (intra- and inter-op).")
     parser.add_argument("--peer_python", default=sys.executable, help="Python with torch and transformers.")
@@ -67,6 +76,8 @@ def parse_args(argv=None):
                         "--data_dir=../shared/data/glue")
     if args.model not in MODELS:
         problems.append(f"--model={args.model}: choose {' or '.join(MODELS)}")
+    if args.setting not in SETTINGS:
+        problems.append(f"--setting={args.setting}: choose {' or '.join(SETTINGS)}")
     if args.steps < 1 or args.threads < 1:
         problems.append("--steps and --threads must be 1 or more")
     if problems:
@@ -126,9 +137,11 @@ def model_folders(args, env: dict) -> tuple:
 def commands(args, ours_preset: str, peer_model) -> list:
     """`[(name, command)]`: ours traced, the peer traced, the matmul peak."""
     common = f"--data_dir={args.data_dir} --max_train_examples=512 --batch_size=32"
-    ours = (f"-m tf_transfer.bench --task=mrpc --preset={ours_preset} {common} --trainable_layers=all "
+    trained = SETTINGS[args.setting]
+    ours = (f"-m tf_transfer.bench --task=mrpc --preset={ours_preset} {common} --trainable_layers={trained} "
+            + ("--cache_frozen " if trained != "all" else "") +
             f"--steps={args.steps} --warmup_steps=2 --repeats=1 --profile_dir={tempfile.mkdtemp(prefix='step_split_')}")
-    peer = (f"benchmarks/hf_baseline.py {common} --trainable_layers=all --sampling=group_by_length --steps=2 "
+    peer = (f"benchmarks/hf_baseline.py {common} --trainable_layers={trained} --sampling=group_by_length --steps=2 "
             f"--rounds=1 --warmup_steps=2 --profile_steps={args.steps} --threads={args.threads}"
             + (f" --model={peer_model}" if peer_model else ""))
     return [("ours", [sys.executable, *ours.split()]), ("peer", [args.peer_python, *peer.split()]),
@@ -149,9 +162,23 @@ def shares(result: dict) -> dict:
     return {row["category"]: row["share"] for row in result.get("profile_categories", [])}
 
 
-def split_table(ours: dict, peer: dict, peak: dict, steps: int) -> list:
+def step_math(num_layers: int, trained: int, epochs: int = 3) -> tuple:
+    """How many times the peer's step's FLOPs ours executes fewer, last `trained` blocks of `num_layers`: the peer
+    runs every block forward and the trained ones backward (2 forwards' worth), ours over the cache the trained ones
+    alone; then with the train split's cache build (the frozen blocks forward once) charged over `epochs`.
+
+    >>> [round(x, 3) for x in step_math(6, 2)]
+    [1.667, 1.364]
+    """
+    frozen = num_layers - trained
+    peer, ours = frozen + 3 * trained, 3 * trained
+    return peer / ours, peer / (ours + frozen / epochs)
+
+
+def split_table(ours: dict, peer: dict, peak: dict, steps: int, trained: str = "all") -> list:
     """The Markdown lines: each part's share of op busy time on both sides, then the traced step's times, then our
-    executed GFLOP per CPU second against the float32 product's peak on this core."""
+    executed GFLOP per CPU second against the float32 product's peak on this core; for the last blocks over the
+    cache, what the step math allows."""
     mine, theirs = shares(ours), shares(peer)
     lines = ["| part of the step | ours (TensorFlow) | the peer (PyTorch) |", "|---|---|---|"]
     for part in sorted(set(mine) | set(theirs), key=lambda p: (PARTS.index(p) if p in PARTS else len(PARTS), p)):
@@ -168,6 +195,12 @@ def split_table(ours: dict, peer: dict, peak: dict, steps: int) -> list:
                  f"second executed = {100 * per_cpu / square:.0f}% of the float32 product's {square:.1f} GFLOP per "
                  f"CPU second on this core (2048^3; "
                  f"{peak['float32']['feedforward_bs32']['gflop_per_cpu_s']:.1f} at the MiniLM feed-forward's shape)")
+    if trained != "all":
+        before, after = step_math(ours["num_layers"], int(trained))
+        lines.append(f"the step math, last {trained} of {ours['num_layers']} blocks: the peer's step executes "
+                     f"{before:.2f}x ours' FLOPs, {after:.2f}x with our train split's cache build charged over 3 "
+                     f"epochs: the ratios ours reaches at equal GFLOP per second (our build here: "
+                     f"{ours['cache_time_s']:.1f} s)")
     return lines
 
 
@@ -181,9 +214,10 @@ def main(argv=None) -> None:
     head = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": fair.commit(), "cpu": cpu, "threads": args.threads,
             "cores": len(os.sched_getaffinity(0)), "speed_s_before": fair.speed_s(args.speed_tool),
-            "model": args.model, "steps": args.steps}
+            "model": args.model, "setting": args.setting, "steps": args.steps}
+    named = args.model + ("" if args.setting == "all" else f"-{args.setting}")
     out = args.out or os.path.join(REPO, "benchmarks", "results",
-                                   f"split-{head['date'][:10]}-{args.model}-{head['commit'].split('+')[0]}.jsonl")
+                                   f"split-{head['date'][:10]}-{named}-{head['commit'].split('+')[0]}.jsonl")
     ours_preset, peer_model = model_folders(args, env)
     results = {}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -195,9 +229,11 @@ def main(argv=None) -> None:
             f.flush()
     print(f"Step split, {head['date']}, commit {head['commit']}, {cpu['model']} ({head['cores']} core(s) usable; "
           f"{', '.join(cpu['flags']) or 'no AVX2'}), speed_s {head['speed_s_before']}, {args.threads} thread(s) a "
-          f"side, MRPC 512 examples, batch 32, all layers, float32, {args.model}, {args.steps} traced steps a side. "
+          f"side, MRPC 512 examples, batch 32, {'all layers' if args.setting == 'all' else 'the last 2 blocks'}, "
+          f"float32, {args.model}, {args.steps} traced steps a side. "
           f"Raw lines: {out}\n")
-    print("\n".join(split_table(results["ours"], results["peer"], results["matmul_peak"], args.steps)))
+    print("\n".join(split_table(results["ours"], results["peer"], results["matmul_peak"], args.steps,
+                                 SETTINGS[args.setting])))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,14 @@
 epoch: GLUE, stack-and-finetune, sentiment) and a custom step loop (multi-task). A tiny dense model keeps it fast."""
 
 import math
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 
+from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
 from tf_transfer.training import record
 from tf_transfer.training.engine import Engine, EarlyStopping, keras_epoch
@@ -83,11 +86,34 @@ def _run(path, epoch_function, max_epochs=3, patience=0, scores=None, die_after=
         return engine.finish()
 
 
+@pytest.mark.skipif(machine.busy_cpu_seconds() is None, reason="the machine's busy time needs /proc/stat (Linux)")
+def test_an_epoch_records_the_cpu_other_processes_used_beside_it(tmp_path):
+    """A child process that burns about a CPU second while the epoch waits for it is the machine's other work: it is
+    in `others_cpu_load`, not in the run's own CPU seconds."""
+    folder = RunFolder(str(tmp_path), SETTINGS)
+    folder.start({"epochs": [], "best_epoch": None, "stopped_early": False, "completed": False, "config": SETTINGS})
+    burn = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
+
+    def train_epoch(epoch, progress):
+        subprocess.run([sys.executable, "-c", burn], check=True)
+        return {"loss": 1.0}
+
+    train_epoch.steps, train_epoch.examples = 1, 1
+    model, engine = _model(), Engine(folder, "accuracy", 1, 0)
+    engine.restore_last(model, compile_time_s=0.0)
+    with engine:
+        engine.fit(model, train_epoch, lambda: ({"accuracy": 0.5}, None))
+        epoch = engine.finish()["epochs"][0]
+    others_cpu_s = epoch["others_cpu_load"] * epoch["epoch_time_s"]
+    assert 0.9 <= others_cpu_s  # the child's second (and whatever else ran meanwhile)
+    assert epoch["epoch_cpu_s"] < 0.5  # waiting on a child costs the run itself next to nothing
+
+
 @pytest.mark.parametrize("epoch_function", sorted(EPOCH_FUNCTIONS))
 def test_records_have_the_same_keys_and_continuous_clocks(tmp_path, epoch_function):
     summary = _run(tmp_path, epoch_function)
-    keys = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "loss", "val",
-            "test"}
+    keys = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "others_cpu_load",
+            "loss", "val", "test"}
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2, 3]
     assert all(keys <= set(e) for e in summary["epochs"])
     times = [e["epoch_time_s"] for e in summary["epochs"]]

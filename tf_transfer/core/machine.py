@@ -11,6 +11,9 @@ Example:
 ['cores', 'cpu', 'isa']
 >>> machine.cpu_seconds() > 0
 True
+>>> busy = machine.busy_cpu_seconds()  # the whole machine's, on Linux; None elsewhere
+>>> busy is None or busy >= machine.cpu_seconds()
+True
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+from typing import Optional
 
 # Instruction-set features that change TensorFlow's CPU speed by integer factors (oneDNN picks kernels by them):
 # AMX and AVX-512 BF16 make mixed_bfloat16 several times faster than float32; without them it is emulated.
@@ -28,6 +32,24 @@ def cpu_seconds() -> float:
     """CPU time of this process so far (all threads, user and system)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def busy_cpu_seconds() -> Optional[float]:
+    """CPU seconds every process on the machine has run since boot (all CPUs: user, nice, system, interrupts;
+    not idle, I/O wait or time the hypervisor stole), from /proc/stat; None where it cannot be read.
+
+    A run pinned to one core still slows when another core is busy (here about a quarter more CPU seconds per
+    epoch: shared caches and memory bandwidth), so an epoch records how busy the rest of the machine was:
+    the difference of this over the epoch, less the run's own `cpu_seconds()`."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 8:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def describe() -> dict:

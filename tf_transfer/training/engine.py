@@ -5,9 +5,9 @@ any function of `(epoch, progress)` returning `{"loss": ..., extras}`), a way to
 test)`), and optionally a hook after each epoch (a stack's gap rule). The engine owns what is the same everywhere:
 wall and CPU timing, peak memory, the non-finite-loss stop, early stopping, the best epoch, checkpoint and summary
 after every epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys
-`epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, peak_memory_mb, loss, val, test`
-plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest of its
-epochs') and `peak_memory_source`, the resident set right before this process's first training step
+`epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, others_cpu_load, peak_memory_mb, loss,
+val, test` plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest
+of its epochs') and `peak_memory_source`, the resident set right before this process's first training step
 (`resident_before_training_mb`) and the largest peak above it (`peak_above_start_mb`: what training adds, i.e.
 gradients, optimizer slots, activations and traced steps; a resumed run measures from its new process's start). Timing and memory: docs/outputs.md.
 
@@ -202,10 +202,11 @@ class Engine:
         if self.resident_before_mb is None and not self.memory.devices:
             self.resident_before_mb = memory.resident_mb()
         self.memory.start()
-        start, cpu_start = time.perf_counter(), machine.cpu_seconds()
+        start, cpu_start, busy_start = time.perf_counter(), machine.cpu_seconds(), machine.busy_cpu_seconds()
         result = dict(train_epoch(epoch, progress))
         epoch_time_s = time.perf_counter() - start
         epoch_cpu_s = machine.cpu_seconds() - cpu_start
+        busy_end = machine.busy_cpu_seconds()
         peak_memory_mb = self.memory.peak_mb()
         self._note_peak(peak_memory_mb)
         loss = result.pop("loss")
@@ -220,6 +221,9 @@ class Engine:
             "epoch_cpu_s": epoch_cpu_s,
             # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
             "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
+            # The machine's busy time is counted in ticks (10 ms): a small negative remainder is rounding.
+            "others_cpu_load": (None if busy_start is None or busy_end is None
+                                else max(0.0, (busy_end - busy_start - epoch_cpu_s) / epoch_time_s)),
             "peak_memory_mb": peak_memory_mb,
             "loss": loss,
             **result,
@@ -259,7 +263,7 @@ class Engine:
     def _report(self, epoch_record: dict) -> None:
         scalars = {key: epoch_record[key] for key in ("epoch_time_s", "train_time_s", "cpu_utilization", "loss")}
         for key, value in epoch_record.items():
-            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s") or value is None:
+            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s", "others_cpu_load") or value is None:
                 continue
             if isinstance(value, dict):
                 scalars.update(record.flatten_scores(key if key != "task_loss" else "loss", value))

@@ -46,6 +46,10 @@ EPOCH = Schema("epoch", (
     Field("epoch_cpu_s", MAYBE_NUMBER, "`epoch_time_s` on the process's CPU clock (all threads)", older=None),
     Field("train_cpu_s", MAYBE_NUMBER, "the running sum of `epoch_cpu_s` (a run resumed from before CPU seconds "
           "were recorded counts from 0)", older=None),
+    Field("others_cpu_load", MAYBE_NUMBER, "CPU seconds the machine's other processes ran per wall second of the "
+          "epoch (`/proc/stat`): 0 on an otherwise idle machine, about 1 when other work kept one core busy; a run "
+          "pinned to one core is slower per CPU second when the other core is busy (`null` where not recorded)",
+          older=None),
     Field("peak_memory_mb", MAYBE_NUMBER, "the most memory the run held while this epoch trained (below)",
           older=None),
     Field("loss", NUMBER, "the epoch's mean training loss"),

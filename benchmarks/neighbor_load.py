@@ -8,9 +8,11 @@ neighbour is a second process of this script, pinned to the other core, that tra
 batches without end; it is stopped (SIGSTOP) while the idle timings run and continued (SIGCONT) two seconds before
 the busy ones. Both processes use one thread. Each repeat times one `fit` over the same `--steps` batches with the
 neighbour stopped and with it running, the order swapped every repeat, so that slow drifts fall on both alike.
-Prints one JSON line per timing and a summary line: the medians, and the slowdown as the geometric mean of the
-per-repeat ratios busy / idle with its 95% paired t interval (`tf_transfer.core.stats.paired_difference` on the
-logs), on the process's CPU seconds (what the studies' `cpu` clock counts) and on the wall clock.
+Prints one JSON line per timing (with `others_cpu_load`, the rest of the machine's CPU seconds per wall second
+during it, as every epoch records it: about 1 busy, 0 idle) and a summary line: the medians, and the slowdown as
+the geometric mean of the per-repeat ratios busy / idle with its 95% paired t interval
+(`tf_transfer.core.stats.paired_difference` on the logs), on the process's CPU seconds (what the studies' `cpu`
+clock counts) and on the wall clock.
 benchmarks/README.md has the measured numbers.
 """
 
@@ -78,36 +80,45 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.neighbor:
         return neighbor(args)
-    os.sched_setaffinity(0, {args.core})
+    # Started before this process pins itself: a child inherits its parent's cores.
     child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--neighbor", *sys.argv[1:]],
                              stdout=subprocess.PIPE, text=True)
+    os.sched_setaffinity(0, {args.core})
     try:
+        if child.poll() is not None:
+            raise SystemExit(f"error: the neighbour process ended (exit {child.returncode}) before training")
         task, timed = prepared(args)
         while child.stdout.readline().strip() != READY:  # the neighbour's warm-up ran beside ours
             if child.poll() is not None:
                 raise SystemExit(f"error: the neighbour process ended (exit {child.returncode}) before training")
         child.send_signal(signal.SIGSTOP)
-        times = {"idle": {"cpu": [], "wall": []}, "busy": {"cpu": [], "wall": []}}
+        times = {condition: {"cpu": [], "wall": [], "others": []} for condition in ("idle", "busy")}
         for repeat in range(args.repeats):
             for condition in (("idle", "busy") if repeat % 2 == 0 else ("busy", "idle")):
                 if condition == "busy":
                     child.send_signal(signal.SIGCONT)
                     time.sleep(2.0)  # its step under way before ours is timed
-                start, cpu_start = time.perf_counter(), machine.cpu_seconds()
+                start, cpu_start, busy_start = time.perf_counter(), machine.cpu_seconds(), machine.busy_cpu_seconds()
                 task.model.fit(task.feed.dataset(timed), epochs=1, verbose=0, shuffle=False)
-                wall, cpu = ((time.perf_counter() - start) / len(timed),
-                             (machine.cpu_seconds() - cpu_start) / len(timed))
+                elapsed, own = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
+                wall, cpu = elapsed / len(timed), own / len(timed)
+                # What the rest of the machine ran meanwhile, as each epoch records it: about 1 while the
+                # neighbour trains, about 0 while it is stopped (the check that the two conditions differ).
+                others = (machine.busy_cpu_seconds() - busy_start - own) / elapsed if busy_start is not None else None
                 if condition == "busy":
                     child.send_signal(signal.SIGSTOP)
                 times[condition]["cpu"].append(cpu)
                 times[condition]["wall"].append(wall)
-                print(json.dumps({"condition": condition, "repeat": repeat, "step_s": wall, "step_cpu_s": cpu}),
-                      flush=True)
+                times[condition]["others"].append(others)
+                print(json.dumps({"condition": condition, "repeat": repeat, "step_s": wall, "step_cpu_s": cpu,
+                                  "others_cpu_load": others}), flush=True)
     finally:
         child.send_signal(signal.SIGCONT)
         child.kill()
         child.wait()
-    summary = {"task": args.task, "steps": len(timed), "batch_size": args.batch_size, "repeats": args.repeats}
+    summary = {"task": args.task, "steps": len(timed), "batch_size": args.batch_size, "repeats": args.repeats,
+               "median_others_cpu_load": {c: float(np.median(times[c]["others"])) if None not in times[c]["others"]
+                                          else None for c in times}}
     for clock in ("cpu", "wall"):
         busy, idle = (np.array(times[c][clock]) for c in ("busy", "idle"))
         slowdown = stats.paired_difference(np.log(busy), np.log(idle))

@@ -197,9 +197,11 @@ def split_table(ours: dict, peer: dict, peak: dict, steps: int, trained: str = "
                  f"{peak['float32']['feedforward_bs32']['gflop_per_cpu_s']:.1f} at the MiniLM feed-forward's shape)")
     if trained != "all":
         before, after = step_math(ours["num_layers"], int(trained))
+        train = ours.get("cache_cost_by_split", {}).get("train", {})
         lines.append(f"the step math, last {trained} of {ours['num_layers']} blocks: the peer's step executes "
                      f"{before:.2f}x ours' FLOPs, {after:.2f}x with our train split's cache build charged over 3 "
-                     f"epochs: the ratios ours reaches at equal GFLOP per second (our build here: "
+                     f"epochs: the ratios ours reaches at equal GFLOP per second (our builds in this run: the "
+                     f"train split's {train.get('s', float('nan')):.1f} s, every split's "
                      f"{ours['cache_time_s']:.1f} s)")
     return lines
 

@@ -456,6 +456,26 @@ def task_metric(collected: list, task: str) -> str:
     return given or get_task(task).primary_metric
 
 
+def load_line(collected: list, task: str) -> str:
+    """Each compared method's mean `others_cpu_load` over its runs' epochs (what else the machine ran beside them:
+    a busy other core slows a pinned run's CPU seconds too), and how many runs recorded it."""
+    found = defaultdict(list)
+    for run in collected:
+        method = compared_method(run["settings"]["part"])
+        if method and run["settings"]["task"] == task and run["summary"]:
+            found[method].append(reports.others_load(run["summary"]))
+    cells = []
+    for method in METHODS:
+        loads = [x for x in found.get(method, []) if x is not None]
+        if found.get(method):
+            cells.append(f"{method} " + (f"{sum(loads) / len(loads):.2f}" if loads else "not recorded")
+                         + f" ({len(loads)} of {len(found[method])} runs recorded it)")
+    return ("Other work beside the runs (`others_cpu_load`: the machine's other processes' CPU seconds per wall "
+            "second while an epoch trained, 0 idle, 1 one core busy; mean over a run's epochs, then over runs; what "
+            "a busy core costs a pinned run: benchmarks/README.md, *A busy neighbour core*): "
+            + "; ".join(cells) + ".") if cells else ""
+
+
 def _task_section(collected: list, table: dict, tasks: list, majority: dict, out: str) -> list:
     lines = ["## Per task", "", reports.clock_sentence("cpu") + " Scores: GLUE dev at the best validation epoch, in "
              "points, mean ± sd over the seeds (n/5 while seeds are missing); differences and shares are "
@@ -465,6 +485,8 @@ def _task_section(collected: list, table: dict, tasks: list, majority: dict, out
         lines += [f"### {task} ({task_metric(collected, task)})", "",
                   reports.markdown_table(TASK_HEADER, task_rows(table, task, majority.get(task), METHODS)),
                   ""]
+        load = load_line(collected, task)
+        lines += [load, ""] if load else []
         figure = f"freezes_{task}.png"
         lines += ([f"![{task}: when each block froze]({figure})", ""] if freeze_figure(os.path.join(out, figure), task,
                                                                                        table)

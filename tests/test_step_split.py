@@ -43,12 +43,12 @@ def test_over_the_cache_the_table_says_what_the_step_math_allows():
     """Last 2 of 6 blocks: the peer's step runs 4 frozen blocks forward and 2 forward and backward (3 forwards'
     worth each), 10 block-forwards against our 6; the train split's build adds 4 / 3 epochs to ours."""
     ours = {**profile({"matmul": 1.0}, 4.0, 4.0, 3.6), "gflop_per_s": 30.0, "cpu_utilization": 1.0,
-            "step_time_s": 0.9, "num_layers": 6, "cache_time_s": 6.5}
+            "step_time_s": 0.9, "num_layers": 6, "cache_time_s": 18.0, "cache_cost_by_split": {"train": {"s": 6.5}}}
     peer = profile({"matmul": 1.0}, 4.0, 4.0, 3.8)
     peak = {"float32": {"square_2048": {"gflop_per_cpu_s": 80.0}, "feedforward_bs32": {"gflop_per_cpu_s": 70.0}}}
     line = step_split.split_table(ours, peer, peak, steps=4, trained="2")[-1]
     assert line.startswith("the step math, last 2 of 6 blocks: the peer's step executes 1.67x ours' FLOPs, 1.36x ")
-    assert "(our build here: 6.5 s)" in line
+    assert "(our builds in this run: the train split's 6.5 s, every split's 18.0 s)" in line
     assert step_split.split_table(ours, peer, peak, steps=4)[-1].startswith("ours, timed")  # all layers: no line
 
 

@@ -195,3 +195,18 @@ def test_dry_run_lists_the_whole_grid(tmp_path):
     assert lines[-1] == "28 runs (28 in the whole grid)"
     assert "part=search: full fine-tuning" in lines[0] and "part=seed 1: best static k" in lines[11]
     assert not os.listdir(tmp_path)
+
+
+def test_each_task_says_how_busy_the_machine_was_beside_each_method():
+    """A pinned run's CPU seconds grow when the other core is busy: the report shows each method's mean
+    `others_cpu_load`, and which runs predate it."""
+    def run(part, *loads, task="mrpc"):
+        return {"settings": {"part": part, "task": task}, "summary": {"epochs": [
+            {"others_cpu_load": x} if x != "absent" else {} for x in loads]}}
+
+    collected = [run(f"seed 1: {FULL}", 1.0, 0.5), run(f"seed 2: {FULL}", "absent"), run(f"seed 1: {AUTOFREEZE}", None),
+                 run(report.SEARCH_PART, 2.0), run(f"seed 1: {STATIC}", 0.0, task="stsb")]
+    line = report.load_line(collected, "mrpc")
+    assert line.endswith(f": {FULL} 0.75 (1 of 2 runs recorded it); {AUTOFREEZE} not recorded (0 of 1 runs recorded "
+                         "it).")
+    assert report.load_line(collected, "sst2") == ""

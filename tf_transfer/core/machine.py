@@ -38,9 +38,9 @@ def busy_cpu_seconds() -> Optional[float]:
     """CPU seconds every process on the machine has run since boot (all CPUs: user, nice, system, interrupts;
     not idle, I/O wait or time the hypervisor stole), from /proc/stat; None where it cannot be read.
 
-    A run pinned to one core still slows when another core is busy (here about a quarter more CPU seconds per
-    epoch: shared caches and memory bandwidth), so an epoch records how busy the rest of the machine was:
-    the difference of this over the epoch, less the run's own `cpu_seconds()`."""
+    A run pinned to one core can still slow when another core is busy (shared caches, memory bandwidth: on this
+    project's 2-core VM by about 2% of its CPU seconds a step, benchmarks/README.md), so an epoch records how busy
+    the rest of the machine was: the difference of this over the epoch, less the run's own `cpu_seconds()`."""
     try:
         with open("/proc/stat") as f:
             fields = f.readline().split()

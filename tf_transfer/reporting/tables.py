@@ -85,6 +85,13 @@ def time_to_stop(summary: dict, clock: str = "wall") -> Optional[float]:
     return elapsed(summary, summary["epochs"][-1], clock)
 
 
+def others_load(summary: dict) -> Optional[float]:
+    """The mean `others_cpu_load` over a run's epochs that recorded it (None if none did): how busy the rest of the
+    machine was while the run trained."""
+    loads = [e["others_cpu_load"] for e in summary.get("epochs", []) if e.get("others_cpu_load") is not None]
+    return sum(loads) / len(loads) if loads else None
+
+
 def markdown_table(header: list, rows: list) -> str:
     lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

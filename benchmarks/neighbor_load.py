@@ -85,8 +85,6 @@ def main(argv=None) -> None:
                              stdout=subprocess.PIPE, text=True)
     os.sched_setaffinity(0, {args.core})
     try:
-        if child.poll() is not None:
-            raise SystemExit(f"error: the neighbour process ended (exit {child.returncode}) before training")
         task, timed = prepared(args)
         while child.stdout.readline().strip() != READY:  # the neighbour's warm-up ran beside ours
             if child.poll() is not None:
@@ -104,7 +102,7 @@ def main(argv=None) -> None:
                 wall, cpu = elapsed / len(timed), own / len(timed)
                 # What the rest of the machine ran meanwhile, as each epoch records it: about 1 while the
                 # neighbour trains, about 0 while it is stopped (the check that the two conditions differ).
-                others = (machine.busy_cpu_seconds() - busy_start - own) / elapsed if busy_start is not None else None
+                others = machine.others_cpu_load(busy_start, machine.busy_cpu_seconds(), own, elapsed)
                 if condition == "busy":
                     child.send_signal(signal.SIGSTOP)
                 times[condition]["cpu"].append(cpu)

@@ -52,6 +52,20 @@ def busy_cpu_seconds() -> Optional[float]:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def others_cpu_load(busy_before: Optional[float], busy_after: Optional[float], own_cpu_s: float,
+                    wall_s: float) -> Optional[float]:
+    """CPU seconds the machine's other processes ran per wall second between two `busy_cpu_seconds()` readings, the
+    process's own `own_cpu_s` taken out: 0 on an otherwise idle machine, about 1 with one other core kept busy.
+
+    >>> others_cpu_load(100.0, 103.5, 1.5, 2.0), others_cpu_load(None, 3.0, 1.0, 2.0)
+    (1.0, None)
+    """
+    if busy_before is None or busy_after is None or wall_s <= 0:
+        return None
+    # The machine's busy time comes in ticks (10 ms): a small negative remainder is rounding.
+    return max(0.0, (busy_after - busy_before - own_cpu_s) / wall_s)
+
+
 def describe() -> dict:
     """`{"cpu": model name, "cores": cores this process may run on, "isa": [features present]}`."""
     name, flags = platform.processor() or platform.machine(), set()

@@ -221,9 +221,7 @@ class Engine:
             "epoch_cpu_s": epoch_cpu_s,
             # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
             "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
-            # The machine's busy time is counted in ticks (10 ms): a small negative remainder is rounding.
-            "others_cpu_load": (None if busy_start is None or busy_end is None
-                                else max(0.0, (busy_end - busy_start - epoch_cpu_s) / epoch_time_s)),
+            "others_cpu_load": machine.others_cpu_load(busy_start, busy_end, epoch_cpu_s, epoch_time_s),
             "peak_memory_mb": peak_memory_mb,
             "loss": loss,
             **result,

@@ -47,8 +47,9 @@ EPOCH = Schema("epoch", (
     Field("train_cpu_s", MAYBE_NUMBER, "the running sum of `epoch_cpu_s` (a run resumed from before CPU seconds "
           "were recorded counts from 0)", older=None),
     Field("others_cpu_load", MAYBE_NUMBER, "CPU seconds the machine's other processes ran per wall second of the "
-          "epoch (`/proc/stat`): 0 on an otherwise idle machine, about 1 when other work kept one core busy: what ran "
-          "beside the run, which can slow even a run pinned to its own core (`null` where not recorded)",
+          "epoch (`/proc/stat`): 0 on an otherwise idle machine, about 1 when other work kept one core busy, more on 2 "
+          "cores when other work also took turns on the run's own core: what ran beside the run, which can slow even "
+          "a run pinned to its own core (`null` where not recorded)",
           older=None),
     Field("peak_memory_mb", MAYBE_NUMBER, "the most memory the run held while this epoch trained (below)",
           older=None),

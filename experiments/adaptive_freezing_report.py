@@ -471,10 +471,9 @@ def load_line(collected: list, task: str) -> str:
             cells.append(f"{method} " + (f"{sum(loads) / len(loads):.2f}" if loads else "not recorded")
                          + f" ({len(loads)} of {len(found[method])} runs recorded it)")
     return ("Other work beside the runs (`others_cpu_load`: the machine's other processes' CPU seconds per wall "
-            "second while an epoch trained, 0 idle, 1 one core busy, above 1 on 2 cores when other work also took turns on "
-            "the run's core; mean over a run's epochs, then over runs; what "
-            "a busy core costs a pinned run: benchmarks/README.md, *A busy neighbour core*): "
-            + "; ".join(cells) + ".") if cells else ""
+            "second while an epoch trained, 0 idle, 1 one core busy, above 1 on 2 cores when other work also took "
+            "turns on the run's core; mean over a run's epochs, then over runs; what a busy core costs a pinned run: "
+            "benchmarks/README.md, *A busy neighbour core*): " + "; ".join(cells) + ".") if cells else ""
 
 
 def _task_section(collected: list, table: dict, tasks: list, majority: dict, out: str) -> list:

@@ -13,7 +13,7 @@ from tf_transfer.studies.glue_settings import GlueSettings
 from conftest import REPO
 
 EPOCH_KEYS = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s",
-              "others_cpu_load", "peak_memory_mb", "loss", "val", "test"}
+              "others_cpu_load", "speed_probe_cpu_ms", "peak_memory_mb", "loss", "val", "test"}
 SUMMARY_KEYS = {"task", "preset", "num_layers", "trainable_layers", "lr", "batch_size", "seed", "metric",
                 "trainable_params", "total_params", "compile_time_s", "epochs", "best_epoch", "stopped_early",
                 "completed", "machine", "peak_memory_mb", "peak_memory_source"}

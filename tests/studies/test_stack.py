@@ -433,7 +433,7 @@ def _same_numbers(a: dict, b: dict) -> None:
     resumed process traces its steps again); here it has come out bit-equal. Scores are compared exactly."""
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
     clock = ("epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "others_cpu_load",
-             "peak_memory_mb")
+             "speed_probe_cpu_ms", "peak_memory_mb")
     strip = lambda r: {k: v for k, v in r.items() if k not in ("loss", *clock)}  # noqa
     assert strip(b) == strip(a)
 
@@ -525,7 +525,7 @@ def test_mirrored_stack_run_over_two_logical_cpus_is_the_one_device_run(tmp_path
     assert summary["completed"] is True and summary["config"]["distribution"] == "mirrored"
     assert [e["phase"] for e in summary["epochs"]] == [1, 2]
     keys = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "others_cpu_load",
-            "peak_memory_mb", "loss", "val", "test", "phase"}
+            "speed_probe_cpu_ms", "peak_memory_mb", "loss", "val", "test", "phase"}
     assert set(summary["epochs"][0]) == keys | {"train", "gap"} and set(summary["epochs"][1]) == keys
     default = one_device_runs.run("stack")
     assert [e["loss"] for e in summary["epochs"]] == pytest.approx([e["loss"] for e in default["epochs"]], rel=1e-4)

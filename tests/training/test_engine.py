@@ -11,6 +11,7 @@ import pytest
 
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
+from tf_transfer.training import engine as engine_lib
 from tf_transfer.training import record
 from tf_transfer.training.engine import Engine, EarlyStopping, keras_epoch
 from tf_transfer.training.run_folder import RunFolder
@@ -113,7 +114,7 @@ def test_an_epoch_records_the_cpu_other_processes_used_beside_it(tmp_path):
 def test_records_have_the_same_keys_and_continuous_clocks(tmp_path, epoch_function):
     summary = _run(tmp_path, epoch_function)
     keys = {"epoch", "epoch_time_s", "train_time_s", "cpu_utilization", "epoch_cpu_s", "train_cpu_s", "others_cpu_load",
-            "loss", "val", "test"}
+            "speed_probe_cpu_ms", "loss", "val", "test"}
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2, 3]
     assert all(keys <= set(e) for e in summary["epochs"])
     times = [e["epoch_time_s"] for e in summary["epochs"]]
@@ -121,6 +122,28 @@ def test_records_have_the_same_keys_and_continuous_clocks(tmp_path, epoch_functi
     cpu = [e["epoch_cpu_s"] for e in summary["epochs"]]
     assert [e["train_cpu_s"] for e in summary["epochs"]] == pytest.approx(np.cumsum(cpu).tolist())
     assert summary["completed"] and not [f for f in tmp_path.iterdir() if f.name.startswith("checkpoint-")]
+
+
+def test_the_speed_probe_after_each_epoch_changes_no_number(tmp_path, monkeypatch):
+    """Probed after every epoch (the 5 s floor lifted: these epochs take milliseconds), a run trains to the very
+    losses and scores of an unprobed one, and each epoch records the probe's milliseconds; unprobed, null."""
+    unprobed = _run(tmp_path / "unprobed", "fit")
+    monkeypatch.setattr(engine_lib, "PROBE_SHARE", 1.0)
+    monkeypatch.setattr(engine_lib, "PROBE_MIN_S", 0.0)
+    monkeypatch.setattr(engine_lib, "PROBE_MAX_S", 0.03)
+    probed = _run(tmp_path / "probed", "fit")
+    assert [e["speed_probe_cpu_ms"] for e in unprobed["epochs"]] == [None] * 3
+    assert all(0 < e["speed_probe_cpu_ms"] < 1000 for e in probed["epochs"])
+    assert [(e["loss"], e["val"], e["test"]) for e in probed["epochs"]] == \
+        [(e["loss"], e["val"], e["test"]) for e in unprobed["epochs"]]
+
+
+def test_the_probe_budget_is_a_share_of_the_epoch_with_a_floor_and_a_ceiling(monkeypatch):
+    budgets = []
+    monkeypatch.setattr(machine, "speed_probe", lambda budget_s: budgets.append(budget_s) or 12.5)
+    assert engine_lib.probe_after(2.0) is None  # 20 ms: under the floor, not probed
+    assert engine_lib.probe_after(40.0) == 12.5 and engine_lib.probe_after(500.0) == 12.5
+    assert budgets == pytest.approx([0.4, 1.0])
 
 
 @pytest.mark.parametrize("epoch_function", sorted(EPOCH_FUNCTIONS))

@@ -14,6 +14,8 @@ True
 >>> busy = machine.busy_cpu_seconds()  # the whole machine's, on Linux; None elsewhere
 >>> busy is None or busy >= machine.cpu_seconds()
 True
+>>> machine.speed_probe(budget_s=0.2) > 0  # CPU milliseconds of one fixed piece of a transformer's work
+True
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import statistics
+import time
 from typing import Optional
+
+import numpy as np
 
 # Instruction-set features that change TensorFlow's CPU speed by integer factors (oneDNN picks kernels by them):
 # AMX and AVX-512 BF16 make mixed_bfloat16 several times faster than float32; without them it is emulated.
@@ -64,6 +70,47 @@ def others_cpu_load(busy_before: Optional[float], busy_after: Optional[float], o
         return None
     # The machine's busy time comes in ticks (10 ms): a small negative remainder is rounding.
     return max(0.0, (busy_after - busy_before - own_cpu_s) / wall_s)
+
+
+_PROBE_INPUTS = None
+
+
+def _probe_inputs():
+    """The probe's fixed operands (numpy's own seeded generator: TensorFlow's and Keras' random state untouched)."""
+    global _PROBE_INPUTS
+    if _PROBE_INPUTS is None:
+        import tensorflow as tf  # here, not at the top: this module is read by processes that never train
+        rng = np.random.default_rng(0)
+        _PROBE_INPUTS = tuple(tf.constant(rng.standard_normal(shape).astype("float32") * scale)
+                              for shape, scale in (((256, 384), 1.0), ((384, 1536), 0.05), ((1536, 384), 0.05)))
+    return _PROBE_INPUTS
+
+
+def _probe_once() -> None:
+    import tensorflow as tf
+    x, w_in, w_out = _probe_inputs()
+    y = tf.linalg.matmul(tf.nn.gelu(tf.linalg.matmul(x, w_in), approximate=False), w_out) + x
+    mean, variance = tf.nn.moments(y, axes=[-1], keepdims=True)
+    ((y - mean) * tf.math.rsqrt(variance + 1e-12)).numpy()
+
+
+def speed_probe(budget_s: float, max_calls: int = 30) -> float:
+    """How fast the machine runs right now: the median CPU milliseconds of one fixed piece of a transformer's work
+    (a 384-wide feed-forward block with GELU and layer norm over 256 tokens, about 0.6 GFLOP, in TensorFlow eager),
+    over as many calls as fit in `budget_s` (at least one, at most `max_calls`; one untimed call first).
+
+    An epoch records it after training (`speed_probe_cpu_ms`), so times taken hours apart on a VM whose speed drifts
+    (on this project's 2-core VMs by up to 1.6x within an afternoon) can be set against the machine's speed at the
+    time. One call varies by about 13% from second to second there, with no memory from one second to the next, so
+    the median over many calls is what tracks the drift. The operands are fixed and the calls touch no random state
+    and no variable: a run computes the same numbers with or without it."""
+    _probe_once()  # the first call in a process also creates the operands and oneDNN's kernels
+    deadline, timed = time.perf_counter() + budget_s, []
+    while not timed or (len(timed) < max_calls and time.perf_counter() < deadline):
+        start = time.process_time()
+        _probe_once()
+        timed.append(time.process_time() - start)
+    return 1000.0 * statistics.median(timed)
 
 
 def describe() -> dict:

@@ -5,8 +5,8 @@ any function of `(epoch, progress)` returning `{"loss": ..., extras}`), a way to
 test)`), and optionally a hook after each epoch (a stack's gap rule). The engine owns what is the same everywhere:
 wall and CPU timing, peak memory, the non-finite-loss stop, early stopping, the best epoch, checkpoint and summary
 after every epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys
-`epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, others_cpu_load, peak_memory_mb, loss,
-val, test` plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest
+`epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, others_cpu_load, speed_probe_cpu_ms,
+peak_memory_mb, loss, val, test` plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest
 of its epochs') and `peak_memory_source`, the resident set right before this process's first training step
 (`resident_before_training_mb`) and the largest peak above it (`peak_above_start_mb`: what training adds, i.e.
 gradients, optimizer slots, activations and traced steps; a resumed run measures from its new process's start). Timing and memory: docs/outputs.md.
@@ -115,6 +115,17 @@ def keras_epoch(model, make_dataset: Callable, steps: int, examples: int):
     return train_epoch
 
 
+# After an epoch of at least 5 s, the machine's speed is probed for 1% of the epoch's time, at most 1 s
+# (`machine.speed_probe`): enough calls for a median within a few percent, at a cost no timing can separate.
+PROBE_SHARE, PROBE_MIN_S, PROBE_MAX_S = 0.01, 0.05, 1.0
+
+
+def probe_after(epoch_time_s: float) -> Optional[float]:
+    """`machine.speed_probe` with the budget above for an epoch of `epoch_time_s`; None after a shorter epoch."""
+    budget_s = min(PROBE_SHARE * epoch_time_s, PROBE_MAX_S)
+    return machine.speed_probe(budget_s) if budget_s >= PROBE_MIN_S else None
+
+
 def check_finite(loss, epoch: int) -> None:
     if loss is None or not math.isfinite(loss):
         raise TransferError(f"training loss became {loss} in epoch {epoch}: lower --lr or set --clip_norm; "
@@ -208,6 +219,7 @@ class Engine:
         epoch_cpu_s = machine.cpu_seconds() - cpu_start
         busy_end = machine.busy_cpu_seconds()
         peak_memory_mb = self.memory.peak_mb()
+        speed_probe_cpu_ms = probe_after(epoch_time_s)
         self._note_peak(peak_memory_mb)
         loss = result.pop("loss")
         check_finite(loss, epoch)
@@ -222,6 +234,7 @@ class Engine:
             # Summaries from before CPU seconds were recorded continue from 0: their CPU clock is incomplete.
             "train_cpu_s": previous.get("train_cpu_s", 0.0) + epoch_cpu_s,
             "others_cpu_load": machine.others_cpu_load(busy_start, busy_end, epoch_cpu_s, epoch_time_s),
+            "speed_probe_cpu_ms": speed_probe_cpu_ms,
             "peak_memory_mb": peak_memory_mb,
             "loss": loss,
             **result,
@@ -261,7 +274,8 @@ class Engine:
     def _report(self, epoch_record: dict) -> None:
         scalars = {key: epoch_record[key] for key in ("epoch_time_s", "train_time_s", "cpu_utilization", "loss")}
         for key, value in epoch_record.items():
-            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s", "others_cpu_load") or value is None:
+            if key in ("epoch", *scalars, "epoch_cpu_s", "train_cpu_s", "others_cpu_load",
+                       "speed_probe_cpu_ms") or value is None:
                 continue
             if isinstance(value, dict):
                 scalars.update(record.flatten_scores(key if key != "task_loss" else "loss", value))

@@ -51,6 +51,10 @@ EPOCH = Schema("epoch", (
           "cores when other work also took turns on the run's own core: what ran beside the run, which can slow even "
           "a run pinned to its own core (`null` where not recorded)",
           older=None),
+    Field("speed_probe_cpu_ms", MAYBE_NUMBER, "how fast the machine ran right after the epoch: the median CPU "
+          "milliseconds of one fixed piece of a transformer's work, over calls that take 1% of the epoch's time "
+          "(at most 1 s; `machine.speed_probe`); set an epoch's CPU seconds against it to compare times taken hours "
+          "apart on a VM whose speed drifts (`null` after epochs under 5 s, and where not recorded)", older=None),
     Field("peak_memory_mb", MAYBE_NUMBER, "the most memory the run held while this epoch trained (below)",
           older=None),
     Field("loss", NUMBER, "the epoch's mean training loss"),

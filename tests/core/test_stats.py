@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -186,3 +187,27 @@ def test_verdicts_never_contradict_the_interval(diffs, margin):
     if kind == stats.NOT_REPRODUCED:
         assert interval.high < -margin + 1e-12
     assert kind == stats.verdict(interval, margin) or not interval.defined
+
+
+def test_within_group_correlation_sees_past_the_groups_and_agrees_with_a_partial_correlation():
+    """Two groups far apart on both sides would make any plain correlation high; centred within the groups, y that
+    only shares noise with x gives r near 0, and y = x + small noise near 1. The estimate equals the partial
+    correlation given the group (residuals of a least-squares fit on group indicators)."""
+    rng = np.random.default_rng(0)
+    groups = np.repeat(["a", "b", "c"], 20)
+    shift = {"a": 0.0, "b": 5.0, "c": 10.0}
+    x = rng.normal(size=60) + [shift[g] for g in groups]
+    unrelated = rng.normal(size=60) + [shift[g] for g in groups]
+    related = x + rng.normal(scale=0.3, size=60)
+    assert np.corrcoef(x, unrelated)[0, 1] > 0.9
+    apart = stats.within_group_correlation(x, unrelated, groups)
+    assert apart.low < 0 < apart.high and apart.n == 60 and apart.df == 55
+    together = stats.within_group_correlation(x, related, groups)
+    assert together.low > 0.9
+    indicators = np.stack([groups == g for g in "abc"], axis=1).astype(float)
+    residual = lambda v: v - indicators @ np.linalg.lstsq(indicators, v, rcond=None)[0]  # noqa: E731
+    assert together.estimate == pytest.approx(np.corrcoef(residual(x), residual(related))[0, 1])
+    single = stats.within_group_correlation([1.0, 2.0, 3.0, 9.0], [2.0, 1.0, 3.0, 0.0], ["a", "a", "a", "b"])
+    assert single.n == 3  # a group of one value carries no within-group information
+    flat = stats.within_group_correlation([1.0, 1.0, 2.0, 2.0], [1.0, 2.0, 3.0, 4.0], "aabb")
+    assert np.isnan(flat.estimate)

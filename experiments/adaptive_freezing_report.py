@@ -19,6 +19,8 @@ import datetime
 import os
 from collections import defaultdict
 
+import numpy as np
+
 from experiments import methods_report as shared
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.core import stats
@@ -85,15 +87,35 @@ def method_cells(collected: list) -> dict:
         method = compared_method(run["settings"]["part"])
         if method:
             found[(method, run["settings"]["task"])].append(run)
-    return {key: shared.measures(runs, "cpu", "peak_memory_mb") for key, runs in found.items()}
+    table = {key: shared.measures(runs, "cpu", "peak_memory_mb") for key, runs in found.items()}
+    for cell in table.values():
+        cell["values"]["probed"] = reports.probed_time_to_stop
+    return table
 
 
-def ratio(table: dict, method: str, task: str, reference: str = FULL):
+def ratio(table: dict, method: str, task: str, reference: str = FULL, key: str = "time", seeds=None):
     """The seed-paired interval of `method`'s time to stop over `reference`'s (a share: 0.4 is 40% of its time);
-    None where a side has not run."""
-    saved = shared.saving(table, method, task, "time", reference)
-    return None if saved is None else dataclasses.replace(saved, estimate=1 - saved.estimate, low=1 - saved.high,
-                                                          high=1 - saved.low)
+    None where a side has not run. `key="probed"`: the times divided by the machine's speed probe (only seeds whose
+    runs recorded it on both sides); `seeds`: only these seeds."""
+    if key == "time" and seeds is None:
+        saved = shared.saving(table, method, task, "time", reference)
+        return None if saved is None else dataclasses.replace(saved, estimate=1 - saved.estimate, low=1 - saved.high,
+                                                              high=1 - saved.low)
+    paired = _paired(table, method, task, key, reference)
+    common = [seed for seed in paired if seeds is None or seed in seeds]
+    if not common:
+        return None
+    return stats.paired_difference([paired[seed] for seed in common], [0.0] * len(common))
+
+
+def _paired(table: dict, method: str, task: str, key: str, reference: str = FULL) -> dict:
+    """`{seed: method's value / reference's}` over the seeds where both sides have `key`."""
+    mine, full = table.get((method, task)), table.get((reference, task))
+    if not mine or not full:
+        return {}
+    a = reports.by_seed(mine["summaries"], mine["values"][key])
+    b = reports.by_seed(full["summaries"], full["values"][key])
+    return {seed: a[seed] / b[seed] for seed in sorted(set(a) & set(b), key=str)}
 
 
 def score_difference(table: dict, method: str, task: str, reference: str = FULL):
@@ -476,6 +498,87 @@ def load_line(collected: list, task: str) -> str:
             "benchmarks/README.md, *A busy neighbour core*): " + "; ".join(cells) + ".") if cells else ""
 
 
+def _same_work(run: dict):
+    """The setting of a run whose every epoch does the same work in every seed (full fine-tuning, or a static k over
+    its cache: the same examples, the same trainable blocks), as a key; None for AutoFreeze and FreezeOut, whose
+    epochs get cheaper as blocks freeze."""
+    s = run["settings"]
+    if s.get("method") != "freeze" or not run["summary"]:
+        return None
+    return s["task"], str(s["trainable_layers"]), float(s["lr"]), bool(s.get("cache_frozen"))
+
+
+def drift_runs(collected: list) -> list:
+    """`[(setting, mean log CPU s per epoch, mean log probe s)]` of the same-work runs that recorded the machine's
+    speed probe after every epoch."""
+    found = []
+    for run in collected:
+        key = _same_work(run)
+        probes = reports.probe_seconds(run["summary"]) if key else None
+        cpu = [e.get("epoch_cpu_s") for e in run["summary"]["epochs"]] if probes else None
+        if probes and all(cpu):
+            found.append((key, float(np.mean(np.log(cpu))), float(np.mean(np.log(probes)))))
+    return found
+
+
+def _spread(values, groups) -> float:
+    """The pooled within-group sd of log values, as a share (0.1: about 10%)."""
+    values, groups = np.asarray(values), list(groups)
+    squares, df = 0.0, 0
+    for group in set(groups):
+        members = values[[i for i, g in enumerate(groups) if g == group]]
+        squares, df = squares + float(np.sum((members - members.mean()) ** 2)), df + len(members) - 1
+    return float(np.expm1(np.sqrt(squares / df))) if df else float("nan")
+
+
+def drift_section(collected: list, table: dict, tasks: list) -> list:
+    """Whether the machine's speed probe (`speed_probe_cpu_ms`, recorded since 2026-11-26 18:20 UTC) explains how
+    the CPU seconds of the same work drift between runs, and the time shares divided by it beside the raw ones."""
+    found = drift_runs(collected)
+    groups = [key for key, _, _ in found]
+    repeated = [i for i, g in enumerate(groups) if groups.count(g) > 1]
+    lines = ["## The machine's drift, and the times divided by its speed", "",
+             "The same work took different CPU seconds on different hours (this VM's speed drifts; on 2026-11-26 "
+             "the same static-k epoch of STS-B took 139-153 CPU s in one run and 178-196 s in another). Since "
+             "2026-11-26 18:20 UTC every epoch also records the machine's speed right after it (`speed_probe_cpu_ms`, "
+             "docs/outputs.md). The check: over the runs whose epochs all do the same work in every seed (full "
+             "fine-tuning and static k), does a run's CPU seconds per epoch move with its probe, beyond what its "
+             "setting explains? (Run means of the logs, centred within each setting; Pearson's r with Fisher's z "
+             "interval, `stats.within_group_correlation`.)", ""]
+    if len(repeated) < 4:
+        return lines + [f"Not enough probed runs yet: {len(found)} same-work run(s) recorded the probe on every "
+                        f"epoch, {len(repeated)} of them in settings with at least two such runs. The times above "
+                        "are raw CPU seconds.", ""]
+    cpu, probe = [found[i][1] for i in repeated], [found[i][2] for i in repeated]
+    kept = [groups[i] for i in repeated]
+    r = stats.within_group_correlation(cpu, probe, kept)
+    raw, divided = _spread(cpu, kept), _spread(np.subtract(cpu, probe), kept)
+    tracks = r.defined and r.low > 0
+    lines += [f"{len(repeated)} runs in {len(set(kept))} settings: r = {r.estimate:.2f} "
+              + (f"[{r.low:.2f}, {r.high:.2f}]" if r.defined else "(no interval)")
+              + f"; a setting's CPU seconds per epoch spread by {100 * raw:.0f}% between its runs (pooled sd), "
+              f"{100 * divided:.0f}% once divided by the probe. "
+              + ("The probe tracks the drift (the interval lies above 0)." if tracks else
+                 "That the probe tracks the drift is not shown (the interval reaches 0 or below): the raw times "
+                 "above stand, and the divided ones below are shown only for comparison."), ""]
+    rows = []
+    for method in (AUTOFREEZE, FREEZEOUT, STATIC):
+        for task in tasks:
+            probed = ratio(table, method, task, key="probed")
+            if probed is None or probed.n < 2:
+                continue
+            raw_same = ratio(table, method, task, seeds=set(_paired(table, method, task, "probed")))
+            rows.append([method, task, str(probed.n), share_text(raw_same), share_text(probed)])
+    if rows:
+        lines += ["Time to stop as a share of full fine-tuning's, over the seeds whose runs on both sides recorded "
+                  "the probe on every epoch:", "",
+                  reports.markdown_table(["method", "task", "seeds", "raw CPU seconds [95%]",
+                                          "divided by the probe [95%]"], rows), ""]
+    else:
+        lines += ["No seed has both sides of a comparison probed yet.", ""]
+    return lines
+
+
 def _task_section(collected: list, table: dict, tasks: list, majority: dict, out: str) -> list:
     lines = ["## Per task", "", reports.clock_sentence("cpu") + " Scores: GLUE dev at the best validation epoch, in "
              "points, mean ± sd over the seeds (n/5 while seeds are missing); differences and shares are "
@@ -520,6 +623,7 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
     lines += data_section(collected)
     lines += _claims_section(table, tasks, gains, provisional, done)
     lines += _task_section(collected, table, tasks, majority, out)
+    lines += drift_section(collected, table, tasks)
     lines += ["## How the rate and the static k were chosen", "",
               "Seed 0, best validation score (x100, the split held out of GLUE train, never GLUE dev); chosen in "
               "bold. These runs are not among the compared ones.", ""]

@@ -210,3 +210,54 @@ def test_each_task_says_how_busy_the_machine_was_beside_each_method():
     assert line.endswith(f": {FULL} 0.75 (1 of 2 runs recorded it); {AUTOFREEZE} not recorded (0 of 1 runs recorded "
                          "it).")
     assert report.load_line(collected, "sst2") == ""
+
+
+def _drifting(tmp_path, tracking: bool) -> list:
+    """Seeds 1-5 of full fine-tuning (100 CPU s an epoch on a steady machine), the static k (50 s) and AutoFreeze
+    (60 s), each run at its own hour of a VM whose speed drifts by up to 40%; the probe after each epoch reads that
+    drift (`tracking`) or only its own noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    collected = []
+    for seed in range(1, 6):
+        for method, k, base in ((FULL, "all", 100.0), (STATIC, 4, 50.0), (AUTOFREEZE, "all", 60.0)):
+            settings = {"task": "mrpc", "part": report.seed_part(seed, method), "seed": seed, "lr": 1e-4,
+                        "method": "autofreeze" if method == AUTOFREEZE else "freeze", "trainable_layers": k,
+                        "cache_frozen": method == STATIC}
+            folder = tmp_path / f"{method}-{seed}"
+            folder.mkdir(parents=True)
+            summary = _summary(str(folder), settings, 90.0, 85.0, base)
+            drift = rng.uniform(1.0, 1.4)
+            for epoch in summary["epochs"]:
+                epoch["epoch_cpu_s"] = base * drift * rng.uniform(0.99, 1.01)
+                epoch["speed_probe_cpu_ms"] = 20.0 * (drift if tracking else rng.uniform(1.0, 1.4)) * rng.uniform(
+                    0.98, 1.02)
+            summary["epochs"][-1]["train_cpu_s"] = sum(e["epoch_cpu_s"] for e in summary["epochs"])
+            collected.append({"settings": settings, "summary": summary})
+    return collected
+
+
+def test_the_drift_check_divides_times_by_the_machine_speed_probe_only_as_far_as_the_probe_tracks_the_drift(
+        tmp_path):
+    """Same-work runs (full fine-tuning, static k) whose CPU seconds move with their probe: r's interval above 0, the
+    spread between a setting's runs falls, and AutoFreeze's share of full fine-tuning's time, divided by the probe,
+    is its 60% with a narrower interval than the raw one."""
+    collected = _drifting(tmp_path / "tracking", tracking=True)
+    text = "\n".join(report.drift_section(collected, report.method_cells(collected), ["mrpc"]))
+    assert "10 runs in 2 settings: r = " in text and "The probe tracks the drift" in text
+    spread = text.split("spread by ")[1]
+    raw, divided = int(spread.split("%")[0]), int(spread.split(", ")[1].split("%")[0])
+    assert raw >= 5 and divided <= 2
+    row = next(line for line in text.splitlines() if line.startswith("| AutoFreeze | mrpc | 5 |"))
+    raw_cell, divided_cell = row.split(" | ")[3], row.split(" | ")[4]
+    assert divided_cell.startswith("60% [") and divided_cell != raw_cell
+    width = lambda cell: int(cell.split(", ")[1].split("%")[0]) - int(cell.split("[")[1].split("%")[0])  # noqa
+    assert width(divided_cell) < width(raw_cell)
+    noise = _drifting(tmp_path / "noise", tracking=False)
+    text = "\n".join(report.drift_section(noise, report.method_cells(noise), ["mrpc"]))
+    assert "That the probe tracks the drift is not shown" in text
+    assert "Not enough probed runs yet: 0 same-work" in "\n".join(report.drift_section(
+        [{**run, "summary": {**run["summary"], "epochs": [{**e, "speed_probe_cpu_ms": None}
+                                                           for e in run["summary"]["epochs"]]}} for run in noise],
+        {}, ["mrpc"]))

@@ -18,6 +18,7 @@ from collections import defaultdict
 import csv
 import math
 import os
+import statistics
 from typing import Optional
 
 from tf_transfer.core import stats
@@ -83,6 +84,28 @@ def time_to_stop(summary: dict, clock: str = "wall") -> Optional[float]:
     if not summary or not summary.get("epochs"):
         return None
     return elapsed(summary, summary["epochs"][-1], clock)
+
+
+def probe_seconds(summary: dict) -> Optional[list]:
+    """Each epoch's `speed_probe_cpu_ms` in seconds, or None unless every epoch recorded it."""
+    probes = [e.get("speed_probe_cpu_ms") for e in summary.get("epochs") or []]
+    return [p / 1000 for p in probes] if probes and all(p for p in probes) else None
+
+
+def probed_time_to_stop(summary: dict) -> Optional[float]:
+    """`time_to_stop` on the CPU clock with each epoch's CPU seconds divided by the machine's speed probe right after
+    it (the cache's build by the run's median probe): the work done, in calls of the probe, so that runs taken hours
+    apart on a drifting VM compare (docs/outputs.md); None unless every epoch recorded the probe.
+
+    >>> probed_time_to_stop({"epochs": [{"epoch_cpu_s": 30.0, "speed_probe_cpu_ms": 20.0},
+    ...                                 {"epoch_cpu_s": 45.0, "speed_probe_cpu_ms": 30.0}], "cache_build_cpu_s": 5.0})
+    3200.0
+    """
+    probes = probe_seconds(summary)
+    if probes is None or any(e.get("epoch_cpu_s") is None for e in summary["epochs"]):
+        return None
+    work = sum(e["epoch_cpu_s"] / p for e, p in zip(summary["epochs"], probes))
+    return work + cache_cost(summary, "cpu") / statistics.median(probes)
 
 
 def others_load(summary: dict) -> Optional[float]:

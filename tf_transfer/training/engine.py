@@ -6,10 +6,11 @@ test)`), and optionally a hook after each epoch (a stack's gap rule). The engine
 wall and CPU timing, peak memory, the non-finite-loss stop, early stopping, the best epoch, checkpoint and summary
 after every epoch (through `RunFolder`), resume, TensorBoard scalars and progress. Every epoch record has the keys
 `epoch, epoch_time_s, train_time_s, cpu_utilization, epoch_cpu_s, train_cpu_s, others_cpu_load, speed_probe_cpu_ms,
-peak_memory_mb, loss, val, test` plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's `peak_memory_mb` (the largest
-of its epochs') and `peak_memory_source`, the resident set right before this process's first training step
-(`resident_before_training_mb`) and the largest peak above it (`peak_above_start_mb`: what training adds, i.e.
-gradients, optimizer slots, activations and traced steps; a resumed run measures from its new process's start). Timing and memory: docs/outputs.md.
+peak_memory_mb, loss, val, test` plus the study's own (`phase`, `task_loss`, ...); the summary keeps the run's
+`peak_memory_mb` (the largest of its epochs') and `peak_memory_source`, the resident set right before this process's
+first training step (`resident_before_training_mb`) and the largest peak above it (`peak_above_start_mb`: what
+training adds, i.e. gradients, optimizer slots, activations and traced steps; a resumed run measures from its new
+process's start). Timing and memory: docs/outputs.md.
 
 A study with stages (stack-and-finetune's two phases) calls `fit` once per stage on the same engine, with
 `until_epoch`, its own stopper and `tags` such as `{"phase": 2}`.

@@ -30,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from freeze_measure_overhead import build  # noqa: E402  (beside this file: a GLUE task built as a run builds it)
 
 from tf_transfer.core import machine, stats  # noqa: E402
-from tf_transfer.training import engine  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -54,6 +53,8 @@ def spread(values) -> float:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    from tf_transfer.training import engine  # imports TensorFlow: not before the arguments are checked
+
     task = build(args.task, args.data_dir, "freeze", args.batch_size * (args.steps + 3), args.batch_size)
     plan = task.feed.plan(1)
     warm, timed = plan[:3], plan[3:3 + args.steps]

@@ -53,8 +53,9 @@ EPOCH = Schema("epoch", (
           older=None),
     Field("speed_probe_cpu_ms", MAYBE_NUMBER, "how fast the machine ran right after the epoch: the median CPU "
           "milliseconds of one fixed piece of a transformer's work, over calls that take 1% of the epoch's time "
-          "(at most 1 s and 30 calls; `machine.speed_probe`); set an epoch's CPU seconds against it to compare times taken hours "
-          "apart on a VM whose speed drifts (`null` after epochs under 5 s, and where not recorded)", older=None),
+          "(at most 1 s and 30 calls; `machine.speed_probe`); set an epoch's CPU seconds against it to compare "
+          "times taken hours apart on a VM whose speed drifts (`null` after epochs under 5 s, and where not "
+          "recorded)", older=None),
     Field("peak_memory_mb", MAYBE_NUMBER, "the most memory the run held while this epoch trained (below)",
           older=None),
     Field("loss", NUMBER, "the epoch's mean training loss"),

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 from collections import defaultdict
@@ -95,12 +94,8 @@ def method_cells(collected: list) -> dict:
 
 def ratio(table: dict, method: str, task: str, reference: str = FULL, key: str = "time", seeds=None):
     """The seed-paired interval of `method`'s time to stop over `reference`'s (a share: 0.4 is 40% of its time);
-    None where a side has not run. `key="probed"`: the times divided by the machine's speed probe (only seeds whose
-    runs recorded it on both sides); `seeds`: only these seeds."""
-    if key == "time" and seeds is None:
-        saved = shared.saving(table, method, task, "time", reference)
-        return None if saved is None else dataclasses.replace(saved, estimate=1 - saved.estimate, low=1 - saved.high,
-                                                              high=1 - saved.low)
+    None where no seed has both sides. `key="probed"`: the times divided by the machine's speed probe (only seeds
+    whose runs recorded it on both sides); `seeds`: only these seeds."""
     paired = _paired(table, method, task, key, reference)
     common = [seed for seed in paired if seeds is None or seed in seeds]
     if not common:

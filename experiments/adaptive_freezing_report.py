@@ -104,13 +104,9 @@ def ratio(table: dict, method: str, task: str, reference: str = FULL, key: str =
 
 
 def _paired(table: dict, method: str, task: str, key: str, reference: str = FULL) -> dict:
-    """`{seed: method's value / reference's}` over the seeds where both sides have `key`."""
-    mine, full = table.get((method, task)), table.get((reference, task))
-    if not mine or not full:
-        return {}
-    a = reports.by_seed(mine["summaries"], mine["values"][key])
-    b = reports.by_seed(full["summaries"], full["values"][key])
-    return {seed: a[seed] / b[seed] for seed in sorted(set(a) & set(b), key=str)}
+    """`{seed: method's value / reference's}` over the seeds where both sides have `key` (for a time, and both ran
+    on one kind of machine: `methods_report.paired_values`)."""
+    return {seed: a / b for seed, (a, b) in shared.paired_values(table, method, task, key, reference).items()}
 
 
 def score_difference(table: dict, method: str, task: str, reference: str = FULL):
@@ -298,6 +294,9 @@ def _static_line(grid: dict, lr: float, reference: float) -> str:
         why = f" -> k={k} (cheapest within {WITHIN:g} points of full fine-tuning)"
     else:
         why = f" -> k={k} (none within {WITHIN:g} points: the best-scoring k)"
+    if not reports.one_machine([s for s in grid.values() if s["lr"] == lr]):
+        why += (" The grid's runs ran on more than one kind of machine, so their times do not compare: the choice is "
+                "weak")
     return f"  Static k at {lr:g}, seed 0 (validation; CPU s to the best epoch, cache included): {cells}{why}."
 
 
@@ -452,12 +451,39 @@ def _still_to_run(study, collected: list, chosen) -> list:
     return lines
 
 
+def unpaired_times(table: dict, tasks: list) -> list:
+    """`[(task, method, reference, seed)]` where both sides ran the seed but on different kinds of machine (or a run
+    resumed on another): their scores pair, their times do not (`methods_report.paired_values`)."""
+    found = []
+    for task in tasks:
+        for method, reference in [(m, FULL) for m in (*ADAPTIVE, STATIC)] + [(m, STATIC) for m in ADAPTIVE]:
+            mine, theirs = table.get((method, task)), table.get((reference, task))
+            if not mine or not theirs:
+                continue
+            both = reports.by_seed(mine["summaries"], mine["values"]["time"]).keys() & reports.by_seed(
+                theirs["summaries"], theirs["values"]["time"]).keys()
+            timed = shared.paired_values(table, method, task, "time", reference)
+            found += [(task, method, reference, seed) for seed in sorted(both - timed.keys(), key=str)]
+    return found
+
+
+def _unpaired_sentence(table: dict, tasks: list) -> str:
+    left_out = unpaired_times(table, tasks)
+    text = (" Times pair only where both runs of a seed ran on the same kind of machine (the CPU model and its "
+            "instruction sets, listed at the end): the VMs differ in how much faster each kind of work runs.")
+    if left_out:
+        text += " Left out of the time comparisons for that reason, their scores still paired: " + "; ".join(
+            f"{task} seed {seed}, {method} against {reference}" for task, method, reference, seed in left_out) + "."
+    return text
+
+
 def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str) -> list:
     return ["## The claims, checked", "", done, "",
             reports.testable_sentence(learned_sentence(table, tasks, gains, provisional) + " Seeds pair across "
                                       "methods (a seed fixes the validation split and the training order), so every "
                                       "interval is seed-paired (Student's t over the seeds both sides ran); a claim "
-                                      "holds only where it holds on every task."), "",
+                                      "holds only where it holds on every task." + _unpaired_sentence(table, tasks)),
+            "",
             reports.claims_table(claims(table, tasks, gains)), "",
             "## Issue 40's targets, task by task", "",
             "Per task, without Holm's correction: *met* where the whole 95% interval is on the target's side, "

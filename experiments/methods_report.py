@@ -121,17 +121,29 @@ def difference(table: dict, method: str, task: str, key: str, reference: str = F
     return reports.seed_difference(mine["summaries"], full["summaries"], mine["values"][key])
 
 
-def saving(table: dict, method: str, task: str, key: str, reference: str = FULL):
-    """The seed-paired interval of 1 - `method`'s `key` / `reference`'s (the share it saves), None where missing."""
+# The measures that are times: they pair only between runs of one kind of machine (`paired_values`).
+TIME_KEYS = ("time", "epoch", "probed")
+
+
+def paired_values(table: dict, method: str, task: str, key: str, reference: str = FULL) -> dict:
+    """`{seed: (method's key, reference's key)}` over the seeds both sides ran; for a time (`TIME_KEYS`) only the
+    seeds whose two runs ran on the same kind of machine (`tables.same_machine_pairs`)."""
     mine, full = table.get((method, task)), table.get((reference, task))
     if not mine or not full:
-        return None
+        return {}
+    if key in TIME_KEYS:
+        return reports.same_machine_pairs(mine["summaries"], full["summaries"], mine["values"][key])
     a = reports.by_seed(mine["summaries"], mine["values"][key])
     b = reports.by_seed(full["summaries"], full["values"][key])
-    common = sorted(set(a) & set(b), key=str)
-    if not common:
+    return {seed: (a[seed], b[seed]) for seed in sorted(set(a) & set(b), key=str)}
+
+
+def saving(table: dict, method: str, task: str, key: str, reference: str = FULL):
+    """The seed-paired interval of 1 - `method`'s `key` / `reference`'s (the share it saves), None where missing."""
+    pairs = paired_values(table, method, task, key, reference)
+    if not pairs:
         return None
-    shares = [1 - a[s] / b[s] for s in common]
+    shares = [1 - a / b for a, b in pairs.values()]
     return stats.paired_difference(shares, [0.0] * len(shares))
 
 

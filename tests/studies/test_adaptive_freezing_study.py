@@ -261,3 +261,37 @@ def test_the_drift_check_divides_times_by_the_machine_speed_probe_only_as_far_as
         [{**run, "summary": {**run["summary"], "epochs": [{**e, "speed_probe_cpu_ms": None}
                                                            for e in run["summary"]["epochs"]]}} for run in noise],
         {}, ["mrpc"]))
+
+
+def test_times_pair_only_between_runs_of_one_kind_of_machine_while_scores_still_pair(tmp_path):
+    """Seeds 1-5 of full fine-tuning (100 CPU s an epoch) and AutoFreeze (60 s) on the AMD VM, but AutoFreeze's seed 5
+    on an Intel VM twice as fast and seed 4 resumed there: those two seeds leave the time comparison (which stays
+    60% over seeds 1-3, not pulled down by the faster machine), stay in the score comparison, and the claims section
+    names them."""
+    amd, intel = {"cpu": "AMD EPYC", "cores": 1, "isa": ["avx2"]}, {"cpu": "Intel Xeon", "cores": 1,
+                                                                    "isa": ["avx2", "avx512"]}
+    collected = []
+    for seed in range(1, 6):
+        for method, base in ((FULL, 100.0), (AUTOFREEZE, 60.0)):
+            settings = {"task": "mrpc", "part": report.seed_part(seed, method), "seed": seed, "lr": 1e-4,
+                        "method": "autofreeze" if method == AUTOFREEZE else "freeze", "trainable_layers": "all",
+                        "cache_frozen": False}
+            folder = tmp_path / f"{method}-{seed}"
+            folder.mkdir(parents=True)
+            faster = method == AUTOFREEZE and seed == 5
+            summary = _summary(str(folder), settings, 90.0 + seed, 85.0 + seed, base / 2 if faster else base)
+            summary["machine"] = intel if faster else amd
+            if method == AUTOFREEZE and seed == 4:
+                summary["resumes"] = [{"machine": intel}]
+            collected.append({"settings": settings, "summary": summary})
+    table = report.method_cells(collected)
+    share = report.ratio(table, AUTOFREEZE, "mrpc")
+    assert share.n == 3 and share.estimate == pytest.approx(0.6)
+    assert report.score_difference(table, AUTOFREEZE, "mrpc").n == 5
+    assert report.unpaired_times(table, ["mrpc"]) == [("mrpc", AUTOFREEZE, FULL, 4), ("mrpc", AUTOFREEZE, FULL, 5)]
+    text = "\n".join(report._claims_section(table, ["mrpc"], {"mrpc": 20.0}, {}, "Runs so far."))
+    assert ("Left out of the time comparisons for that reason, their scores still paired: mrpc seed 4, AutoFreeze "
+            "against full fine-tuning; mrpc seed 5, AutoFreeze against full fine-tuning.") in text
+    same = [{**run, "summary": {**run["summary"], "machine": amd, "resumes": []}} for run in collected]
+    assert report.unpaired_times(report.method_cells(same), ["mrpc"]) == []
+    assert report.ratio(report.method_cells(same), AUTOFREEZE, "mrpc").n == 5

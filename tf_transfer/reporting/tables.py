@@ -182,6 +182,12 @@ def machines_of(summaries) -> set:
             for described in [s.get("machine")] + [r.get("machine") for r in s.get("resumes", [])]}
 
 
+def machine_of(summary: dict):
+    """The one kind of machine (`machine_label`) a run and all its resumes ran on; None where they ran on several."""
+    kinds = machines_of([summary])
+    return next(iter(kinds)) if len(kinds) == 1 else None
+
+
 def one_machine(*summary_lists) -> bool:
     """Whether all these runs ran on one kind of machine: only then are their times compared."""
     return len(machines_of([s for summaries in summary_lists for s in summaries])) <= 1
@@ -337,6 +343,17 @@ def welch_p(a, b) -> float:
 
 def run_seed(summary: dict):
     return summary.get("seed", (summary.get("config") or {}).get("seed"))
+
+
+def same_machine_pairs(summaries, references, value, key=run_seed) -> dict:
+    """`{key: (value of the run, value of the reference run)}` over the keys both sides have, where both runs ran on
+    one and the same kind of machine (`machine_of`): what pairs two settings' times, since a VM's CPU model and
+    instruction set change how fast each kind of step runs, not all of them alike."""
+    mine, theirs = by_seed(summaries, value, key), by_seed(references, value, key)
+    machine = by_seed(summaries, machine_of, key)
+    reference_machine = by_seed(references, machine_of, key)
+    return {k: (mine[k], theirs[k]) for k in sorted(set(mine) & set(theirs), key=str)
+            if machine.get(k) is not None and machine.get(k) == reference_machine.get(k)}
 
 
 def by_seed(summaries, value, key=run_seed) -> dict:

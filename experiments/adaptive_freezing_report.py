@@ -295,8 +295,8 @@ def _static_line(grid: dict, lr: float, reference: float) -> str:
     else:
         why = f" -> k={k} (none within {WITHIN:g} points: the best-scoring k)"
     if not reports.one_machine([s for s in grid.values() if s["lr"] == lr]):
-        why += (" The grid's runs ran on more than one kind of machine, so their times do not compare: the choice is "
-                "weak")
+        why += ("; but the grid's runs ran on more than one kind of machine, so their times do not compare and the "
+                "choice is weak")
     return f"  Static k at {lr:g}, seed 0 (validation; CPU s to the best epoch, cache included): {cells}{why}."
 
 

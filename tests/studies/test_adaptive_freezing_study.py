@@ -295,3 +295,22 @@ def test_times_pair_only_between_runs_of_one_kind_of_machine_while_scores_still_
     same = [{**run, "summary": {**run["summary"], "machine": amd, "resumes": []}} for run in collected]
     assert report.unpaired_times(report.method_cells(same), ["mrpc"]) == []
     assert report.ratio(report.method_cells(same), AUTOFREEZE, "mrpc").n == 5
+
+
+def test_a_static_grid_that_ran_on_two_kinds_of_machine_is_called_a_weak_choice(tmp_path):
+    """The static k is the cheapest within 0.5 points of full fine-tuning, by CPU seconds: where the grid's runs ran on
+    different machines those seconds do not compare, and the line that gives the choice says so."""
+    amd, intel = {"cpu": "AMD EPYC", "cores": 1, "isa": ["avx2"]}, {"cpu": "Intel Xeon", "cores": 1, "isa": ["avx512"]}
+    grid = {}
+    for k in range(1, 6):
+        folder = tmp_path / f"k{k}"
+        folder.mkdir()
+        settings = {"task": "mrpc", "seed": 0, "lr": 1e-4, "method": "freeze", "trainable_layers": k,
+                    "cache_frozen": True}
+        grid[k] = {**_summary(str(folder), settings, 80.0 + k, 78.0, 10.0 * k), "machine": amd}
+    line = report._static_line(grid, 1e-4, 0.84)
+    assert "-> k=4 (cheapest within 0.5 points" in line and "kind of machine" not in line
+    grid[5]["machine"] = intel
+    line = report._static_line(grid, 1e-4, 0.84)
+    assert line.endswith("; but the grid's runs ran on more than one kind of machine, so their times do not compare "
+                         "and the choice is weak.")

@@ -9,7 +9,7 @@ GELU backward, so this times the two ways to fewer kernels that it does allow, f
 one all-layers MiniLM step (batch 32, 64 tokens):
 
 - layer norm through `FusedBatchNormV3` on the rows reshaped as channels (tf.keras 2's trick), then the scale and
-  offset, against `keras.layers.LayerNormalization` (Keras 3: mean, variance and five element-wise kernels);
+  offset, against `keras.layers.LayerNormalization` (Keras 3: `tf.nn.moments`' three kernels, then seven element-wise ones);
 - the exact (erf) GELU with a hand-written gradient that reuses the forward's normal CDF, against
   `keras.activations.gelu(approximate=False)` differentiated by TensorFlow.
 

@@ -147,7 +147,10 @@ def test_the_committed_runs_are_one_table():
     # One per task and data: cola, mrpc, rte and stsb on 90% of GLUE train (transfer learning, and RTE's line search
     # of the layer-freezing study), rte and stsb on all of it (the layer-freezing sweep), the five tasks of the
     # methods study on 1,000 examples, and each task of the full-budget methods study with a finished full
-    # fine-tuning run on data of its own (SST-2's 5,000; the others share 90% of GLUE train with transfer learning).
-    full_budget_sst2 = glob.glob(os.path.join(root, "methods_full", "sst2", "kall_*", "seed*", "summary.json"))
-    assert len(table.references) == 11 + bool(full_budget_sst2)
-    assert sum("max_train_examples 1000" in line for line in table.references) == 5
+    # fine-tuning run on data of its own (SST-2's 5,000; the others share 90% of GLUE train with transfer learning),
+    # and likewise the adaptive-freezing study's (SST-2's 10,000; MRPC and STS-B share 90% of GLUE train).
+    def has_full_fine_tuning(study):
+        return bool(glob.glob(os.path.join(root, study, "sst2", "kall_*", "seed*", "summary.json")))
+
+    assert len(table.references) == 11 + has_full_fine_tuning("methods_full") + has_full_fine_tuning("adaptive_freezing")
+    assert sum("max_train_examples 1000," in line for line in table.references) == 5

@@ -39,8 +39,9 @@ def settings_from_flags() -> GlueSettings:
 
 
 def first_run_settings() -> tuple:
-    """`(settings, line)`: the settings of the flags, with a user's data set's first-run defaults where neither a
-    flag nor a flagfile gives them, and the line saying which were chosen (None when none was)."""
+    """`(settings, line)`: the settings of the flags, with a user's data set's first-run defaults and the method's
+    own (`run_defaults`) where neither a flag nor a flagfile gives them, and the line saying which were chosen (None
+    when none was)."""
     config = flags_lib.settings_from_flags(GlueSettings, COMMAND_FLAGS,
                                            data_dir=FLAGS.data_dir or os.environ.get("GLUE_DIR") or None)
     if cli.flagfile_given():

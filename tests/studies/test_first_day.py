@@ -95,6 +95,28 @@ def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
     assert _first_run("--task=rte") == (GlueSettings(task="rte"), None)
 
 
+def test_adaptive_freezing_takes_its_authors_run_settings_where_no_flag_gives_them(tweets):
+    # At the GLUE defaults (batch 1, up to 30 epochs) AutoFreeze's first freeze could come at epoch 6 and FreezeOut's
+    # at epoch 15, after early stopping has ended most runs.
+    settings, line = _first_run("--task=sst2", "--method=autofreeze", "--max_train_examples=2000")
+    assert (settings.batch_size, settings.max_epochs, settings.lr, settings.max_train_examples) == (32, 3, 5e-5, 2000)
+    assert line == ("run on sst2: chose --batch_size=32, --max_epochs=3, --lr=5e-05 (early stopping after 2 epochs "
+                    "without improvement) (--method=autofreeze: the AutoFreeze authors' defaults: freezing is planned "
+                    "over --max_epochs); give any of these flags (or a --flagfile) to change them")
+    settings, line = _first_run("--task=sst2", "--method=freezeout", "--per_device_train_batch_size=8", "--lr=1e-4")
+    assert (settings.batch_size, settings.max_epochs, settings.lr) == (8, 3, 1e-4)
+    assert "--max_epochs=3" in line and "batch_size" not in line and "--lr" not in line
+    # Every one given: nothing chosen, the same run as before the defaults existed.
+    given = ("--task=sst2", "--method=autofreeze", "--batch_size=1", "--max_epochs=30", "--lr=2e-5")
+    assert _first_run(*given) == (GlueSettings(task="sst2", method="autofreeze"), None)
+    # On a user's file the method's own win over a first run's (3 epochs, not 5), and nothing is cached.
+    settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                                "--method=autofreeze")
+    assert (settings.batch_size, settings.max_epochs, settings.trainable_layers, settings.cache_frozen) == (
+        32, 3, "all", False)
+    assert line.startswith("first run on tweets: chose --preset=all_minilm_l6_v2_en, --batch_size=32, --max_epochs=3")
+
+
 def _error_line(done) -> str:
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -24,6 +24,7 @@ class LayerNormsOnly(Method):
     checks = {}
     older_runs = {}
     recorded_only_for_it = ()
+    run_defaults = ({}, "")
     hparams_off = {"layernorms": False}
     backward_passes = 1
     sweep_options = {}

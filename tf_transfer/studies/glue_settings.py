@@ -257,29 +257,42 @@ class GlueSettings(RunSettings):
 # settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, and the last
 # 2 blocks trained over a cache of the frozen rest (issue 42's tweets: 0.833 accuracy against full fine-tuning's
 # 0.829, at about 30% of its time per epoch), so the run takes minutes on a CPU. The papers' settings stay in their
-# flagfiles, and GLUE tasks keep the defaults above.
+# flagfiles, and GLUE tasks keep the defaults above (but for a method's own `run_defaults`, e.g. adaptive freezing's).
 FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2}
 
 
 def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
-    """`(settings, line)`: `settings` with `FIRST_RUN` for each of those settings not in `given` (the flags set on the
-    command line), the frozen prefix cached when something is frozen and the method is freezing (the cached run
-    trains the same last k blocks on the frozen blocks' outputs), and the line saying what was chosen and how to
-    change it; `(settings, None)` for a GLUE task, or when every one was given."""
-    if settings.data_spec is None:
-        return settings, None
-    chosen = {name: value for name, value in FIRST_RUN.items() if name not in given}
-    if "trainable_layers" in chosen and settings.method != methods.DEFAULT:
-        del chosen["trainable_layers"]  # LoRA's and BitFit's default is every block
-    frozen = freezing.parse_trainable_layers(chosen.get("trainable_layers", settings.trainable_layers)) != freezing.ALL
-    if "cache_frozen" not in given and frozen and settings.method == methods.DEFAULT:
-        chosen["cache_frozen"] = True
+    """`(settings, line)`: `settings` with the method's `run_defaults` and, on a user's data set, `FIRST_RUN` for
+    each of those settings not in `given` (the flags set on the command line), the frozen prefix cached when
+    something is frozen and the method is freezing (the cached run trains the same last k blocks on the frozen
+    blocks' outputs), and the line saying what was chosen, why, and how to change it; `(settings, None)` when
+    nothing was chosen (a GLUE task with a method that has no defaults of its own keeps the defaults above)."""
+    method_defaults, why = methods.get(settings.method).run_defaults
+    from_method = {name: value for name, value in method_defaults.items() if name not in given}
+    chosen = {}
+    if settings.data_spec is not None:
+        chosen = {name: value for name, value in FIRST_RUN.items() if name not in given}
+        if "trainable_layers" in chosen and settings.method != methods.DEFAULT:
+            del chosen["trainable_layers"]  # the other methods' default is every block
+        frozen = (freezing.parse_trainable_layers(chosen.get("trainable_layers", settings.trainable_layers))
+                  != freezing.ALL)
+        if "cache_frozen" not in given and frozen and settings.method == methods.DEFAULT:
+            chosen["cache_frozen"] = True
+    chosen.update(from_method)  # the method's own, where they differ from a first run's
     if not chosen:
         return settings, None
     settings = dataclasses.replace(settings, **chosen)
-    shown = [f"--{name}={str(value).lower() if isinstance(value, bool) else value}" for name, value in chosen.items()]
+    shown = [_flag_text(name, value) for name, value in chosen.items()]
     stopping = (f" (early stopping after {settings.patience} epochs without improvement)"
                 if "max_epochs" in chosen and settings.patience else "")
     full = " (--trainable_layers=all fine-tunes everything)" if "trainable_layers" in chosen else ""
-    return settings, (f"first run on {settings.dataset}: chose {', '.join(shown)}{stopping}{full}; give any of these "
-                      "flags (or a --flagfile) to change them")
+    because = f" (--method={settings.method}: {why})" if from_method else ""
+    start = "first run" if settings.data_spec is not None else "run"
+    return settings, (f"{start} on {settings.dataset}: chose {', '.join(shown)}{stopping}{full}{because}; give any "
+                      "of these flags (or a --flagfile) to change them")
+
+
+def _flag_text(name: str, value) -> str:
+    if isinstance(value, bool):
+        return f"--{name}={str(value).lower()}"
+    return f"--{name}={value:g}" if isinstance(value, float) else f"--{name}={value}"

@@ -29,6 +29,13 @@ class Adaptive(Method):
     """The pieces AutoFreeze and FreezeOut share (each subclass registers itself with its own settings)."""
 
     recorded_only_for_it = ()
+    # Both decide against the planned steps (--max_epochs x steps per epoch): AutoFreeze every tenth of them, FreezeOut
+    # along them. The GLUE defaults (the transfer-learning paper's batch 1 for up to 30 epochs, stopped early) would
+    # put AutoFreeze's first possible freeze at epoch 6 and FreezeOut's first at epoch 15, after early stopping has
+    # usually ended the run, so a run without these flags takes the AutoFreeze authors' defaults
+    # (freeze_intermediate_e2e_lr.py: batch 32, 3 epochs, rate 5e-5).
+    run_defaults = ({"batch_size": 32, "max_epochs": 3, "lr": 5e-5},
+                    "the AutoFreeze authors' defaults: freezing is planned over --max_epochs")
     hparams_off = {}
     backward_passes = 2  # the blocks that still train get their weights' gradients
     sweep_options = {}

@@ -36,6 +36,7 @@ class BitFit(Method):
     checks = {}
     older_runs = {"bitfit_layer_norm": False}
     recorded_only_for_it = ()
+    run_defaults = ({}, "")
     hparams_off = {}
     backward_passes = 1  # the activations' gradients; the bias sums are not counted
     sweep_options = {}

@@ -28,6 +28,7 @@ class Freeze(Method):
     checks = {}
     older_runs = {}
     recorded_only_for_it = ()
+    run_defaults = ({}, "")
     hparams_off = {}
     backward_passes = 2
     sweep_options = {}

@@ -39,6 +39,8 @@ PIECES = {
     "checks": "rules of its settings: {field: (rule, message)} as core.settings.CHECKS ({} for none)",
     "older_runs": "the value of each of its settings that runs made before the setting existed had ({} for none)",
     "recorded_only_for_it": "its settings left out of other methods' run records and names (() for none)",
+    "run_defaults": "({setting: value}, why): what the glue command takes from the method where neither a flag nor "
+                    "a flagfile gives it, and why, for the run's first line (({}, '') for nothing)",
     "check_together": "check_together(settings): [(ok, message)] rules across its settings and the scope",
     "apply": "apply(backbone, options, trainable_layers): sets what trains (after the freezing rule set the scope)",
     "describe": "describe(settings): what the run's first line adds ('' for nothing)",

@@ -267,7 +267,8 @@ def freeze_figure(path: str, task: str, table: dict) -> bool:
     axis.set_ylim(-1.5, depth - 0.5)
     axis.set_yticks(range(-1, depth))
     axis.set_yticklabels(["embeddings", *[f"block {b}" for b in range(depth)]])
-    axis.set_xlabel("training step at which it froze (dotted: epochs; the cap of 4 epochs at the right)")
+    axis.set_xlabel("training step at which it froze\n"
+                    f"(dotted: the ends of epochs; right edge: the cap of {epochs} epochs)", fontsize=9)
     axis.set_title(f"{task}: when each block froze (one line per run, seeds 1-5)", fontsize=9)
     axis.grid(alpha=0.3)
     if labelled:

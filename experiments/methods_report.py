@@ -420,13 +420,18 @@ def _color(settings: dict) -> str:
     return "black" if settings.get("trainable_layers") == "all" else methods_lib.of(settings).color
 
 
-def figure(path: str, summary: dict, methods: dict, x_key: str, x_label: str, title: str) -> None:
+def figure(path: str, summary: dict, methods: dict, x_key: str, x_label: str, title: str) -> bool:
     """Score (mean of tasks) against `x_key` per method, with the 95% intervals of the score's difference to full
-    fine-tuning (and of the time share, for `time_ratio`) as bars; the Pareto front (less x, more score) drawn."""
-    plt = reports.pyplot()
-    fig, axis = plt.subplots(figsize=(6.4, 4.4))
+    fine-tuning (and of the time share, for `time_ratio`) as bars; the Pareto front (less x, more score) drawn.
+    False, and no file (an older one removed), where no method has a point yet: empty axes would read as a result."""
     points = [(m, summary[m][x_key], summary[m]["score"]) for m in methods
               if summary[m][x_key] is not None and summary[m]["score"] is not None]
+    if not points:
+        if os.path.exists(path):
+            os.remove(path)
+        return False
+    plt = reports.pyplot()
+    fig, axis = plt.subplots(figsize=(6.4, 4.4))
     for method, x, y in points:
         bars = summary[method]["intervals"]
         yerr = _half(bars.get("delta"))
@@ -448,6 +453,7 @@ def figure(path: str, summary: dict, methods: dict, x_key: str, x_label: str, ti
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True
 
 
 def _half(interval):
@@ -516,11 +522,14 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     table = {key: measures(runs, chosen.clock, memory) for key, runs in cells(collected, methods).items()}
     summary = overall(table, tasks, methods)
     os.makedirs(out, exist_ok=True)
-    figure(os.path.join(out, "score_vs_time.png"), summary, methods, "time_ratio",
-           "training time to the stopping point, share of full fine-tuning's (mean of tasks)",
-           "score against training time")
-    figure(os.path.join(out, "score_vs_memory.png"), summary, methods, "memory",
-           f"memory, MB (mean of tasks; {memory})", "score against memory")
+    images = [f"![{title}]({name})" for name, title, drawn in [
+        ("score_vs_time.png", "score against time", figure(
+            os.path.join(out, "score_vs_time.png"), summary, methods, "time_ratio",
+            "training time to the stopping point, share of full fine-tuning's (mean of tasks)",
+            "score against training time")),
+        ("score_vs_memory.png", "score against memory", figure(
+            os.path.join(out, "score_vs_memory.png"), summary, methods, "memory",
+            f"memory, MB (mean of tasks; {memory})", "score against memory"))] if drawn]
     reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected, chosen.clock, design))
     majority = reports.dev_baselines(tasks, collected, out)
     reports.write_baselines(out, majority)
@@ -545,7 +554,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
               "the 95% interval of the mean of the tasks' seed-paired differences; time and memory relative to full "
               "fine-tuning are means of the per-task ratios.", "",
               reports.markdown_table(METHOD_HEADER, method_rows(table, tasks, summary, methods)), "",
-              "![score against time](score_vs_time.png) ![score against memory](score_vs_memory.png)", ""]
+              " ".join(images) or "No figures yet: no method has a score over the compared runs so far.", ""]
     for task in tasks:
         metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
                       get_task(task).primary_metric)

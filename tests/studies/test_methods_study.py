@@ -159,3 +159,17 @@ def test_full_budget_grid_searches_each_method_and_tries_a_rate_beyond_an_end_on
     assert studies.resolve(study, lora, runs_dir) is None  # waits for the rate beyond
     _summary(studies.run_dir(runs_dir, study, {**beyond, "lr": methods_full.BEYOND["LoRA r8"][1]}), "accuracy", 75.0)
     assert studies.resolve(study, lora, runs_dir)["lr"] == rates[-1]
+
+
+def test_a_figure_with_no_point_yet_is_not_drawn_and_an_older_one_is_removed(tmp_path):
+    from experiments import methods_report
+
+    path = tmp_path / "score_vs_time.png"
+    path.write_bytes(b"an older figure")
+    nothing = {"full": {"time_ratio": None, "score": None}, "lora": {"time_ratio": None, "score": 84.0}}
+    methods = {"full": {"trainable_layers": "all"}, "lora": {"method": "lora"}}
+    assert methods_report.figure(str(path), nothing, methods, "time_ratio", "x", "t") is False
+    assert not path.exists()
+    one = {**nothing, "lora": {"time_ratio": 0.5, "score": 84.0, "intervals": {}}}
+    assert methods_report.figure(str(path), one, methods, "time_ratio", "x", "t") is True
+    assert path.read_bytes().startswith(b"\x89PNG")

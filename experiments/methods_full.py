@@ -54,7 +54,12 @@ BEYOND = {"full fine-tuning": (3e-6, 1e-3), "last 2, cached": (1e-5, 3e-3), "LoR
 
 def method_of(settings: dict) -> str:
     """The name in `METHODS` of a run's settings."""
-    for name, method in METHODS.items():
+    return method_named(METHODS, settings)
+
+
+def method_named(methods: dict, settings: dict) -> str:
+    """The name in `methods` (`{name: settings}`) of a run's settings (a setting a method leaves out at its default)."""
+    for name, method in methods.items():
         if all(settings.get(k, GlueSettings.ADDED_SETTINGS.get(k)) == v for k, v in method.items()
                if k != "cache_frozen") and settings.get("cache_frozen", False) == method.get("cache_frozen", False):
             return name

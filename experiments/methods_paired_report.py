@@ -1,0 +1,327 @@
+"""The methods_paired study's report (experiments/methods_paired.py): the answer for a user first (per task, each
+method's score difference to full fine-tuning, time share and memory, with intervals), then the design as fixed
+before the compared runs, the claims decided on it, the seeds paired per kind of machine, and the methods report's
+tables (`experiments/methods_report.py`), which this one reuses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import defaultdict
+from typing import Callable
+
+from experiments import methods_report as shared
+from tf_transfer.core import stats
+from tf_transfer.data.tasks import get_task
+from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting import validation_baselines
+from tf_transfer.reporting.data_note import data_section
+
+FULL = shared.FULL
+LEARNED_POINTS = 10.0
+
+
+@dataclasses.dataclass
+class Design:
+    """What the report needs of the grid (experiments/methods_paired.py), so that the report imports no grid."""
+
+    methods: dict
+    tasks: list
+    seeds: dict
+    method_of: Callable
+    margin: float
+    planning_sd: dict
+    most_seeds: int
+
+    def write_report(self, collected: list, out: str, study, variant: str) -> str:
+        return write_report(collected, out, study, variant, self)
+
+
+def compared(run: dict) -> bool:
+    return " seed " in run["settings"]["part"]
+
+
+def by_method(collected: list, design: Design) -> list:
+    """The compared runs with their method's name as their part (what `methods_report`'s tables group by)."""
+    return [{**r, "settings": {**r["settings"], "part": design.method_of(r["settings"])}}
+            for r in collected if compared(r)]
+
+
+def machine_kind(summary: dict) -> str:
+    return reports.machine_label(summary.get("machine")) if summary else None
+
+
+def seed_machines(collected: list) -> dict:
+    """`{(task, seed): {machine kind: [methods]}}` of the completed compared runs (resumes counted)."""
+    found = defaultdict(lambda: defaultdict(list))
+    for run in collected:
+        summary = run["summary"]
+        if not summary or not compared(run):
+            continue
+        kinds = {machine_kind(summary)} | {reports.machine_label(r.get("machine")) for r in summary.get("resumes", [])}
+        for kind in kinds:
+            found[(run["settings"]["task"], run["settings"]["seed"])][kind].append(run["settings"]["part"])
+    return found
+
+
+def straddling_seeds(collected: list) -> list:
+    """`(task, seed)` whose compared runs ran on more than one kind of machine: not paired, to be rerun."""
+    return sorted(key for key, kinds in seed_machines(collected).items() if len(kinds) > 1)
+
+
+def paired_collected(collected: list) -> list:
+    """`collected` without the compared runs of straddling seeds (their pairs would compare two machines)."""
+    dropped = set(straddling_seeds(collected))
+    return [r for r in collected if not (compared(r) and (r["settings"]["task"], r["settings"]["seed"]) in dropped)]
+
+
+def collapsed(summary: dict) -> bool:
+    """A run whose best validation score is the constant prediction's: it learned nothing."""
+    constant = (summary or {}).get("constant_prediction") or {}
+    return constant.get("score") is not None and abs(constant["best"] - constant["score"]) < 1e-9
+
+
+def probed_time(summary: dict):
+    """Training CPU seconds to the stopping point divided by the mean speed-probe reading (s), or None."""
+    probes = reports.probe_seconds(summary)
+    seconds = reports.time_to_stop(summary, "cpu")
+    return None if not probes or seconds is None else seconds / (sum(probes) / len(probes))
+
+
+def time_shares(table: dict, method: str, task: str):
+    """`(raw, probe-divided)` seed-paired intervals of `method`'s time share of full fine-tuning's (same machine)."""
+    found = []
+    for value in (lambda s: reports.time_to_stop(s, "cpu"), probed_time):
+        mine, full = table.get((method, task)), table.get((FULL, task))
+        if not mine or not full:
+            found.append(None)
+            continue
+        pairs = reports.same_machine_pairs(mine["summaries"], full["summaries"], value)
+        shares = [a / b for a, b in pairs.values()]
+        found.append(stats.paired_difference(shares, [0.0] * len(shares)) if shares else None)
+    return tuple(found)
+
+
+def gain_interval(table: dict, task: str, baselines: dict):
+    """The 95% interval of full fine-tuning's validation gain over the constant prediction, in points."""
+    full = table.get((FULL, task))
+    constant = baselines.get(task)
+    if not full or constant is None:
+        return None
+    values = [100 * (shared.validation(s) - constant) for s in full["summaries"] if shared.validation(s) is not None]
+    return stats.paired_difference(values, [0.0] * len(values)) if values else None
+
+
+def testable(gain) -> bool:
+    return gain is not None and gain.defined and gain.low >= LEARNED_POINTS
+
+
+def _interval_text(interval, scale: float = 1.0, unit: str = "") -> str:
+    if interval is None:
+        return "not run yet"
+    return interval.text(1, scale, unit) + ("" if interval.defined else f" ({interval.n} seed(s))")
+
+
+def answer_rows(table: dict, task: str, design: Design) -> list:
+    rows = []
+    for method in design.methods:
+        cell = table.get((method, task))
+        done = cell["summaries"] if cell else []
+        memory = shared._mean([s.get("peak_above_start_mb") for s in done])
+        flops = [s for s in done if collapsed(s)]
+        note = f" ({len(flops)} collapsed)" if flops else ""
+        if method == FULL:
+            rows.append([method, f"{len(done)}", "reference" + note, "100%",
+                         "n/a" if memory is None else f"{memory:.0f}"])
+            continue
+        delta = shared.difference(table, method, task, "score")
+        raw, _ = time_shares(table, method, task)
+        rows.append([method, f"{len(done)}", _interval_text(delta, 100) + note, _interval_text(raw, 100, "%"),
+                     "n/a" if memory is None else f"{memory:.0f}"])
+    return rows
+
+
+ANSWER_HEADER = ["method", "seeds", "score vs full, points [95%]", "time, share of full's [95%]",
+                 "memory above start (MB)"]
+
+
+def design_section(design: Design) -> list:
+    rows = []
+    for task in [*design.tasks, *sorted(set(design.planning_sd) - set(design.tasks))]:
+        sd = design.planning_sd[task]
+        n = stats.seeds_for_margin(sd, design.margin)
+        within = n is not None and n <= design.most_seeds
+        rows.append([task, f"{sd:.2f}", str(n), f"{stats.expected_half_width(sd, n):.2f}" if n else "n/a",
+                     f"{stats.expected_half_width(sd, n, 0.975):.2f}" if n else "n/a",
+                     "run" if within else f"left out (more than {design.most_seeds} seeds)"])
+    return [
+        "## The design, fixed before the compared runs", "",
+        "Committed before the study's first compared run (see the module's history, experiments/methods_paired.py); "
+        "nothing below was changed after a compared run was seen.", "",
+        f"- **Claim and margin**: a method scores as full fine-tuning does where the 95% interval of its seed-paired "
+        f"difference (GLUE dev at the best validation epoch, points) lies above -{design.margin:g}; not reproduced "
+        f"where it lies below; per task Holm over the testable tasks, the mean over tasks once.",
+        "- **Seeds**: per task, the fewest whose expected 95% half-width is at most the margin, at the pooled SD of "
+        "the seed-paired differences the adaptive-freezing study measured at this protocol (AutoFreeze, FreezeOut "
+        "and the best static k against full fine-tuning, seeds 1-5). A task that needs more seeds than the budget "
+        "holds is left out here, not after its runs. The realised interval may be wider than planned; then the "
+        "verdict reads inconclusive.",
+        "- **Testable**: a task counts for a score claim only where the 95% interval of full fine-tuning's "
+        f"validation gain over the constant prediction lies wholly above {LEARNED_POINTS:g} points.",
+        "- **Time**: training CPU seconds to the stopping point (the cache's build charged), each run pinned to one "
+        "core; shown raw and divided by the run's mean speed-probe reading. Raw decides; where the probe-divided "
+        "interval would give another verdict, the claim reads inconclusive and names both.",
+        "- **Pairs**: a seed's four runs are listed together and start only when every method's rate on the task is "
+        "known, so they run back to back on one machine; a seed whose runs ran on two kinds of machine is not "
+        "paired and is listed below for a rerun.",
+        "- **Collapsed runs** (best validation score exactly the constant prediction's) stay in the comparison and "
+        "are flagged beside their method.", "",
+        reports.markdown_table(["task", "planning SD (points)", "seeds needed", "expected 95% half-width",
+                                "at Holm's 97.5% (2 tasks)", "decision"], rows), "",
+    ]
+
+
+def pairs_section(collected: list, design: Design) -> list:
+    machines = seed_machines(collected)
+    counts = defaultdict(lambda: defaultdict(int))
+    for (task, seed), kinds in machines.items():
+        if len(kinds) == 1:
+            kind, methods = next(iter(kinds.items()))
+            if len(set(methods)) == len(design.methods):
+                counts[kind][task] += 1
+    lines = ["## Seeds paired per kind of machine", ""]
+    if not counts:
+        lines += ["No seed has all four runs yet.", ""]
+    for kind, tasks in counts.items():
+        lines.append(f"- {kind}: " + ", ".join(f"{task} {n}" for task, n in sorted(tasks.items())))
+    straddling = straddling_seeds(collected)
+    if straddling:
+        lines += ["", "Seeds whose runs ran on two kinds of machine, left out of every pair and to be rerun (move "
+                  "their folders aside, then run the study's commands again): "
+                  + ", ".join(f"{task} seed {seed}" for task, seed in straddling)]
+    return lines + [""]
+
+
+def core_hours(collected: list) -> dict:
+    """`{machine kind: core-hours}` of every completed run's training, scoring and compilation (CPU seconds)."""
+    found = defaultdict(float)
+    for run in collected:
+        summary = run["summary"]
+        if summary:
+            epochs = summary.get("epochs") or []
+            seconds = sum(e.get("epoch_cpu_s") or e.get("train_cpu_s") or 0 for e in epochs)
+            found[machine_kind(summary)] += (seconds + (summary.get("cache_build_cpu_s") or 0)) / 3600
+    return found
+
+
+def time_claim_cell(raw, probed) -> str:
+    """LoRA's "faster" claim on one task: reproduced where the raw share's interval lies below 1, unless the
+    probe-divided one says otherwise."""
+    if raw is None:
+        return "not run yet"
+    kind = stats.verdict(stats.Interval(1 - raw.estimate, 1 - raw.high, 1 - raw.low, raw.n, raw.method), 0.0,
+                         "at least") if raw.defined else stats.INCONCLUSIVE
+    text = f"{kind}: share {raw.text(0, 100, '%')}"
+    if probed is not None and probed.defined:
+        other = stats.verdict(stats.Interval(1 - probed.estimate, 1 - probed.high, 1 - probed.low, probed.n,
+                                             probed.method), 0.0, "at least")
+        if other != kind:
+            text = f"{stats.INCONCLUSIVE}: raw {kind} {raw.text(0, 100, '%')}, probe-divided {other} " \
+                   f"{probed.text(0, 100, '%')}"
+        else:
+            text += f", probe-divided {probed.text(0, 100, '%')}"
+    return text
+
+
+def claims_rows(table: dict, tasks: list, gains: dict, design: Design) -> list:
+    rows = []
+    testable_tasks = [t for t in tasks if testable(gains.get(t))]
+    for method, claim, paper in (
+            ("LoRA r8", "LoRA (rank 8 on query and value) scores as full fine-tuning does",
+             "RoBERTa-base GLUE mean 87.2 vs 86.4 (LoRA, Table 2)"),
+            ("BitFit", "BitFit (biases only) is competitive with full fine-tuning",
+             "competitive with fine-tuning the entire model (BitFit, abstract)"),
+            ("last 2, cached", "The last 2 blocks over the cache score as full fine-tuning does",
+             "this project's cache; Lee et al. freeze up to 75% of BERT's blocks at 90% of its quality")):
+        intervals = {t: shared.difference(table, method, t, "score") if t in testable_tasks else None for t in tasks}
+        if not any(table.get((method, t)) and table[(method, t)]["summaries"] for t in tasks):
+            rows.append([claim, paper, "not run yet",
+                         "not run yet"])
+            continue
+        found = stats.verdicts(intervals, design.margin / 100)
+        per_task = "; ".join(f"{t}: {found[t].cell(scale=100)}" for t in tasks)
+        mean = shared._mean_interval([intervals[t] for t in testable_tasks]) if testable_tasks else None
+        overall = stats.verdict_cell(stats.verdict(mean, design.margin / 100), mean, scale=100) if mean else \
+            stats.NOT_TESTABLE
+        rows.append([claim, paper, f"mean of testable tasks {overall}", per_task])
+    cells = [f"{t}: {time_claim_cell(*time_shares(table, 'LoRA r8', t))}" for t in tasks]
+    rows.append(["LoRA trains faster than full fine-tuning (no gradients for the frozen weights)",
+                 "25% faster on GPT-3 175B (LoRA, section 4.2)", "per task, Holm not applied (each task its own "
+                 "machine time)", "; ".join(cells)])
+    return rows
+
+
+def write_report(collected: list, out: str, study, variant: str, design: Design) -> str:
+    chosen = study.variant(variant)
+    usable = paired_collected(collected)
+    relabeled = by_method(usable, design)
+    tasks = [t for t in design.tasks if any(r["settings"]["task"] == t for r in collected)]
+    memory = shared.memory_key(relabeled)
+    table = {key: shared.measures(runs, chosen.clock, memory)
+             for key, runs in shared.cells(relabeled, design.methods).items()}
+    summary = shared.overall(table, tasks, design.methods)
+    os.makedirs(out, exist_ok=True)
+    reports.write_csv(os.path.join(out, "runs.csv"), shared.CSV_HEADER, shared.csv_rows(collected, chosen.clock,
+                                                                                         _csv_design(design)))
+    majority = reports.dev_baselines(tasks, collected, out)
+    reports.write_baselines(out, majority)
+    baselines = validation_baselines.collect([r["summary"] for r in relabeled if r["summary"]
+                                              and r["settings"]["part"] == FULL], out)
+    gains = {t: gain_interval(table, t, baselines) for t in tasks}
+    all_compared = [r for r in collected if compared(r)]
+    own = sum(1 for r in collected if r["summary"])
+    lines = [f"# What to train: full fine-tuning, the last 2 blocks over the cache, LoRA and BitFit, seed-paired "
+             f"({variant} variant)", "",
+             f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in all_compared if r['summary'])} of "
+             f"the {len(all_compared)} compared). Generated from the runs below by the command at the end.", "",
+             "## The answer", "",
+             "Per task: each method against full fine-tuning over the seeds paired on one kind of machine "
+             "(seed-paired 95% intervals; time is training CPU seconds to the stopping point, the cache's build "
+             "charged; memory is the peak resident set above the one before training).", ""]
+    for task in tasks:
+        metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
+                      get_task(task).primary_metric)
+        lines += [f"**{task}** ({metric}; full fine-tuning's validation gain over the constant prediction: "
+                  f"{_interval_text(gains.get(task), 1)} points, "
+                  f"{'testable' if testable(gains.get(task)) else 'not testable (yet)'})", "",
+                  reports.markdown_table(ANSWER_HEADER, answer_rows(table, task, design)), ""]
+    lines += design_section(design)
+    lines += data_section(collected)
+    lines += ["## The claims", "", reports.markdown_table(["claim", "paper", "verdict", "per task"],
+                                                           claims_rows(table, tasks, gains, design)), ""]
+    lines += pairs_section(collected, design)
+    spent = core_hours(collected)
+    if spent:
+        lines += ["Core-hours spent so far (CPU seconds of training, scoring and cache builds, every run of the "
+                  "study, searches included): " + ", ".join(f"{k} {v:.1f}" for k, v in spent.items()), ""]
+    lines += ["## Per method", "", reports.clock_sentence(chosen.clock), "",
+              reports.markdown_table(shared.METHOD_HEADER, shared.method_rows(table, tasks, summary,
+                                                                              design.methods)), ""]
+    lines += shared.searches_section(collected, tasks, _csv_design(design))
+    if chosen.differences:
+        lines += ["## Settings, and how they differ from the papers", ""]
+        lines += [f"- {d}" for d in chosen.differences] + [""]
+    lines += reports.commands_section(study, variant, out)
+    lines += reports.still_to_run(study.name, collected, chosen, design.tasks)
+    lines += reports.machines_section(collected)
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return out
+
+
+def _csv_design(design: Design):
+    """The methods report's `Design` for its CSV and search tables."""
+    from experiments.methods import pick_rate
+
+    return shared.Design(design.methods, design.tasks, design.method_of, pick_rate)

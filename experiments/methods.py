@@ -145,6 +145,7 @@ GRID = Grid(
                        differences=CPU_DIFFERENCES, clock="cpu", commands=pinned_commands("methods")),
     },
     report=Design(METHODS, TASKS, method_of, pick_rate, compared_seeds_searched=True,
+                  gate_decided="after this study's runs (no verdict changed by it)",
                   search_labels={f"search_{family}": searcher for family, (_, searcher) in SEARCH.items()}).write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

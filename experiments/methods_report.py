@@ -50,6 +50,8 @@ class Design:
     pick_rate: Callable
     search_labels: dict = dataclasses.field(default_factory=dict)  # part name -> label, where the name is not one
     compared_seeds_searched: bool = False
+    gate_decided: str = "before the runs"  # when the 10-point "it learned" gate was set
+    stopped: str = ""  # why the study stopped before its runs were complete (said instead of "still running")
 
     def write_report(self, collected: list, out: str, study, variant: str) -> str:
         return write_report(collected, out, study, variant, self)
@@ -125,22 +127,52 @@ def difference(table: dict, method: str, task: str, key: str, reference: str = F
 TIME_KEYS = ("time", "epoch", "probed")
 
 
-def paired_values(table: dict, method: str, task: str, key: str, reference: str = FULL) -> dict:
+def paired_values(table: dict, method: str, task: str, key: str, reference: str = FULL, kind=None) -> dict:
     """`{seed: (method's key, reference's key)}` over the seeds both sides ran; for a time (`TIME_KEYS`) only the
-    seeds whose two runs ran on the same kind of machine (`tables.same_machine_pairs`)."""
+    seeds whose two runs ran on the same kind of machine (`tables.same_machine_pairs`), and only on `kind`
+    (`tables.machine_label`) where given."""
     mine, full = table.get((method, task)), table.get((reference, task))
     if not mine or not full:
         return {}
     if key in TIME_KEYS:
-        return reports.same_machine_pairs(mine["summaries"], full["summaries"], mine["values"][key])
+        pairs = reports.same_machine_pairs(mine["summaries"], full["summaries"], mine["values"][key])
+        if kind is None:
+            return pairs
+        machines = reports.by_seed(mine["summaries"], reports.machine_of)
+        return {seed: pair for seed, pair in pairs.items() if machines.get(seed) == kind}
     a = reports.by_seed(mine["summaries"], mine["values"][key])
     b = reports.by_seed(full["summaries"], full["values"][key])
     return {seed: (a[seed], b[seed]) for seed in sorted(set(a) & set(b), key=str)}
 
 
-def saving(table: dict, method: str, task: str, key: str, reference: str = FULL):
-    """The seed-paired interval of 1 - `method`'s `key` / `reference`'s (the share it saves), None where missing."""
-    pairs = paired_values(table, method, task, key, reference)
+def pair_kinds(table: dict, method: str, task: str, reference: str = FULL) -> dict:
+    """`{machine kind: seeds}` of the seeds whose `method` and `reference` runs on `task` ran on that one kind (a
+    time pairs only within a kind, and is not pooled across kinds)."""
+    mine, full = table.get((method, task)), table.get((reference, task))
+    if not mine or not full:
+        return {}
+    machines = reports.by_seed(mine["summaries"], reports.machine_of)
+    theirs = reports.by_seed(full["summaries"], reports.machine_of)
+    found = defaultdict(list)
+    for seed in sorted(set(machines) & set(theirs), key=str):
+        if machines[seed] is not None and machines[seed] == theirs[seed]:
+            found[machines[seed]].append(seed)
+    return dict(found)
+
+
+def short_kind(kind: str) -> str:
+    """`Intel Xeon, AVX-512` for `Intel(R) Xeon(R) Processor @ 2.50GHz; 1 core(s); avx2, avx512f`."""
+    if kind.count("; ") != 2:
+        return kind
+    cpu, _, isa = kind.split("; ")
+    name = " ".join(cpu.replace("(R)", "").replace("Processor", "").split("@")[0].split()[:2])
+    return f"{name}, {'AVX-512' if 'avx512f' in isa else 'AVX2' if 'avx2' in isa else isa}"
+
+
+def saving(table: dict, method: str, task: str, key: str, reference: str = FULL, kind=None):
+    """The seed-paired interval of 1 - `method`'s `key` / `reference`'s (the share it saves), None where missing;
+    only the seeds that ran on `kind` where given."""
+    pairs = paired_values(table, method, task, key, reference, kind)
     if not pairs:
         return None
     shares = [1 - a / b for a, b in pairs.values()]
@@ -231,8 +263,10 @@ def task_rows(table: dict, task: str, baseline, methods: dict) -> list:
         if not cell:
             continue
         interval = None if method == FULL else difference(table, method, task, "score")
+        flops = sum(1 for s in cell["summaries"] if collapsed(s, baseline))
         rows.append([method, "/".join(f"{lr:g}" for lr in cell["lr"]) or "n/a",
-                     reports.cell(cell["score"], cell["expected"], digits=1) + reports.censored_mark(cell["summaries"]),
+                     reports.cell(cell["score"], cell["expected"], digits=1) + reports.censored_mark(cell["summaries"])
+                     + (f" ({flops} collapsed: the constant prediction)" if flops else ""),
                      "–" if interval is None else interval.text(),
                      reports.cell(cell["time"], cell["expected"], digits=0),
                      reports.cell(cell["epoch"], cell["expected"], digits=1),
@@ -259,6 +293,19 @@ def learned(table: dict, tasks: list, baselines: dict) -> dict:
         if base is not None and values and None not in values:
             gains[task] = _mean(values) - 100 * base
     return gains
+
+
+def learned_interval(table: dict, task: str, baselines: dict):
+    """The 95% interval of full fine-tuning's best validation score minus the constant prediction's on the same
+    split, seed by seed, in points (None where a seed's baseline is unknown): how sure "it learned" is."""
+    full = table.get((FULL, task))
+    gains = []
+    for summary in full["summaries"] if full else []:
+        base = baselines.get((task, reports.run_seed(summary)))
+        if base is None or validation(summary) is None:
+            return None
+        gains.append(validation(summary) - 100 * base["score"])
+    return stats.paired_difference(gains, [0.0] * len(gains)) if gains else None
 
 
 def _testable(gains: dict, task: str) -> bool:
@@ -482,8 +529,33 @@ def csv_rows(collected: list, clock: str, design: Design) -> list:
     return rows
 
 
-def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory: str, done: str) -> list:
-    barely = [t for t in tasks if not _testable(gains, t)]
+def collapsed(summary: dict, dev_baseline=None) -> bool:
+    """A run that learned nothing (flagged, kept): its best validation score is exactly the constant prediction's
+    (as the run recorded it), or its GLUE dev score is exactly the majority class's (`dev_baseline`, for runs made
+    before the constant prediction was recorded)."""
+    constant = (summary or {}).get("constant_prediction") or {}
+    if constant.get("score") is not None and constant.get("best") is not None:
+        return abs(constant["best"] - constant["score"]) < 1e-9
+    dev = score(summary) if summary else None
+    return dev_baseline is not None and dev is not None and abs(dev - 100 * dev_baseline["score"]) < 1e-9
+
+
+def _gate_text(table: dict, task: str, baselines: dict) -> str:
+    """What passing the gate would take on a task: `mrpc needs 89.6 f1 (the constant prediction's 79.6)`."""
+    from tf_transfer.reporting import validation_baselines
+
+    base, full = validation_baselines.mean_score(baselines, task), table.get((FULL, task))
+    if base is None or not full or not full["summaries"]:
+        return ""
+    return (f"{task} needs {100 * base + LEARNED_POINTS:.1f} {full['summaries'][0]['metric']} (the constant "
+            f"prediction's {100 * base:.1f})")
+
+
+def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory: str, done: str,
+                   decided: str = "before the runs", baselines=None) -> list:
+    barely = [t for t in tasks if t in gains and not _testable(gains, t)]
+    unrun = [t for t in tasks if t not in gains]
+    never = [why for t in barely if (why := _gate_text(table, t, baselines or {}))]
     lines = ["## The claims, checked", "", done, "",
              reports.testable_sentence(
                  "Here the test is on validation: full fine-tuning's best validation score against the constant "
@@ -491,12 +563,15 @@ def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory:
                  + (_gains_text(gains, tasks) + " points" if gains else "no compared run of full fine-tuning yet")
                  + ". Seeds pair across methods (a seed fixes the validation split, the training sample and "
                  "order), so every interval is seed-paired; a claim about the mean over tasks is tested on the mean "
-                 "of the tasks' intervals."), "",
+                 "of the tasks' intervals.", decided), "",
              reports.claims_table(claims(table, tasks, summary, gains, memory)), ""]
     if barely:
         lines += [f"Not testable at this budget (full fine-tuning less than {LEARNED_POINTS:g} points above the "
                   f"constant prediction on validation, or no baseline): {', '.join(barely)}. Differences between "
-                  "methods there are mostly noise; they are shown below, not judged.", ""]
+                  "methods there are mostly noise; they are shown below, not judged."
+                  + (" On validation, " + "; ".join(never) + "." if never else ""), ""]
+    if unrun:
+        lines += [f"Not run yet (no compared run of full fine-tuning): {', '.join(unrun)}.", ""]
     return lines
 
 
@@ -539,15 +614,21 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     seeds = sorted({r["settings"]["seed"] for r in compared})
     own = sum(1 for r in collected if r["summary"])
     done = (f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in compared if r['summary'])} of the "
-            f"{len(compared)} compared)." + ("" if own == len(collected) else
-                                              " The verdicts below rest on the runs completed so far; the study is "
-                                              "still running (see *Still to run*)."))
+            f"{len(compared)} compared)."
+            + (f" They are {len({r['folder'] for r in collected if r['summary']})} distinct runs: a compared "
+               "seed-0 run is its search's run at the chosen rate, counted twice above."
+               if design.compared_seeds_searched else "")
+            + ("" if own == len(collected) else
+               f" The study stopped: {design.stopped}" if design.stopped else
+               " The verdicts below rest on the runs completed so far; the study is still running (see *Still to "
+               "run*)."))
     lines = [f"# What to train: freezing, LoRA and BitFit compared ({variant} variant)", "",
              f"Checks {study.paper} on {', '.join(tasks)} with all-MiniLM-L6-v2 (6 blocks, 384 wide), seeds "
              f"{', '.join(map(str, seeds))} compared, each method at its own rate searched per task. Generated from "
              "the runs below by the command at the end; rerunning it keeps the report current.", ""]
     lines += data_section(collected)
-    lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done)
+    lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done,
+                            design.gate_decided, baselines)
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock)
               + f" Memory: the {MEMORY[memory]}. Scores: GLUE dev at the best validation epoch, in points of each "
               "task's metric; means of the tasks (each a mean over seeds), the difference to full fine-tuning with "

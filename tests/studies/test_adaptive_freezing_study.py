@@ -150,9 +150,10 @@ def test_report_opens_with_the_claims_and_judges_them_from_seed_paired_intervals
     assert "sst2 not run yet" in text and "stsb reproduced: -0.3 [-0.3, -0.3]" in text
     assert claims["FreezeOut scores as full fine-tuning does"] == "not reproduced"  # -2 points on both tasks
     assert claims["FreezeOut saves at least 20% of full fine-tuning's time"] == "not reproduced"  # 15% saved
-    assert claims["FreezeOut is cheaper than the best static k"] == "not reproduced"  # 160% of its time
-    assert claims["AutoFreeze saves at least 50% of full fine-tuning's time"] == "inconclusive"  # sst2 not run
-    assert "mrpc reproduced: +62% [+62%, +62%]" in text  # AutoFreeze's 38 s against full's 100 s per epoch
+    # This project's targets read as met or missed, not as a paper contradicted.
+    assert claims["FreezeOut is cheaper than the best static k"] == "target missed"  # 160% of its time
+    assert claims["AutoFreeze saves at least 50% of full fine-tuning's time (this project's target)"] == "inconclusive"
+    assert "mrpc target met: +62% [+62%, +62%]" in text  # AutoFreeze's 38 s against full's 100 s per epoch
     # The static k: k=5 is within 0.5 points of full fine-tuning's 85.0 at seed 0 (85.0), the others are not; its
     # runs' 10 s cache is charged (AutoFreeze takes 71% of its time, not 76%).
     assert "-> k=5 (cheapest within 0.5 points of full fine-tuning)" in text
@@ -167,7 +168,7 @@ def test_report_opens_with_the_claims_and_judges_them_from_seed_paired_intervals
     assert "### mrpc (accuracy)" in text and "### sst2 (accuracy)" in text and "### stsb (spearman)" in text
     mrpc = text.split("### mrpc")[1].split("### sst2")[0]  # MRPC's constant prediction by accuracy, not F1 (0.0)
     assert "| majority class (constant prediction) | – | 50.0 (always '0') |" in mrpc
-    assert "stsb +" in text and "(seeds 1, 2, 3, 4, 5: testable)" in text
+    assert "stsb +" in text and "(seeds 1, 2, 3, 4, 5: testable by the rule fixed before the runs, on the mean)" in text
 
 
 def test_report_of_a_partial_study_says_what_is_missing(study, grid_runs, tmp_path, glue_dir):

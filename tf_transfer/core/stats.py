@@ -123,7 +123,10 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inco
 NOT_TESTABLE = "not testable at this budget"
 # A claim none of whose comparisons has run yet: no interval exists, so no verdict, not even "inconclusive".
 NOT_RUN = "not run yet"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE, NOT_RUN)
+# This project's own targets (not a paper's claims) read as met or missed: "not reproduced" would say a paper was
+# contradicted where only our bar, on our hardware, was not reached.
+TARGET_MET, TARGET_MISSED = "target met", "target missed"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE, NOT_RUN, TARGET_MET, TARGET_MISSED)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -388,12 +388,13 @@ def testable(reference, baseline: Optional[dict], value) -> Optional[bool]:
     return stats.learned([value(s) for s in reference], baseline["score"])
 
 
-def testable_sentence(metric_note: str) -> str:
-    """What a claims table says about its verdicts, the same in every report."""
+def testable_sentence(metric_note: str, decided: str = "before the runs") -> str:
+    """What a claims table says about its verdicts, the same in every report; `decided`: when the 10-point gate was
+    set (a study whose gate came after its runs says so)."""
     return ("Each verdict rests on the 95% interval of the difference, not its point estimate (`tf_transfer/core/"
             "stats.py`): reproduced where the whole interval is on the claim's side of its margin, not reproduced "
             "where all of it is on the other side, inconclusive otherwise; a claim tested on several tasks is "
-            "Holm-corrected across them, and each verdict cell states its interval. Decided before the runs: a task "
+            f"Holm-corrected across them, and each verdict cell states its interval. Decided {decided}: a task "
             "counts for a score claim only where full fine-tuning beats the constant prediction by at least 10 "
             "points; elsewhere the claim there is not testable at this budget. " + metric_note)
 

@@ -77,7 +77,7 @@ METHODS = {
 # Three rates per searched method, 10x end to end (LoRA's and BitFit's 10-100x above fine-tuning's, as in their
 # papers and where the `methods` study found them), and the rate beyond each end (methods_full's).
 RATES = {"last 2, cached": [1e-4, 3e-4, 1e-3], "LoRA r8": [3e-4, 1e-3, 3e-3], "BitFit": [1e-3, 3e-3, 1e-2]}
-BEYOND = {name: (rates[0] / 3, rates[-1] * 3) for name, rates in RATES.items()}
+BEYOND = {"last 2, cached": (3e-5, 3e-3), "LoRA r8": (1e-4, 1e-2), "BitFit": (3e-4, 3e-2)}
 # Search runs the adaptive-freezing study already made with these settings exactly (its static grid's k = 2 at seed
 # 0): read from its folder, not run again.
 READ_FROM_ADAPTIVE = {"last 2, cached": [1e-4]}
@@ -137,6 +137,17 @@ def resolve_lr(settings: dict, runs_dir: str, study: Grid):
     return None if None in rates.values() else rates[method_of(settings)]
 
 
+def borrowed_searches(runs_dir: str) -> list:
+    """The adaptive-freezing study's search runs this study reads (full fine-tuning's three rates, and
+    `READ_FROM_ADAPTIVE`), as `grid.collect` entries with this study's search parts, for the report's search table."""
+    probes = []
+    for task in TASKS:
+        base = next(r for r in GRID.runs("cpu", tasks=[task]) if r["seed"] == SEARCH_SEED)
+        probes += [_probe(base, FULL, lr) for lr in adaptive_freezing.RATES]
+        probes += [_probe(base, name, lr) for name, rates in READ_FROM_ADAPTIVE.items() for lr in rates]
+    return studies.collect(adaptive_freezing.GRID, probes, runs_dir, log=lambda line: None)
+
+
 def _axes(name: str) -> dict:
     return {key: [value] for key, value in METHODS[name].items()}
 
@@ -175,6 +186,7 @@ GRID = Grid(
     dependent={"lr": resolve_lr},
     task_flagfiles={"sst2": "flags/methods_paired_sst2.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=RUN_COMMANDS)},
-    report=report.Design(METHODS, TASKS, SEEDS, method_of, MARGIN, PLANNING_SD, MOST_SEEDS).write_report,
+    report=report.Design(METHODS, TASKS, SEEDS, method_of, MARGIN, PLANNING_SD, MOST_SEEDS,
+                         lambda runs_dir: borrowed_searches(runs_dir)).write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -33,6 +33,7 @@ class Design:
     margin: float
     planning_sd: dict
     most_seeds: int
+    borrowed: Callable = None  # runs_dir -> the other study's search runs this one reads (`collect` entries)
 
     def write_report(self, collected: list, out: str, study, variant: str) -> str:
         return write_report(collected, out, study, variant, self)
@@ -46,6 +47,11 @@ def by_method(collected: list, design: Design) -> list:
     """The compared runs with their method's name as their part (what `methods_report`'s tables group by)."""
     return [{**r, "settings": {**r["settings"], "part": design.method_of(r["settings"])}}
             for r in collected if compared(r)]
+
+
+def runs_dir_of(collected: list, study) -> str:
+    """The runs folder the entries were collected from (`<runs_dir>/<study>/<task>/<run>/seed<k>`)."""
+    return collected[0]["folder"].split(os.sep + study.name + os.sep)[0]
 
 
 def machine_kind(summary: dict) -> str:
@@ -272,8 +278,9 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
              for key, runs in shared.cells(relabeled, design.methods).items()}
     summary = shared.overall(table, tasks, design.methods)
     os.makedirs(out, exist_ok=True)
-    reports.write_csv(os.path.join(out, "runs.csv"), shared.CSV_HEADER, shared.csv_rows(collected, chosen.clock,
-                                                                                         _csv_design(design)))
+    searched = collected + (design.borrowed(runs_dir_of(collected, study)) if design.borrowed else [])
+    reports.write_csv(os.path.join(out, "runs.csv"), shared.CSV_HEADER, shared.csv_rows(searched, chosen.clock,
+                                                                                        _csv_design(design)))
     majority = reports.dev_baselines(tasks, collected, out)
     reports.write_baselines(out, majority)
     baselines = validation_baselines.collect([r["summary"] for r in relabeled if r["summary"]
@@ -293,8 +300,8 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
         metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
                       get_task(task).primary_metric)
         lines += [f"**{task}** ({metric}; full fine-tuning's validation gain over the constant prediction: "
-                  f"{_interval_text(gains.get(task), 1)} points, "
-                  f"{'testable' if testable(gains.get(task)) else 'not testable (yet)'})", "",
+                  + (f"{_interval_text(gains[task], 1)} points, " if gains.get(task) else "not known yet, ")
+                  + f"{'testable' if testable(gains.get(task)) else 'not testable (yet)'})", "",
                   reports.markdown_table(ANSWER_HEADER, answer_rows(table, task, design)), ""]
     lines += design_section(design)
     lines += data_section(collected)
@@ -308,7 +315,10 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock), "",
               reports.markdown_table(shared.METHOD_HEADER, shared.method_rows(table, tasks, summary,
                                                                               design.methods)), ""]
-    lines += shared.searches_section(collected, tasks, _csv_design(design))
+    lines += shared.searches_section(searched, tasks, _csv_design(design))
+    if design.borrowed:
+        lines += ["Full fine-tuning's search and the last 2 blocks' run at 1e-4 are the adaptive-freezing study's "
+                  "seed-0 runs (the same settings, so the same run names; reports/runs/adaptive_freezing/).", ""]
     if chosen.differences:
         lines += ["## Settings, and how they differ from the papers", ""]
         lines += [f"- {d}" for d in chosen.differences] + [""]

@@ -166,7 +166,8 @@ def short_kind(kind: str) -> str:
         return kind
     cpu, _, isa = kind.split("; ")
     name = " ".join(cpu.replace("(R)", "").replace("Processor", "").split("@")[0].split()[:2])
-    return f"{name}, {'AVX-512' if 'avx512f' in isa else 'AVX2' if 'avx2' in isa else isa}"
+    vector = 'AVX-512' if 'avx512f' in isa else 'AVX2' if 'avx2' in isa else isa
+    return f"{name}, {vector}" + (" and AMX" if "amx" in isa else "")
 
 
 def saving(table: dict, method: str, task: str, key: str, reference: str = FULL, kind=None):

@@ -187,6 +187,6 @@ GRID = Grid(
     task_flagfiles={"sst2": "flags/methods_paired_sst2.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=RUN_COMMANDS)},
     report=report.Design(METHODS, TASKS, SEEDS, method_of, MARGIN, PLANNING_SD, MOST_SEEDS,
-                         lambda runs_dir: borrowed_searches(runs_dir)).write_report,
+                         borrowed_searches).write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -2,6 +2,8 @@
 planned on, its grid's order (a seed's four runs together, searches on a seed never compared), and its report's pairing
 rules on made-up summaries (no training)."""
 
+import pickle
+
 import pytest
 
 from experiments import adaptive_freezing, adaptive_freezing_report
@@ -47,6 +49,10 @@ def test_seeds_come_from_the_power_calculation_and_mrpc_is_left_out():
         n = len(seeds)
         assert stats.expected_half_width(study_module.PLANNING_SD[task], n) <= study_module.MARGIN
         assert stats.expected_half_width(study_module.PLANNING_SD[task], n - 1) > study_module.MARGIN
+
+
+def test_the_grid_pickles_for_a_run_in_its_own_process():
+    assert pickle.loads(pickle.dumps(study_module.GRID)).name == "methods_paired"
 
 
 def test_searches_use_seed_0_only_and_a_seeds_four_runs_are_listed_together(grid_runs):

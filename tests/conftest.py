@@ -9,6 +9,14 @@ import sys
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# What TensorFlow reads once, at its import (below): tf_transfer's own default for oneDNN, TensorFlow's for its
+# thread pools, whatever the machine exports. The other variables the code reads: `_no_outside_environment`.
+AT_IMPORT = {"TF_ENABLE_ONEDNN_OPTS": "1", "TF_NUM_INTRAOP_THREADS": None, "TF_NUM_INTEROP_THREADS": None}
+for _name, _value in AT_IMPORT.items():
+    if _value is None:
+        os.environ.pop(_name, None)
+    else:
+        os.environ[_name] = _value
 
 
 def _two_logical_cpus():
@@ -46,6 +54,28 @@ def _two_logical_cpus():
 
 _two_logical_cpus()
 TWO_CPUS = ["/cpu:0", "/cpu:1"]
+
+# Every other environment variable tf_transfer or the tests' helpers read, but for the ones the suite sets itself
+# (TF_CPP_MIN_LOG_LEVEL, AT_IMPORT above) and CI (`postgres_server`: a server that does not start fails there).
+# `tests/test_suite_setup.py` checks that the list names every variable the code reads.
+OUTSIDE_ENVIRONMENT = (
+    "GLUE_DIR",  # glue's and the experiments' --data_dir default
+    "TF_CONFIG",  # --distribution=multi_worker's cluster
+    "TF_TRANSFER_WORKER_TIMEOUT",  # how long multi-worker training waits for its peers
+    "TF_TRANSFER_QUIET",  # the quiet start's marker
+    "SWEEP_FAKE_EPOCH_S",  # tests/sweep_fakes.py's epoch
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_outside_environment():
+    """The suite runs as in a clean shell whatever the machine exports (`GLUE_DIR` by the README's convention): the
+    variables of `OUTSIDE_ENVIRONMENT` are removed for the whole session, before any other fixture, and put back at
+    its end. A test that needs one sets it itself (`monkeypatch.setenv`, or the `env` of a process it starts)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in OUTSIDE_ENVIRONMENT:
+            patch.delenv(name, raising=False)
+        yield
 
 
 def pytest_collection_finish(session):

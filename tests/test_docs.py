@@ -1,5 +1,5 @@
 """The documentation: docs/flags.md matches the flag definitions, every relative link and anchor in README.md,
-BUILD.md and docs/*.md leads somewhere (external links are not fetched), and the modules, functions and files the
+BUILD.md, docs/*.md, benchmarks/README.md and benchmarks/LOG.md leads somewhere (external links are not fetched), and the modules, functions and files the
 pages name in code spans exist."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md", "BUILD.md"] + sorted(os.path.join("docs", name) for name in os.listdir(os.path.join(REPO, "docs"))
+PAGES = ["README.md", "BUILD.md", "benchmarks/README.md", "benchmarks/LOG.md"] + sorted(os.path.join("docs", name) for name in os.listdir(os.path.join(REPO, "docs"))
                                if name.endswith(".md"))
 
 FENCE = re.compile(r"^\s*(```|~~~)")

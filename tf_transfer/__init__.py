@@ -6,7 +6,7 @@ The library takes plain arguments; only the entry modules (`tf_transfer.glue`, .
 import os
 
 # TensorFlow's oneDNN kernels are on by default only on CPUs with AVX-512-class features; on this project's AVX2
-# machine, turning them on doubled training throughput (benchmarks/README.md). They change results only by
+# machine, turning them on doubled training throughput (benchmarks/LOG.md, history). They change results only by
 # floating-point summation order. Read when TensorFlow is first imported: importing tensorflow before tf_transfer
 # keeps TensorFlow's own default. Set TF_ENABLE_ONEDNN_OPTS=0 to opt out.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

@@ -280,7 +280,7 @@ def prefetched(dataset, num_batches: int):
     Why off: autotuning runs a model thread that re-optimizes with a period starting at 10 ms and doubling, and
     destroying the iterator (every `fit`/`predict` call, so every epoch and every scoring) waited for that
     thread's next wake-up: epochs whose steps took 13.5 s of CPU ended at exactly 20.47 s (10 ms x (2^11 - 1))
-    of wall time, which looked like TensorFlow using one core (benchmarks/README.md). A fixed buffer has no
+    of wall time, which looked like TensorFlow using one core (benchmarks/LOG.md, history). A fixed buffer has no
     such thread.
     """
     import tensorflow as tf

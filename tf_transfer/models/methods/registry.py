@@ -6,7 +6,7 @@ training method").
 Every piece in `PIECES` must be given by the method itself (not inherited from `Method`): a method that forgets one
 is refused when it registers, with a line naming the method and the piece, never a bare `KeyError` later.
 
-Example (a method that trains only the blocks' LayerNorms; tests/models/test_method_registry.py registers it):
+Example (a method that trains only the blocks' LayerNorms; tests/studies/test_method_plugin.py registers it):
 
 >>> from tf_transfer.models.methods import registry
 >>> registry.get("freeze").run_name_part(None)

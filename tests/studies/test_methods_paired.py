@@ -98,5 +98,57 @@ def test_a_seed_run_on_two_kinds_of_machine_is_not_paired():
 
 
 def test_a_run_at_the_constant_prediction_is_flagged_collapsed():
-    assert report.collapsed(_summary(1, "Intel", best=0.5, constant=0.5))
-    assert not report.collapsed(_summary(1, "Intel", best=0.51, constant=0.5))
+    assert methods_report.collapsed(_summary(1, "Intel", best=0.5, constant=0.5))
+    assert not methods_report.collapsed(_summary(1, "Intel", best=0.51, constant=0.5))
+
+
+# Per method: (GLUE dev points above or below full fine-tuning's, CPU seconds per epoch).
+SYNTHETIC = {"full fine-tuning": (0.0, 100.0), "last 2, cached": (-0.5, 30.0), "LoRA r8": (-3.0, 65.0),
+             "BitFit": (-6.0, 66.0)}
+
+
+def _run_summary(task: str, seed: int, method: str, cpu: str = "Intel") -> dict:
+    metric = "spearman" if task == "stsb" else "accuracy"
+    delta, seconds = SYNTHETIC[method]
+    dev = (80.0 + delta + 0.2 * seed + (0.3 if seed % 2 else 0.0)) / 100
+    epochs = [{"epoch": e, "train_time_s": seconds * e, "train_cpu_s": seconds * e, "epoch_cpu_s": seconds + 5,
+               "speed_probe_cpu_ms": 10.0 + seed, "val": {metric: 0.9 if e == 2 else 0.85},
+               "test": {metric: dev if e == 2 else dev - 0.05}} for e in (1, 2, 3)]
+    return {"completed": True, "task": task, "seed": seed, "metric": metric, "epochs": epochs, "best_epoch": 2,
+            "stopped_early": True, "early_stopping": {"patience": 2, "wait": 1}, "lr": 1e-4, "num_layers": 6,
+            "trainable_layers": "all", "trainable_params": 1000, "total_params": 22_000_000, "cache_time_s": 0.0,
+            "cache_build_cpu_s": None, "peak_memory_mb": 2000.0, "peak_above_start_mb": 200.0 + seconds,
+            "machine": {"cpu": cpu, "cores": 1, "isa": ["avx2"]}, "examples": {"train": 100, "validation": 10,
+                                                                               "test/dev": 20},
+            "constant_prediction": {"score": 0.5, "best": 0.9}, "config": {"task": task, "seed": seed}}
+
+
+def test_the_report_opens_with_the_answer_and_judges_on_seed_paired_intervals(tmp_path):
+    collected = [{"settings": {**run, "lr": 1e-4}, "folder": str(tmp_path / "runs" / "methods_paired" / "x"),
+                  "summary": (_run_summary(run["task"], run["seed"], study_module.method_of(run))
+                              if report.compared({"settings": run}) and run["seed"] <= 3 else None),
+                  "partial": None, "error": None, "stand_in": None}
+                 for run in study_module.GRID.runs("cpu")]
+    out = tmp_path / "report"
+    out.mkdir()
+    # Full fine-tuning's validation 90 against the constant prediction's 50 on every seed: 40 points, testable.
+    (out / "majority_validation.csv").write_text("task,seed,metric,score,examples,majority,note\n" + "".join(
+        f"{t},{s},{'spearman' if t == 'stsb' else 'accuracy'},0.5,10,1,made up\n" for t in ("sst2", "stsb")
+        for s in (1, 2, 3)))
+    study_module.GRID.report(collected, str(out), study_module.GRID, "cpu")
+    text = (out / "README.md").read_text()
+    assert text.index("## The answer") < text.index("## The design, fixed before") < text.index("## The claims")
+    answer = text.split("## The design")[0]
+    assert "+40.0 [+40.0, +40.0] points, testable" in answer
+    assert "| last 2, cached | 3 | -0.5 [-0.5, -0.5] | 30% [30%, 30%] |" in answer
+    assert "| BitFit | 3 | -6.0 [-6.0, -6.0] | 66% [66%, 66%] |" in answer
+    claims = text.split("## The claims")[1].split("##")[0]
+    assert "LoRA (rank 8 on query and value) scores as full fine-tuning does" in claims
+    verdicts = {row.split(" | ")[0].lstrip("| "): row.split(" | ")[3] for row in claims.splitlines()
+                if row.startswith("| ") and " | " in row and row.split(" | ")[3] in stats.VERDICTS}
+    assert verdicts["LoRA (rank 8 on query and value) scores as full fine-tuning does"] == "not reproduced"
+    assert verdicts["The last 2 blocks over the frozen-prefix cache score as full fine-tuning does"] == "reproduced"
+    # LoRA saves 35% of the CPU seconds on both tasks (33% of its epochs' probe-divided seconds): both say faster.
+    assert verdicts["LoRA r8 trains faster than full fine-tuning (no gradients for the frozen weights)"] == "reproduced"
+    assert "sst2 reproduced: +35% [+35%, +35%], divided by the probe +33% [+33%, +33%]" in claims
+    assert "- Intel, AVX2: sst2 3, stsb 3" in text

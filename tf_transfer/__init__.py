@@ -36,6 +36,8 @@ _PUBLIC = {
     "parameter_table": "tf_transfer.models.user_model",
     "ParameterTable": "tf_transfer.models.user_model",
     "backbone_of": "tf_transfer.models.user_model",
+    "AutoFreeze": "tf_transfer.training.freezing_callbacks",
+    "FreezeOut": "tf_transfer.training.freezing_callbacks",
 }
 __all__ = ["__version__", "methods", *_PUBLIC]
 

@@ -36,6 +36,7 @@ _PUBLIC = {
     "parameter_table": "tf_transfer.models.user_model",
     "ParameterTable": "tf_transfer.models.user_model",
     "backbone_of": "tf_transfer.models.user_model",
+    "CachedClassifier": "tf_transfer.models.cached_classifier",
     "AutoFreeze": "tf_transfer.training.freezing_callbacks",
     "FreezeOut": "tf_transfer.training.freezing_callbacks",
 }

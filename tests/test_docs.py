@@ -137,8 +137,9 @@ def resolves(dotted: str) -> bool:
             with open(source, encoding="utf-8") as f:
                 text = f.read()
             name = re.escape(parts[end])
-            return bool(re.search(rf"^(?:def|class) {name}\b|^{name}\s*[:=]|^from \S+ import .*\b{name}\b", text,
-                                  flags=re.M))
+            # ... or exporting it lazily, as tf_transfer/__init__.py's `_PUBLIC` table does: `"name": "module"`.
+            return bool(re.search(rf"^(?:def|class) {name}\b|^{name}\s*[:=]|^from \S+ import .*\b{name}\b|"
+                                  rf'^\s+"{name}": "tf_transfer\.', text, flags=re.M))
     return False
 
 

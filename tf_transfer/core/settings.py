@@ -60,6 +60,14 @@ def flag_name(field: dataclasses.Field) -> str:
     return field.metadata.get("flag", field.name)
 
 
+def check(flag: str, value, rule_and_message: tuple) -> None:
+    """Raises `TransferError` with the commands' line (`--lr must be a positive number, got -1.0`) when `value` of
+    setting `flag` breaks its rule: the settings classes and the Python API check alike."""
+    rule, message = rule_and_message
+    if not rule(value):
+        raise TransferError(f"--{flag} {message}, got {value!r}")
+
+
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -144,10 +152,7 @@ class RunSettings:
     def __post_init__(self):
         for field in dataclasses.fields(self):
             if field.name in self.CHECKS:
-                rule, message = self.CHECKS[field.name]
-                value = getattr(self, field.name)
-                if not rule(value):
-                    raise TransferError(f"--{flag_name(field)} {message}, got {value!r}")
+                check(flag_name(field), getattr(self, field.name), self.CHECKS[field.name])
         for ok, message in self.check_together():
             if not ok:
                 raise TransferError(message)

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from tf_transfer.data import cache
 from tf_transfer.data.cache import frozen_depth
 from tf_transfer.models import families
 
@@ -55,3 +56,16 @@ def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16")
     x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
     x = families.run_blocks(backbone, backbone.transformer_layers[start:stop], x, mask_input)
     return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, x, name=f"blocks_{start}_{stop}")
+
+
+def cache_splits(backbone, trainable_layers, encoded: dict, weights: str, dataset: str, batching,
+                 precision: str = "float32", cache_dir=None) -> dict:
+    """`{split: (CachedSplit, seconds spent, reused?)}`: the frozen prefix's outputs of every encoded split
+    (`cache.build`, keyed by `cache.Prefix(weights, dataset, depth, ...)`), the prefix run once for them all. The
+    commands' `--cache_frozen` and the Python API's `CachedClassifier` build their caches here."""
+    prefix = prefix_model(backbone, trainable_layers)
+    depth = frozen_depth(trainable_layers, backbone.num_layers)
+    cls_only = depth == backbone.num_layers
+    identity = cache.Prefix(weights, dataset, depth, cls_only, precision)
+    return {name: cache.build(prefix, split, identity.key(name, split), batching, cls_only, cache_dir)
+            for name, split in encoded.items()}

@@ -101,3 +101,35 @@ def freezeout_rate_factor(step: float, time: float, total_steps: int, scale_lr: 
     if step >= end:
         return 0.0
     return (1.0 / time if scale_lr else 1.0) * 0.5 * (1.0 + math.cos(math.pi * step / end))
+
+
+# --- the freeze record (summary.json "freezing", and the callbacks' `record`) ----------------------------------------
+
+def new_record(method: str, min_trainable: int, total_steps: int) -> dict:
+    """The freeze record a run of `method` starts with: its settings, then `events` (each freeze) and `decisions`
+    (each AutoFreeze decision), filled by `autofreeze_decision` and `freeze_event`."""
+    return {"method": method, "min_trainable_layers": min_trainable, "total_steps": total_steps, "events": [],
+            "decisions": [], "previous_norms": None}
+
+
+def autofreeze_decision(record: dict, norms: Sequence[float], frozen: int, percentile: float, min_trainable: int,
+                        step: int, epoch: int) -> tuple:
+    """`(blocks frozen after this decision, why)` from the blocks' gradient norms of the interval that ends at
+    `step` (`autofreeze_frozen` against the record's previous norms); the decision is added to `record`."""
+    wanted, changes, threshold = autofreeze_frozen(record["previous_norms"], norms, frozen, percentile, min_trainable)
+    record["previous_norms"] = list(norms)
+    record["decisions"].append({"step": step, "epoch": epoch, "norms": list(norms), "changes": changes,
+                                "threshold": threshold, "frozen_blocks": wanted})
+    return wanted, {"rule": record["method"], "threshold": threshold, "changes": changes}
+
+
+def freezeout_decision(record: dict, step: int, freeze_steps: Sequence[Optional[int]], frozen: int) -> tuple:
+    """`(layers frozen after `step`, why)` by FreezeOut's schedule (-1: not even the embeddings)."""
+    wanted = freezeout_frozen(step, freeze_steps)
+    return wanted, {"rule": record["method"], "freeze_steps": list(freeze_steps[frozen + 1:wanted + 1])}
+
+
+def freeze_event(before: int, frozen: int, step: int, epoch: int, why: dict, trainable_params: int) -> dict:
+    """One freeze of the record's `events`: blocks `before..frozen-1` (and the embeddings when `before` is -1)."""
+    return {"frozen_blocks": frozen, "blocks": list(range(max(before, 0), frozen)), "embeddings": before < 0,
+            "step": step, "epoch": epoch, **(why or {}), "trainable_params": trainable_params}

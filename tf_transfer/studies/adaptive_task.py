@@ -90,9 +90,8 @@ class AdaptiveGlueTask(GlueTask):
         self.total_steps = self.steps_per_epoch * settings.loop.max_epochs
         self.frozen = -1  # blocks frozen: -1 while the embeddings still train
         self.caches, self.cache_keys, self.global_step, self.engine = None, None, 0, None
-        self.record = {"method": settings.method, "min_trainable_layers": settings.min_trainable_layers,
-                       "total_steps": self.total_steps, "events": [], "decisions": [], "phases": [],
-                       "traces": 0, "cache_s": 0.0, "compile_s": 0.0, "previous_norms": None}
+        self.record = freeze_schedules.new_record(settings.method, settings.min_trainable_layers, self.total_steps)
+        self.record.update(phases=[], traces=0, cache_s=0.0, compile_s=0.0)
         self.traced = 0
         self._count_traces(self.model)
         self.gradients = None  # AutoFreeze's per-block gradient sums; FreezeOut decides by the step alone
@@ -200,21 +199,16 @@ class AdaptiveGlueTask(GlueTask):
     def _decide(self, epoch: int) -> None:
         settings = self.settings
         if self.gradients is None:
-            wanted = freeze_schedules.freezeout_frozen(self.global_step, self.freeze_steps)
-            why = {"rule": settings.method, "freeze_steps": self.freeze_steps[self.frozen + 1:wanted + 1]}
+            wanted, why = freeze_schedules.freezeout_decision(self.record, self.global_step, self.freeze_steps,
+                                                              self.frozen)
         else:
             if self.global_step % self.interval:
                 return
             norms = self.gradients.norms()
             self.gradients.reset()
-            previous = self.record["previous_norms"]
-            wanted, changes, threshold = freeze_schedules.autofreeze_frozen(
-                previous, norms, max(self.frozen, self.first_block), settings.freeze_percentile,
-                settings.min_trainable_layers)
-            self.record["previous_norms"] = norms
-            self.record["decisions"].append({"step": self.global_step, "epoch": epoch, "norms": norms,
-                                             "changes": changes, "threshold": threshold, "frozen_blocks": wanted})
-            why = {"rule": settings.method, "threshold": threshold, "changes": changes}
+            wanted, why = freeze_schedules.autofreeze_decision(
+                self.record, norms, max(self.frozen, self.first_block), settings.freeze_percentile,
+                settings.min_trainable_layers, self.global_step, epoch)
         from tf_transfer.training import distributed
 
         wanted = distributed.from_chief(self.strategy, lambda: wanted)  # every worker freezes what the chief does
@@ -243,9 +237,8 @@ class AdaptiveGlueTask(GlueTask):
         self.record["compile_s"] += compile_s
         if not record:
             return
-        event = {"frozen_blocks": frozen, "blocks": list(range(max(before, 0), frozen)),
-                 "embeddings": before < 0, "step": self.global_step, "epoch": epoch, **(why or {}),
-                 "trainable_params": self._trainable(), "cache_s": cache_s, "compile_s": compile_s}
+        event = {**freeze_schedules.freeze_event(before, frozen, self.global_step, epoch, why, self._trainable()),
+                 "cache_s": cache_s, "compile_s": compile_s}
         self.record["events"].append(event)
         self._announce(event)
 

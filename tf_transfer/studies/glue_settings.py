@@ -117,7 +117,7 @@ class GlueSettings(RunSettings):
         "padding": settings_lib.one_of(inputs.PADDINGS),
         "jit_compile": ((lambda value: str(value).lower() in JIT_COMPILE), f"must be one of {', '.join(JIT_COMPILE)}"),
         "steps_per_execution": (settings_lib.at_least(1), "must be at least 1"),
-        "method": ((lambda value: value in methods.names()), f"must be one of {', '.join(methods.names())}"),
+        "method": methods.registry.name_check(),
         **methods.registry.setting_checks(),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.

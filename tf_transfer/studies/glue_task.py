@@ -173,18 +173,15 @@ class GlueTask(Task):
     def _cached_feed(self):
         """Builds (or reuses) the frozen-prefix cache of every split; notes the seconds this run spent building and
         what the caches cost to build (`{build_s, build_cpu_s}`, None where unknown)."""
-        from tf_transfer.data import cache, feeds
+        from tf_transfer.data import feeds
         from tf_transfer.models import cached_prefix
 
-        settings, backbone = self.settings, self.backbone
-        prefix = cached_prefix.prefix_model(backbone, settings.trainable_layers)
-        depth = cache.frozen_depth(settings.trainable_layers, backbone.num_layers)
-        cls_only = depth == backbone.num_layers
-        identity = cache.Prefix(settings.model.weights, settings.dataset, depth, cls_only, settings.precision)
+        settings = self.settings
+        built = cached_prefix.cache_splits(self.backbone, settings.trainable_layers, self.encoded,
+                                           settings.model.weights, settings.dataset, settings.inputs,
+                                           settings.precision, settings.cache_dir)
         cached, self.cache_cost, self.cache_mb = {}, {"build_s": 0.0, "build_cpu_s": 0.0}, 0.0
-        for name, split in self.encoded.items():
-            cached[name], spent, reused = cache.build(prefix, split, identity.key(name, split), settings.inputs,
-                                                      cls_only, settings.cache_dir)
+        for name, (cached[name], spent, reused) in built.items():
             self.cache_time_s += spent
             if not reused:
                 self.cache_split_cost[name] = {"s": spent, "cpu_s": cached[name].build_cpu_s}

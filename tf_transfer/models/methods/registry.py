@@ -120,6 +120,11 @@ def get(name: str) -> Method:
     return _METHODS[name]
 
 
+def name_check() -> tuple:
+    """`--method`'s rule and message (`core.settings.CHECKS` style): one of the registered methods."""
+    return (lambda value: value in _METHODS), f"must be one of {', '.join(_METHODS)}"
+
+
 def set_before_training() -> tuple:
     """The methods that set what trains before training starts and leave the loop alone (`trainer` None): those a
     study with a training loop of its own (stack, multitask, sentiment BERT) can run."""

@@ -1,0 +1,58 @@
+"""The frozen-prefix cache from Python: the command's `--cache_frozen` numbers from `CachedClassifier.fit`."""
+
+import numpy as np
+import pytest
+
+import tf_transfer
+from tf_transfer.core.errors import TransferError
+
+
+def _command_and_python_losses(tmp_path, glue_dir, preset, method, options):
+    import keras
+
+    from tf_transfer.models import backbones, heads
+    from tf_transfer.studies import glue_task
+    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.training import optimizers
+
+    settings = GlueSettings(task="sst2", preset=preset, data_dir=glue_dir, trainable_layers=1, cache_frozen=True,
+                            lr=1e-3, batch_size=4, max_epochs=2, patience=10, max_seq_length=32, dropout=0.1, seed=0,
+                            max_train_examples=16, method=method, **{f"{method}_{k}": v for k, v in options.items()})
+    summary = glue_task.run_glue(settings, str(tmp_path / method))
+    _, train, _, _, _ = glue_task.load_data(settings)  # the command's training texts
+
+    # The same steps from Python, in the order the command takes them.
+    keras.utils.set_random_seed(0)
+    loaded = backbones.load_preset(preset, dropout=0.1)
+    classifier = heads.build_classifier(loaded.backbone, 2, 0.1, head=heads.pooled_head(2, 0.1, loaded.backbone))
+    tf_transfer.apply_method(classifier, method, trainable_layers=1, **options)
+    cached = tf_transfer.CachedClassifier(classifier, trainable_layers=1, tokenizer=loaded.tokenizer,
+                                          max_seq_length=32, batch_size=4, seed=0)
+    steps = cached.cached(train.text_a, train.labels).steps_per_epoch
+    cached.compile(optimizer=optimizers.build_optimizer(settings.optimizer, steps * 2),
+                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = cached.fit(train.text_a, train.labels, epochs=2, verbose=0)
+    return [epoch["loss"] for epoch in summary["epochs"]], history.history["loss"], cached, train
+
+
+@pytest.mark.parametrize("method, options", [("freeze", {}), ("lora", {"rank": 2})])
+def test_the_python_cache_trains_as_the_command_does(tmp_path, glue_dir, tiny_preset, method, options):
+    command, python, cached, train = _command_and_python_losses(tmp_path, glue_dir, tiny_preset, method, options)
+    assert len(command) == 2 and command[0] != command[1]
+    np.testing.assert_allclose(python, command, rtol=1e-5)
+    predictions = cached.predict(train.text_a[:5])
+    assert predictions.shape == (5, 2)
+    loss = cached.evaluate(train.text_a, train.labels, verbose=0)
+    assert np.isfinite(loss)
+
+
+def test_a_classifier_the_cache_cannot_split_is_refused(tiny_preset):
+    from conftest import make_tiny_backbone
+
+    backbone = make_tiny_backbone()
+    with pytest.raises(TransferError, match="the frozen-prefix cache cannot split BertBackbone"):
+        tf_transfer.CachedClassifier(backbone, trainable_layers=1, tokenizer=object())
+    with pytest.raises(TransferError, match="--cache_frozen needs frozen embeddings"):
+        tf_transfer.CachedClassifier(backbone, trainable_layers="all")
+    with pytest.raises(TransferError, match="--trainable_layers=5 exceeds the backbone's 3 encoder blocks"):
+        tf_transfer.CachedClassifier(backbone, trainable_layers=5)

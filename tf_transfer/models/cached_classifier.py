@@ -1,0 +1,178 @@
+"""The frozen-prefix cache from Python: a Keras model of a user's classifier above its frozen blocks, whose `fit`,
+`evaluate` and `predict` take texts; the frozen embeddings and blocks run once per set of texts (the commands'
+`--cache_frozen`, with the same cache, batches and suffix model: `cached_prefix.cache_splits`, `feeds.CachedFeed`,
+`cached_prefix.suffix_classifier`).
+
+Example:
+
+>>> import tf_transfer
+>>> cached = tf_transfer.CachedClassifier(classifier, trainable_layers=2)  # doctest: +SKIP
+>>> cached.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # doctest: +SKIP
+>>> cached.fit(texts, labels, epochs=3)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+import numpy as np
+
+from tf_transfer.core.errors import TransferError
+from tf_transfer.core.setting_groups import InputSettings
+from tf_transfer.data import cache, examples, feeds, inputs
+from tf_transfer.models import cached_prefix, freezing, user_model
+
+
+def _head_of(classifier):
+    """What `classifier` computes from the pooled vector: the project's `head` layer, or a keras-hub
+    classifier's dropout and dense layer over the pooler (BERT's and ELECTRA's classifiers)."""
+    try:
+        return classifier.get_layer("head")
+    except ValueError:
+        pass
+    dropout, dense = getattr(classifier, "output_dropout", None), getattr(classifier, "output_dense", None)
+    backbone = user_model.backbone_of(classifier)
+    if dense is None or dropout is None or not any(layer.name == freezing.POOLER for layer in backbone.layers):
+        raise TransferError(f"the frozen-prefix cache cannot split {type(classifier).__name__}: it takes a classifier "
+                            "whose head reads the pooler (keras-hub's BertTextClassifier, ElectraTextClassifier) or "
+                            "the project's own (a layer named 'head'); train this one with tf_transfer.freeze and fit")
+    return lambda pooled: dense(dropout(pooled))
+
+
+def _examples(x, y) -> examples.Examples:
+    """Texts (a list, array or pandas Series; a pair of them for sentence pairs) and labels as `Examples`."""
+    labels = np.zeros(0) if y is None else np.asarray(y)
+    pair = isinstance(x, tuple) and len(x) == 2
+    first, second = (list(x[0]), list(x[1])) if pair else (list(x), None)
+    if not all(isinstance(text, str) for text in first + (second or [])):
+        raise TransferError("CachedClassifier takes texts (strings), or a tuple of two lists of texts for pairs")
+    if y is None:
+        labels = np.zeros(len(first), np.int64)
+    elif len(labels) != len(first):
+        raise TransferError(f"{len(first)} texts but {len(labels)} labels")
+    labels = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
+    return examples.Examples(first, second, labels)
+
+
+class CachedClassifier(keras.Model):
+    """`classifier` above its frozen prefix: its last `trainable_layers` blocks, pooler and head as a Keras model on
+    the prefix's cached outputs (the weights are the classifier's own: training this trains it). The classifier's
+    embeddings and lower blocks must be frozen (`tf_transfer.freeze` or `apply_method` with the same
+    `trainable_layers`; nothing frozen yet: frozen here by the freezing rule). Each epoch's batches are the
+    commands': length buckets in an order seeded by `seed` and the epoch.
+
+    Args:
+      classifier: a keras-hub text classifier over a pooler (BERT, ELECTRA) or the project's classifier.
+      trainable_layers: the top blocks that train, 0..L (the rest are cached).
+      tokenizer: the classifier's tokenizer; default its preprocessor's.
+      max_seq_length: tokens per text, [CLS] and [SEP] included; default the preprocessor's, else 128.
+      batch_size: training batch size.
+      seed: the order of the batches.
+
+    Raises:
+      TransferError: a classifier the cache cannot split, `trainable_layers` beyond the depth or `"all"`, a
+        prefix with weights that still train.
+
+    Examples:
+
+    >>> import tf_transfer
+    >>> tf_transfer.CachedClassifier(classifier, trainable_layers="all")  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    tf_transfer.core.errors.TransferError: --cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'
+    """
+
+    def __init__(self, classifier, trainable_layers: int, tokenizer=None, max_seq_length: Optional[int] = None,
+                 batch_size: int = 32, seed: int = 0, **kwargs):
+        backbone = user_model.backbone_of(classifier)
+        trainable_layers = freezing.parse_trainable_layers(trainable_layers)
+        freezing.check_trainable_layers(trainable_layers, backbone.num_layers)
+        depth = cache.frozen_depth(trainable_layers, backbone.num_layers)
+        head = _head_of(classifier)
+        preprocessor = getattr(classifier, "preprocessor", None)
+        tokenizer = tokenizer or getattr(preprocessor, "tokenizer", None)
+        if tokenizer is None:
+            raise TransferError("CachedClassifier needs the classifier's tokenizer: pass tokenizer=")
+        _freeze_prefix(classifier, backbone, depth, trainable_layers)
+        suffix = cached_prefix.suffix_classifier(backbone, trainable_layers, head)
+        super().__init__(suffix.inputs, suffix.outputs, name=kwargs.pop("name", "cached_classifier"), **kwargs)
+        # Outside Keras' tracking: the backbone's and tokenizer's weights are not this model's own as well.
+        self._source = _Source(backbone, tokenizer)
+        self.trainable_layers = trainable_layers
+        self.batching = InputSettings(batch_size=batch_size, seed=seed, max_seq_length=max_seq_length or getattr(
+            preprocessor, "sequence_length", None) or 128)
+        self._epochs_done = 0
+
+    def cached(self, x, y=None, split: str = "train"):
+        """The feed of texts `x` (and labels `y`) over the cache, built once per distinct tokens (kept in memory for
+        the process, as the commands keep theirs)."""
+        backbone = self._source.backbone
+        encoded = inputs.encode(_examples(x, y), self._source.tokenizer, self.batching.max_seq_length)
+        built = cached_prefix.cache_splits(backbone, self.trainable_layers, {split: encoded}, f"model{id(backbone)}",
+                                           "python", self.batching)
+        return feeds.CachedFeed({"train": built[split][0], split: built[split][0]}, self.batching)
+
+    def fit(self, x=None, y=None, epochs: int = 1, initial_epoch: Optional[int] = None, validation_data=None,
+            **kwargs):
+        """Trains on texts `x` and labels `y` (or a dataset of cached batches, as Keras' `fit`); each call goes on
+        from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)`."""
+        if not _texts(x):
+            return super().fit(x, y, epochs=epochs, validation_data=validation_data, **kwargs)
+        feed = self.cached(x, y)
+        first = self._epochs_done if initial_epoch is None else initial_epoch
+        dataset = feed.train_batches(first + 1)
+        for epoch in range(first + 2, epochs + 1):
+            dataset = dataset.concatenate(feed.train_batches(epoch))
+        if validation_data is not None:
+            validation_data = self._scored(*validation_data)
+        history = super().fit(dataset, epochs=epochs, initial_epoch=first, steps_per_epoch=feed.steps_per_epoch,
+                              validation_data=validation_data, shuffle=False, **kwargs)
+        self._epochs_done = epochs
+        return history
+
+    def _scored(self, x, y):
+        feed = self.cached(x, y, "scored")
+        split = feed.splits["scored"]
+        plan = inputs.plan_eval_batches(split.lengths, self.batching.eval_batch_size, "bucket")
+        return cache.to_dataset(split, plan, self.batching.bucket_step, self.batching.max_seq_length)
+
+    def evaluate(self, x=None, y=None, **kwargs):
+        """Scores texts `x` with labels `y` (or a dataset of cached batches) in inference mode."""
+        if not _texts(x):
+            return super().evaluate(x, y, **kwargs)
+        return super().evaluate(self._scored(x, y), **kwargs)
+
+    def predict(self, x, **kwargs):
+        """The classifier's outputs for texts `x`, in their order (or Keras' `predict` of cached batches)."""
+        if not _texts(x):
+            return super().predict(x, **kwargs)
+        return self.cached(x, split="predicted").predict(self, "predicted")
+
+
+class _Source:
+    def __init__(self, backbone, tokenizer):
+        self.backbone, self.tokenizer = backbone, tokenizer
+
+
+def _texts(x) -> bool:
+    if isinstance(x, tuple) and len(x) == 2:
+        x = x[0]
+    return isinstance(x, (list, np.ndarray)) or type(x).__name__ == "Series"
+
+
+def _freeze_prefix(classifier, backbone, depth: int, trainable_layers) -> None:
+    """The prefix as the cache needs it: frozen. Nothing frozen yet: the freezing rule; frozen otherwise than the
+    cache's depth (or LoRA's adapters in it): refused, since the cache would silently stop them training."""
+    parts = {"embeddings"} | {f"block_{i}" for i in range(depth)}
+    training = [layer for layer in backbone.layers if freezing.block_of(backbone, layer) in parts
+                and layer.trainable_weights]
+    if not training:
+        return
+    if len(training) == len([layer for layer in backbone.layers if freezing.block_of(backbone, layer) in parts
+                             and layer.weights]):
+        user_model.freeze(classifier, trainable_layers)
+        return
+    raise TransferError(f"--cache_frozen with --trainable_layers={trainable_layers}: the embeddings and blocks 0.."
+                        f"{depth - 1} must be frozen, but {training[0].name} still trains; apply the method with "
+                        f"trainable_layers={trainable_layers}")

@@ -6,8 +6,9 @@ the epoch), so a batch still holds `batch_size` examples and the optimizer sees 
 update; only how the batch is laid out changes. Within a batch, rows are filled by first-fit decreasing (longest
 example first, each into the first row with room for it, a new row when none has): with at most a batch of
 examples to place, it is exact enough (within one row of the optimum on GLUE's lengths) and costs microseconds.
-The row count varies from batch to batch; every row is as wide as the fullest one, rounded up to a multiple of
-`bucket_step` (at most `max_seq_length`), so the compiled step meets few widths.
+The row count varies from batch to batch; the row budget is chosen per batch (`layout`: the multiple of
+`bucket_step` up to `max_seq_length` that computes the fewest tokens), and every row is as wide as the fullest one,
+rounded up to a multiple of `bucket_step`, so the compiled step meets few widths.
 
 What the packed model (`tf_transfer.models.packed`) needs besides the tokens, all per row position:
 `position_ids` (0 at each example's first token), `example_ids` (the example's place in the batch, -1 on padding:
@@ -54,9 +55,22 @@ def row_width(rows: list, lengths: np.ndarray, budget: int, bucket_step: int) ->
 
 
 def layout(lengths: np.ndarray, budget: int, bucket_step: int) -> tuple:
-    """`(rows, width)` of one batch with these example lengths (see `first_fit_decreasing`, `row_width`)."""
-    rows = first_fit_decreasing(lengths, budget)
-    return rows, row_width(rows, lengths, budget, bucket_step)
+    """`(rows, width)` of one batch with these example lengths: of the row budgets from its longest example (in
+    multiples of `bucket_step`) up to `budget`, the one whose first-fit decreasing rows compute the fewest tokens
+    (the narrower on a tie: attention costs the square of the width). A batch of short sentences thus packs into
+    many narrow rows rather than a few rows of `budget` with a half-empty last one."""
+    lengths = np.asarray(lengths)
+    longest = int(lengths.max()) if len(lengths) else 1
+    best = None
+    for width in range(-(-longest // bucket_step) * bucket_step, budget + bucket_step, bucket_step):
+        width = min(width, budget)
+        rows = first_fit_decreasing(lengths, width)
+        computed = len(rows) * row_width(rows, lengths, width, bucket_step)
+        if best is None or computed < best[0]:
+            best = (computed, rows, row_width(rows, lengths, width, bucket_step))
+        if len(rows) <= 1 or width == budget:  # a wider budget cannot need fewer rows than one
+            break
+    return best[1], best[2]
 
 
 def computed_tokens(lengths: np.ndarray, budget: int, bucket_step: int) -> int:

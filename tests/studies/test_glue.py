@@ -116,3 +116,17 @@ def test_early_stopping_in_a_real_run(glue_dir, one_block_preset, tmp_path):
                 max_train_examples=8), str(tmp_path))
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2]
     assert summary["stopped_early"] is True and summary["best_epoch"] == 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--padding=pack", "--jit_compile=true"], "--padding=pack gives batches of varying row counts"),
+    (["--padding=pack", "--cache_frozen", "--trainable_layers=1"], "--padding=pack does not feed the frozen-prefix"),
+    (["--padding=packed"], "--padding"),
+], ids=["xla", "cache", "misspelt"])
+def test_impossible_packing_is_one_error_line(glue_dir, tiny_preset, tmp_path, flags, message):
+    from conftest import run_module
+
+    result = run_module("tf_transfer.glue", "--task=sst2", f"--data_dir={glue_dir}", f"--preset={tiny_preset}",
+                        "--max_epochs=1", f"--output_dir={tmp_path}", *flags)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and message in errors[0], result.stderr[-2000:]

@@ -30,7 +30,9 @@ def _config(glue_dir, preset, **overrides):
     # LoRA's A and B and their Adam slots come back; the cache feeds the block that carries them.
     dict(trainable_layers=1, method="lora", lora_rank=2, cache_frozen=True),
     dict(trainable_layers="all", method="bitfit"),
-], ids=["freeze", "lora_cached", "bitfit"])
+    # Packed batches: each epoch's layout comes from the seeded plan alone, as the padded batches do.
+    dict(trainable_layers="all", method="bitfit", padding="pack"),
+], ids=["freeze", "lora_cached", "bitfit", "bitfit_packed"])
 def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, one_block_preset, tmp_path, monkeypatch, method):
     """On the one-block preset with its block, pooler and head trained and the embeddings frozen (a frozen part
     and a trained part, as with 2 of 3 blocks), at about half the 3-block preset's traces. What a process killed
@@ -44,7 +46,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, one_block_preset,
     assert os.path.exists(tmp_path / "resumed" / "checkpoint-epoch1.npz")
 
     resumed = runner.run_glue(_config(glue_dir, **settings), str(tmp_path / "resumed"))
-    assert resumed["completed"] is True
+    assert resumed["completed"] is True and resumed["config"]["padding"] == method.get("padding", "bucket")
     assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3]
     assert resumed["epochs"][0] == partial["epochs"][0]  # the finished epoch is kept as it was
     assert [r["after_epoch"] for r in resumed["resumes"]] == [1]

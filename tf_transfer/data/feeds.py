@@ -30,7 +30,7 @@ import numpy as np
 
 from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import cache
-from tf_transfer.data import inputs
+from tf_transfer.data import inputs, packing
 
 
 def train_bucket_step(batch_size: int, bucket_step: int, jit: bool) -> int:
@@ -52,7 +52,7 @@ class Feed:
         self.splits = splits
         self.batch_size, self.seed, self.padding = settings.batch_size, settings.seed, settings.padding
         self.bucket_step = (train_bucket_step(settings.batch_size, settings.bucket_step, jit)
-                            if settings.padding == "bucket" else settings.bucket_step)
+                            if settings.padding in ("bucket", "pack") else settings.bucket_step)
         self.eval_bucket_step = settings.bucket_step
         self.max_seq_length = max_seq_length
         self.eval_batch_size = settings.eval_batch_size
@@ -97,11 +97,19 @@ class Feed:
         return inputs.padded_length(self.train.lengths[indices], self.padding, self.max_seq_length,
                                     self.bucket_step)
 
+    def computed_shape(self, indices) -> tuple:
+        """`(rows, width)` of the token grid the training step computes for this batch: its examples by their
+        padded length, or the rows and width of its packed layout (`--padding=pack`)."""
+        if self.padding == "pack":
+            rows, width = packing.layout(self.train.lengths[indices], self.max_seq_length, self.bucket_step)
+            return len(rows), width
+        return len(indices), self.padded_length(indices)
+
     @property
     def padding_efficiency(self) -> float:
-        """Real tokens / padded tokens over an epoch's training batches."""
+        """Real tokens / computed tokens (padding included) over an epoch's training batches."""
         plan = self.plan(1)
-        padded = sum(len(indices) * self.padded_length(indices) for indices in plan)
+        padded = sum(int(np.prod(self.computed_shape(indices))) for indices in plan)
         return int(sum(self.train.lengths[indices].sum() for indices in plan)) / padded if padded else 0.0
 
     @property
@@ -120,7 +128,7 @@ class Feed:
             return inputs.one_per_bucket(self.train.lengths, self.padding, self.max_seq_length, self.bucket_step)
         first = {}
         for indices in self.plan(1):
-            first.setdefault((len(indices), self.padded_length(indices)), indices)
+            first.setdefault((len(indices), *self.computed_shape(indices)), indices)
         # Without XLA, Keras' step function relaxes its input shapes after a few traces: three shapes suffice.
         return list(first.values())[:3]
 

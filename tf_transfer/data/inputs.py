@@ -29,7 +29,9 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-PADDINGS = ("bucket", "fixed")
+from tf_transfer.data import packing
+
+PADDINGS = ("bucket", "fixed", "pack")
 
 
 @dataclasses.dataclass
@@ -114,7 +116,7 @@ def plan_train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: i
     """
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
-    if padding == "fixed":
+    if padding in ("fixed", "pack"):
         return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     boundaries = bucket_boundaries(max_seq_length, bucket_step)
     bucket_of = np.searchsorted(boundaries, lengths)
@@ -134,11 +136,14 @@ def plan_train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: i
 
 def plan_eval_batches(lengths: np.ndarray, batch_size: int, padding: str) -> list:
     """Index arrays for scoring: sorted by length so that little is padded (order does not change predictions)."""
-    order = np.argsort(lengths, kind="stable") if padding == "bucket" else np.arange(len(lengths))
+    order = np.argsort(lengths, kind="stable") if padding in ("bucket", "pack") else np.arange(len(lengths))
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def _features(encoded: Encoded, indices: np.ndarray, length: int) -> dict:
+def _features(encoded: Encoded, indices: np.ndarray, length: int, padding: str, bucket_step: int) -> dict:
+    if padding == "pack":
+        return packing.features(encoded.token_ids[indices], encoded.segment_ids[indices], encoded.lengths[indices],
+                                encoded.input_names, bucket_step)
     token_ids = encoded.token_ids[indices, :length]
     mask = (np.arange(length)[None, :] < encoded.lengths[indices, None]).astype(np.int32)
     features = {"token_ids": token_ids, "segment_ids": encoded.segment_ids[indices, :length], "padding_mask": mask}
@@ -171,16 +176,20 @@ def batches(encoded: Encoded, plan: list, padding: str, bucket_step: int, with_l
     for indices in plan:
         length = padded_length(encoded.lengths[indices], padding, encoded.max_seq_length, bucket_step)
         if not with_labels:
-            yield _features(encoded, indices, length)
+            yield _features(encoded, indices, length, padding, bucket_step)
             continue
         indices, weights = fill_batch(indices, fill_to)
-        yield _features(encoded, indices, length), _label_batch(encoded, indices), weights
+        yield _features(encoded, indices, length, padding, bucket_step), _label_batch(encoded, indices), weights
 
 
-def _signature(encoded: Encoded, with_labels: bool):
+def _signature(encoded: Encoded, with_labels: bool, padding: str):
     import tensorflow as tf
 
-    features = {name: tf.TensorSpec([None, None], tf.int32) for name in encoded.input_names}
+    names = encoded.input_names
+    if padding == "pack":
+        names = [name for name in names if name != "padding_mask"] + list(packing.PACKED_INPUTS)
+    features = {name: tf.TensorSpec([None] if name == "example_starts" else [None, None], tf.int32)
+                for name in names}
     if not with_labels:
         return features
     label = tf.TensorSpec([None, 1], tf.float32) if encoded.regression else tf.TensorSpec([None], tf.int32)
@@ -194,7 +203,7 @@ def to_dataset(encoded: Encoded, plan: list, padding: str, bucket_step: int, wit
 
     dataset = tf.data.Dataset.from_generator(
         lambda: batches(encoded, plan, padding, bucket_step, with_labels, fill_to),
-        output_signature=_signature(encoded, with_labels),
+        output_signature=_signature(encoded, with_labels, padding),
     )
     return prefetched(dataset, len(plan))
 

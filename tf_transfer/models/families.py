@@ -42,13 +42,14 @@ def embeddings_output(backbone):
     return backbone.get_layer(name).output
 
 
-def run_blocks(backbone, blocks, hidden, padding_mask):
-    """Applies `blocks` (some of `backbone.transformer_layers`) to `hidden` as the backbone does: DeBERTa-v3's
+def run_blocks(backbone, blocks, hidden, padding_mask=None, attention_mask=None):
+    """Applies `blocks` (some of `backbone.transformer_layers`) to `hidden` as the backbone does, masked by a
+    `padding_mask` `[batch, length]` or an `attention_mask` `[batch, length, length]` (packed rows): DeBERTa-v3's
     blocks also take the shared relative-position table, which depends on the batch size only."""
     family = of(backbone)
     extra = {}
     if family.relative_embeddings:
         extra["rel_embeddings"] = backbone.get_layer(family.relative_embeddings)(hidden)
     for block in blocks:
-        hidden = block(hidden, padding_mask=padding_mask, **extra)
+        hidden = block(hidden, padding_mask=padding_mask, attention_mask=attention_mask, **extra)
     return hidden

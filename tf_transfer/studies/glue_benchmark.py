@@ -193,8 +193,10 @@ def _work_done(feed, timed: list, backbone, config: GlueSettings) -> tuple:
     lengths = feed.train.lengths
     examples = sum(len(b) for b in timed)
     real_tokens = sum(int(lengths[b].sum()) for b in timed)
-    # Under XLA a partial batch is filled to full size (feeds' fill_to): the work done is the filled batch's.
-    padded = [(max(len(b), feed.fill_to or 0), feed.padded_length(b)) for b in timed]
+    # Under XLA a partial batch is filled to full size (feeds' fill_to): the work done is the filled batch's. Packed
+    # batches compute their rows (`computed_shape`), not their examples.
+    shapes = [feed.computed_shape(b) for b in timed]
+    padded = [(max(rows, feed.fill_to or 0), length) for rows, length in shapes]
     padded_tokens = sum(n * length for n, length in padded)
     flops = sum(step_flops(n, length, backbone.num_layers, config.trainable_layers, int(backbone.hidden_dim),
                            int(backbone.intermediate_dim), config.cache_frozen, config.method) for n, length in padded)

@@ -92,7 +92,9 @@ class GlueSettings(RunSettings):
     metric: Optional[str] = setting(None, "Validation metric for early stopping (default: the task's primary "
                                           "metric).")
     padding: str = setting("bucket", "bucket: pad each batch to its length bucket (same results, less compute); "
-                                     "fixed: pad to --max_seq_length as the paper did.")
+                                     "fixed: pad to --max_seq_length as the paper did; pack: lay each batch's "
+                                     "examples end to end in rows of --max_seq_length tokens, each seeing only "
+                                     "itself (same function, far fewer tokens; dropout draws differ).")
     settings_lib.add_fields(vars(), settings_lib.shared("bucket_step", "eval_batch_size", "skip_bad_rows"))
     cache_frozen: bool = setting(
         False, "Compute the frozen embeddings and blocks once per split (inference mode, stored as float16) and "
@@ -189,6 +191,12 @@ class GlueSettings(RunSettings):
             *methods.registry.method_rules(self),
             (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
              "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
+            (not (self.padding == "pack" and self.cache_frozen),
+             "--padding=pack does not feed the frozen-prefix cache yet: use --padding=bucket with --cache_frozen"),
+            # XLA compiles one program per input shape, and a packed batch's row count varies with its lengths.
+            (not (self.padding == "pack" and str(self.jit_compile).lower() == "true"),
+             "--padding=pack gives batches of varying row counts, one XLA program each: use --jit_compile=auto or "
+             "false"),
             *methods.registry.other_methods_rules(self),
         ]
 

@@ -159,7 +159,7 @@ class GlueTask(Task):
 
     def _model_and_feed(self):
         from tf_transfer.data import feeds
-        from tf_transfer.models import cached_prefix, heads, methods
+        from tf_transfer.models import cached_prefix, heads, methods, packed
 
         settings, model, backbone = self.settings, self.settings.model, self.backbone
         head = heads.pooled_head(self.task.num_labels, model.dropout, backbone)
@@ -168,6 +168,8 @@ class GlueTask(Task):
             feed = self._cached_feed()
             return cached_prefix.suffix_classifier(backbone, model.trainable_layers, head), feed
         feed = feeds.TokenFeed(self.encoded, settings.inputs, settings.runtime.jit)
+        if settings.padding == "pack":
+            return packed.build_classifier(backbone, head), feed
         return heads.build_classifier(backbone, self.task.num_labels, model.dropout, head=head), feed
 
     def _cached_feed(self):

@@ -124,7 +124,8 @@ GLUE_OWN = (
           "sha256}}}`; absent for a GLUE task", required=False),
     Field("labels", (list, type(None)), "your own data: the labels in class order (`null` for a regression); absent "
           "for a GLUE task", required=False),
-    Field("padding_efficiency", MAYBE_NUMBER, "real / padded tokens of the training batches"),
+    Field("padding_efficiency", MAYBE_NUMBER,
+          "real / computed tokens of the training batches (rows x width when packed)"),
     Field("cache_frozen", (bool,), "`--cache_frozen`"),
     Field("cache_time_s", MAYBE_NUMBER, "seconds this run spent building frozen-prefix caches (0 when reused)"),
     Field("cache_build_s", MAYBE_NUMBER, "what the caches it used cost to build (wall), whoever built them"),

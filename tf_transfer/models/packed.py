@@ -1,0 +1,94 @@
+"""The packed classifier (`--padding=pack`): a backbone's own layers applied to rows that hold several examples
+end to end (`tf_transfer.data.packing`), computing for each example what the padded model computes.
+
+keras-hub's backbones, as functional models, take only a padding mask, so this model calls their pieces itself,
+as the frozen-prefix cache's models do (`cached_prefix`): the embeddings with explicit position ids (restarting at
+0 at each example's first token; keras-hub's `PositionEmbedding` takes `positions`), each example's own segment
+ids, then every block with a 3-D attention mask that lets a token see only the tokens of its own example (a
+block-diagonal mask per row: Krell et al., "Efficient Sequence Packing without Cross-contamination", 2021). The
+head reads each example's first token ([CLS]) through the family's pooler, so the outputs are per example, in the
+batch's order, and so are the loss and the metrics.
+
+Masked attention weights are exactly 0 (keras' masked softmax adds -1e9 before `exp`), layer norms and dense
+layers act per token, and DeBERTa-v3's relative positions depend only on the distance between two tokens: an
+example's outputs differ from the padded model's only by the summation order of differently shaped matrix
+products (tests/models/test_packed.py measures it per family).
+
+Example:
+
+>>> from tf_transfer.models import heads, packed
+>>> model = packed.build_classifier(backbone, head=heads.pooled_head(2, backbone=backbone))  # doctest: +SKIP
+>>> logits = model(packing_features)  # one row per example  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tf_transfer.core.errors import TransferError
+from tf_transfer.data import packing
+from tf_transfer.models import families
+
+# Family key -> how its embeddings take explicit positions: "absolute" (a position table: BERT's and ELECTRA's own
+# layers, RoBERTa's and DistilBERT's TokenAndPositionEmbedding), "relative" (none: DeBERTa-v3's blocks see only
+# distances between tokens, unchanged by where an example sits in its row).
+POSITIONS = {"bert": "absolute", "electra": "absolute", "roberta": "absolute", "distil_bert": "absolute",
+             "deberta_v3": "relative"}
+
+
+def check_packable(backbone) -> None:
+    """`TransferError` naming the family when the packed model does not know its embeddings."""
+    family = families.of(backbone)
+    if family.key not in POSITIONS:
+        supported = ", ".join(f.name for f in families.FAMILIES.values() if f.key in POSITIONS)
+        raise TransferError(f"--padding=pack does not support {family.name} encoders (its embeddings take no "
+                            f"explicit positions here): use --padding=bucket, or a {supported} preset")
+
+
+def packed_inputs(family: families.Family) -> dict:
+    """The packed model's inputs: the family's token inputs without `padding_mask`, and `packing.PACKED_INPUTS`."""
+    names = [name for name in family.inputs if name != "padding_mask"] + list(packing.PACKED_INPUTS)
+    return {name: keras.Input(shape=() if name == "example_starts" else (None,), dtype="int32", name=name)
+            for name in names}
+
+
+def embed(backbone, inputs: dict):
+    """The embeddings' output (block 0's input) of packed rows: positions from `position_ids`, not the row index."""
+    family = families.of(backbone)
+    if family.key in ("bert", "electra"):
+        tokens = backbone.token_embedding(inputs["token_ids"])
+        positions = backbone.position_embedding(tokens, positions=inputs["position_ids"])
+        hidden = backbone.embeddings_add((tokens, positions, backbone.segment_embedding(inputs["segment_ids"])))
+    elif family.key in ("roberta", "distil_bert"):
+        hidden = backbone.embeddings(inputs["token_ids"], positions=inputs["position_ids"])
+    else:
+        hidden = backbone.token_embedding(inputs["token_ids"])
+    hidden = backbone.embeddings_dropout(backbone.embeddings_layer_norm(hidden))
+    if getattr(backbone, "embeddings_projection", None) is not None:  # ELECTRA's narrower embeddings
+        hidden = backbone.embeddings_projection(hidden)
+    return hidden
+
+
+def attention_mask(example_ids):
+    """`[rows, width, width]`: token i of a row may attend to token j when both belong to the same example."""
+    return ops.cast(ops.equal(ops.expand_dims(example_ids, 2), ops.expand_dims(example_ids, 1)), "int32")
+
+
+def first_tokens(hidden, example_starts):
+    """`[examples, hidden]`: each example's first token's vector, read at its flat index in the rows."""
+    return ops.take(ops.reshape(hidden, (-1, ops.shape(hidden)[-1])), example_starts, axis=0)
+
+
+def build_classifier(backbone, head) -> keras.Model:
+    """A functional model from packed inputs (`packed_inputs`) to `head`'s outputs, one row per example: the
+    backbone's embeddings and blocks on packed rows, then the family's sentence vector of each example (its pooled
+    [CLS], or its first token's vector) and `head`."""
+    check_packable(backbone)
+    family = families.of(backbone)
+    inputs = packed_inputs(family)
+    hidden = families.run_blocks(backbone, backbone.transformer_layers, embed(backbone, inputs),
+                                 attention_mask=attention_mask(inputs["example_ids"]))
+    first = first_tokens(hidden, inputs["example_starts"])
+    vector = backbone.get_layer("pooled_dense")(first) if family.pooler else first
+    return keras.Model(inputs, head(vector), name="packed_classifier")

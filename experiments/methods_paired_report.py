@@ -250,6 +250,22 @@ def claims_rows(table: dict, tasks: list, gains: dict, design: Design) -> list:
     return rows
 
 
+def answer_section(collected: list, table: dict, tasks: list, gains: dict, design: Design) -> list:
+    """The answer for a user, per task: each method against full fine-tuning."""
+    lines = ["## The answer", "",
+             "Per task: each method against full fine-tuning over the seeds paired on one kind of machine "
+             "(seed-paired 95% intervals; time is training CPU seconds to the stopping point, the cache's build "
+             "charged; memory is the peak resident set above the one before training).", ""]
+    for task in tasks:
+        metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
+                      get_task(task).primary_metric)
+        lines += [f"**{task}** ({metric}; full fine-tuning's validation gain over the constant prediction: "
+                  + (f"{_interval_text(gains[task], 1)} points, " if gains.get(task) else "not known yet, ")
+                  + f"{'testable' if testable(gains.get(task)) else 'not testable (yet)'})", "",
+                  reports.markdown_table(ANSWER_HEADER, answer_rows(table, task, design)), ""]
+    return lines
+
+
 def write_report(collected: list, out: str, study, variant: str, design: Design) -> str:
     chosen = study.variant(variant)
     usable = paired_collected(collected)
@@ -276,17 +292,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
              f"({variant} variant)", "",
              f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in all_compared if r['summary'])} of "
              f"the {len(all_compared)} compared). Generated from the runs below by the command at the end.", "",
-             "## The answer", "",
-             "Per task: each method against full fine-tuning over the seeds paired on one kind of machine "
-             "(seed-paired 95% intervals; time is training CPU seconds to the stopping point, the cache's build "
-             "charged; memory is the peak resident set above the one before training).", ""]
-    for task in tasks:
-        metric = next((r["summary"]["metric"] for r in collected if r["summary"] and r["settings"]["task"] == task),
-                      get_task(task).primary_metric)
-        lines += [f"**{task}** ({metric}; full fine-tuning's validation gain over the constant prediction: "
-                  + (f"{_interval_text(gains[task], 1)} points, " if gains.get(task) else "not known yet, ")
-                  + f"{'testable' if testable(gains.get(task)) else 'not testable (yet)'})", "",
-                  reports.markdown_table(ANSWER_HEADER, answer_rows(table, task, design)), ""]
+             *answer_section(collected, table, tasks, gains, design)]
     lines += design_section(design)
     lines += data_section(collected)
     lines += ["## The claims", "", reports.claims_table(claims_rows(table, tasks, gains, design)), ""]

@@ -590,6 +590,21 @@ def searches_section(collected: list, tasks: list, design: Design) -> list:
                     reports.markdown_table(["task", "search", "at an end", "rate: validation"], searches), ""]
 
 
+def runs_sentence(collected: list, compared: list, design: Design) -> str:
+    """How many runs have completed (and how many distinct ones, where compared seed-0 runs are the searches'), and
+    whether the study is still running or why it stopped."""
+    own = sum(1 for r in collected if r["summary"])
+    return (f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in compared if r['summary'])} of the "
+            f"{len(compared)} compared)."
+            + (f" They are {len({r['folder'] for r in collected if r['summary']})} distinct runs: a compared "
+               "seed-0 run is its search's run at the chosen rate, counted twice above."
+               if design.compared_seeds_searched else "")
+            + ("" if own == len(collected) else
+               f" The study stopped: {design.stopped}" if design.stopped else
+               " The verdicts below rest on the runs completed so far; the study is still running (see *Still to "
+               "run*)."))
+
+
 def write_report(collected: list, out: str, study, variant: str, design: Design) -> str:
     chosen = study.variant(variant)
     methods = design.methods
@@ -614,15 +629,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
                                               and r["settings"]["part"] == FULL], out)
     seeds = sorted({r["settings"]["seed"] for r in compared})
     own = sum(1 for r in collected if r["summary"])
-    done = (f"Runs so far: {own} of {len(collected)} completed ({sum(1 for r in compared if r['summary'])} of the "
-            f"{len(compared)} compared)."
-            + (f" They are {len({r['folder'] for r in collected if r['summary']})} distinct runs: a compared "
-               "seed-0 run is its search's run at the chosen rate, counted twice above."
-               if design.compared_seeds_searched else "")
-            + ("" if own == len(collected) else
-               f" The study stopped: {design.stopped}" if design.stopped else
-               " The verdicts below rest on the runs completed so far; the study is still running (see *Still to "
-               "run*)."))
+    done = runs_sentence(collected, compared, design)
     lines = [f"# What to train: freezing, LoRA and BitFit compared ({variant} variant)", "",
              f"Checks {study.paper} on {', '.join(tasks)} with all-MiniLM-L6-v2 (6 blocks, 384 wide), seeds "
              f"{', '.join(map(str, seeds))} compared, each method at its own rate searched per task. Generated from "

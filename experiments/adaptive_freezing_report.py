@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from experiments import methods_report as shared
+import experiments.methods_report as shared
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task

@@ -17,7 +17,7 @@ rate was chosen on them.
 
 from __future__ import annotations
 
-from experiments import methods_report
+from experiments.methods_report import Design
 from experiments.methods import best_validation, pick_rate
 from experiments.transfer_learning import pinned_commands
 from tf_transfer.studies import grid as studies
@@ -134,7 +134,7 @@ GRID = Grid(
     dependent={"lr": resolve_lr},
     task_flagfiles={"sst2": "flags/methods_full_sst2.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=pinned_commands("methods_full"))},
-    report=methods_report.Design(
+    report=Design(
         METHODS, TASKS, method_of, pick_rate,
         stopped="after 9 SST-2 rate-search runs and before any compared run, its design was replaced by the "
                 "methods_paired study's (seeds from a power calculation, pairs kept on one kind of machine, the "

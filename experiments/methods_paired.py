@@ -45,8 +45,8 @@ The design (`DESIGN`, printed first in the report; committed before the first co
 
 from __future__ import annotations
 
-from experiments import adaptive_freezing
-from experiments import methods_paired_report as report
+import experiments.adaptive_freezing as adaptive_freezing
+import experiments.methods_paired_report as report
 from experiments.methods import best_validation, pick_rate
 from experiments.methods_full import method_named
 from tf_transfer.core import stats

@@ -11,7 +11,7 @@ import os
 from collections import defaultdict
 from typing import Callable
 
-from experiments import methods_report as shared
+import experiments.methods_report as shared
 from experiments.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task

@@ -16,7 +16,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
-from tf_transfer.models.methods import scope
+import tf_transfer.models.methods.scope as scope
 from tf_transfer.models.methods.registry import Method
 
 MIN_TRAINABLE_LAYERS = {

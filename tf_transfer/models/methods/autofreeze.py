@@ -15,7 +15,7 @@ from typing import Optional
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.settings import setting
-from tf_transfer.models.methods import adaptive
+import tf_transfer.models.methods.adaptive as adaptive
 from tf_transfer.models.methods.registry import register
 
 

@@ -17,7 +17,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
-from tf_transfer.models.methods import scope
+import tf_transfer.models.methods.scope as scope
 from tf_transfer.models.methods.registry import Method, register
 
 RATES = (1e-3, 5e-3)  # the sweep's: BitFit's paper trains at 1e-4..1e-3 with far more steps

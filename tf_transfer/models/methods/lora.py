@@ -30,7 +30,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.core.record_schema import Field, Schema
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
-from tf_transfer.models.methods import scope
+import tf_transfer.models.methods.scope as scope
 from tf_transfer.models.methods.registry import Method, register
 
 # Where each target sits in a block of keras-hub's encoders (TransformerEncoder, and DeBERTa-v3's

@@ -14,9 +14,11 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 
@@ -24,7 +26,9 @@ import experiments.methods_report as shared
 from experiments.methods import best_validation, pick_rate
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
+from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.claims import Claim
 from tf_transfer.reporting import validation_baselines
 from tf_transfer.reporting.data_note import data_section
 
@@ -115,25 +119,16 @@ def score_difference(table: dict, method: str, task: str, reference: str = FULL)
     return interval if interval is not None and interval.n else None
 
 
-def testable(gains: dict, task: str) -> bool:
-    return gains.get(task, float("-inf")) >= shared.LEARNED_POINTS
-
-
-def claim_row(claim: str, paper: str, intervals: dict, tasks: list, margin: float, direction: str, basis: str,
-              scale: float = 1.0, unit: str = "", digits: int = 1) -> list:
-    """One row of the claims table, tested on every task of the study (Holm across them): `intervals` maps each
-    task where both sides ran to its interval (None: not testable at this budget); a task not run yet leaves the
-    claim inconclusive unless another task already refutes it, and no task run leaves it without a verdict."""
+def claim_of(claim: str, paper: str, intervals: dict, labels: list, decide, basis: str, scale: float = 1.0,
+             unit: str = "", digits: int = 1) -> Claim:
+    """A claim tested on every task of the study (Holm across them): `intervals` maps each task where both sides
+    ran to its interval (None: not testable at this budget); `decide` is its verdict kind with its margin
+    (`claims.as_good_as`, `claims.at_least`). A task not run yet leaves the claim inconclusive unless another task
+    already refutes it, and no task run leaves it without a verdict."""
     if not intervals:
-        return [claim, paper, "not run yet", stats.NOT_RUN, basis]
-    found = stats.verdicts(intervals, margin, direction)
-    missing = [t for t in tasks if t not in intervals]
-    kind = stats.overall([*found.values(), *[stats.INCONCLUSIVE] * len(missing)])
-    if kind == stats.NOT_TESTABLE and missing:
-        kind = stats.INCONCLUSIVE
-    ours = "; ".join([f"{t} {found[t].cell(digits, scale, unit)}" for t in tasks if t in found]
-                     + [f"{t} not run yet" for t in missing])
-    return [claim, paper, ours, kind, basis]
+        return claims.not_run(claim, paper, basis)
+    found = decide(intervals, pending=[t for t in labels if t not in intervals])
+    return Claim(claim, paper, found.cells(digits, scale, unit, order=labels), found.verdict, basis, found.results)
 
 
 def time_savings(table: dict, method: str, tasks: list, reference: str = FULL, key: str = "time") -> tuple:
@@ -154,25 +149,17 @@ def time_savings(table: dict, method: str, tasks: list, reference: str = FULL, k
     return labels, found
 
 
-def with_probed(row: list, table: dict, method: str, tasks: list, reference: str = FULL) -> list:
-    """A time claim's row with each task's share saved once divided by the speed probe beside it, where both sides
-    of at least two seeds recorded the probe (the raw interval decides)."""
+def with_probed(claim: Claim, table: dict, method: str, tasks: list, reference: str = FULL) -> Claim:
+    """A time claim with each task's share saved once divided by the speed probe beside it, where both sides of at
+    least two seeds recorded the probe (the raw interval decides)."""
     extra = []
     labels, probed = time_savings(table, method, tasks, reference, "probed")
     for label in labels:
         if probed.get(label) is not None and probed[label].n >= 2:
             extra.append(f"{label} {probed[label].text(0, 100, '%')} over {probed[label].n} seeds")
-    if extra:
-        row[2] += "; divided by the speed probe: " + ", ".join(extra)
-    return row
-
-
-def as_target(row: list) -> list:
-    """A row that checks this project's target, not a paper's claim: its verdicts read as a target's."""
-    for i in (2, 3):
-        text = row[i].replace(stats.NOT_REPRODUCED, "\0")
-        row[i] = text.replace(stats.REPRODUCED, stats.TARGET_MET).replace("\0", stats.TARGET_MISSED)
-    return row
+    if not extra:
+        return claim
+    return dataclasses.replace(claim, ours=claim.ours + "; divided by the speed probe: " + ", ".join(extra))
 
 
 def premise_note(table: dict, tasks: list) -> str:
@@ -184,36 +171,38 @@ def premise_note(table: dict, tasks: list) -> str:
             "it is a cheaper but worse comparator") if below else ""
 
 
-def claims(table: dict, tasks: list, gains: dict) -> list:
+def claims_of(table: dict, tasks: list, gains: dict) -> list:
+    """The papers' claims and this project's targets for AutoFreeze and FreezeOut, as `Claim`s."""
     rows = []
     papers = {AUTOFREEZE: "up to 2.55x faster fine-tuning \"while preserving accuracy\" (AutoFreeze, arXiv "
                           "2102.01386, abstract; BERT-base on a GPU)",
               FREEZEOUT: "about 20% less wall time, no accuracy loss on ResNets, 3% on DenseNets (FreezeOut, arXiv "
                          "1706.04983; CIFAR)"}
     for method in ADAPTIVE:
-        scores = {t: (i if testable(gains, t) else None) for t in tasks
+        scores = {t: (i if claims.testable(gains, t) else None) for t in tasks
                   if (i := score_difference(table, method, t)) is not None}
         labels, saved = time_savings(table, method, tasks)
         static_labels, static = time_savings(table, method, tasks, STATIC)
         share, words = PAPER_TIME[method]
         target = 1 - (TIME_TARGET if method == AUTOFREEZE else share)
-        time_row = with_probed(claim_row(
+        time_row = with_probed(claim_of(
             f"{method} saves at least {100 * target:.0f}% of full fine-tuning's time"
             + (" (this project's target)" if method == AUTOFREEZE else ""),
-            f"{words} ({100 * (1 - share):.0f}% saved)", saved, labels, target, "at least",
+            f"{words} ({100 * (1 - share):.0f}% saved)", saved, labels, partial(claims.at_least, margin=target),
             "share of full fine-tuning's time to stop (the same stopping rule, caches included) saved, raw CPU "
             "seconds (they decide), pairs within one kind of machine; "
             + (f"issue 40's target: at most {100 * TIME_TARGET:.0f}% of its time (stretch {100 * TIME_STRETCH:.0f}%, "
                "the paper's 2.55x is an \"up to\" on a GPU, which this CPU target neither confirms nor contradicts)"
                if method == AUTOFREEZE else "the paper's 20%"), 100, "%", 0), table, method, tasks)
         rows += [
-            claim_row(f"{method} scores as full fine-tuning does", papers[method], scores, tasks, SCORE_MARGIN,
-                      "as good as", f"GLUE dev, points, {method} minus full fine-tuning; reproduced on a task where "
-                      f"the interval lies above -{SCORE_MARGIN:g} point, not reproduced where below"),
-            as_target(time_row) if method == AUTOFREEZE else time_row,
-            as_target(with_probed(claim_row(
+            claim_of(f"{method} scores as full fine-tuning does", papers[method], scores, tasks,
+                     partial(claims.as_good_as, margin=SCORE_MARGIN), f"GLUE dev, points, {method} minus full "
+                     f"fine-tuning; reproduced on a task where the interval lies above -{SCORE_MARGIN:g} point, not "
+                     "reproduced where below"),
+            claims.as_target(time_row) if method == AUTOFREEZE else time_row,
+            claims.as_target(with_probed(claim_of(
                 f"{method} is cheaper than the best static k", "none (this project's target: cheaper than the best "
-                "k of a freezing sweep, at the same score)", static, static_labels, 0.0, "at least",
+                "k of a freezing sweep, at the same score)", static, static_labels, claims.ahead,
                 "share of the best static k's time to stop saved (the k chosen at seed 0 as the cheapest within "
                 f"{WITHIN:g} points of full fine-tuning on validation), pairs within one kind of machine"
                 + premise_note(table, tasks), 100, "%", 0), table, method, tasks, STATIC)),
@@ -440,7 +429,7 @@ def learned_sentence(table: dict, tasks: list, gains: dict, provisional: dict, i
                      and interval.low < shared.LEARNED_POINTS <= gains[task] else "")
             parts.append(f"{task} {shown} points (seeds {', '.join(map(str, seeds))}: "
                          + ("testable by the rule fixed before the runs, on the mean" + doubt + ")"
-                            if testable(gains, task) else "not testable at this budget)"))
+                            if claims.testable(gains, task) else "not testable at this budget)"))
         elif task in provisional:
             parts.append(f"{task} {provisional[task]:+.1f} (the seed-0 search run only, provisional: the compared "
                          "seeds have not run)")
@@ -566,12 +555,13 @@ def _unpaired_sentence(table: dict, tasks: list) -> str:
 
 def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str, intervals=None) -> list:
     return ["## The claims, checked", "", done, "",
-            reports.testable_sentence(learned_sentence(table, tasks, gains, provisional, intervals) + " Seeds pair across "
-                                      "methods (a seed fixes the validation split and the training order), so every "
-                                      "interval is seed-paired (Student's t over the seeds both sides ran); a claim "
-                                      "holds only where it holds on every task." + _unpaired_sentence(table, tasks)),
+            claims.testable_sentence(learned_sentence(table, tasks, gains, provisional, intervals) + " Seeds pair "
+                                     "across methods (a seed fixes the validation split and the training order), so "
+                                     "every interval is seed-paired (Student's t over the seeds both sides ran); a "
+                                     "claim holds only where it holds on every task."
+                                     + _unpaired_sentence(table, tasks)),
             "",
-            reports.claims_table(claims(table, tasks, gains)), "", pairs_sentence(table, tasks), "",
+            claims.table(claims_of(table, tasks, gains)), "", pairs_sentence(table, tasks), "",
             "## Issue 40's targets, task by task", "",
             "Per task, without Holm's correction: *met* where the whole 95% interval is on the target's side, "
             "*missed* where all of it is on the other side, *open* otherwise (a task whose seeds ran on two kinds of "

@@ -15,12 +15,14 @@ import experiments.methods_report as shared
 from experiments.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
+from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.claims import Claim
 from tf_transfer.reporting import validation_baselines
 from tf_transfer.reporting.data_note import data_section
 
 FULL = shared.FULL
-LEARNED_POINTS = 10.0
+LEARNED_POINTS = claims.LEARNED_POINTS
 
 
 @dataclasses.dataclass
@@ -81,10 +83,6 @@ def paired_collected(collected: list) -> list:
     """`collected` without the compared runs of straddling seeds (their pairs would compare two machines)."""
     dropped = set(straddling_seeds(collected))
     return [r for r in collected if not (compared(r) and (r["settings"]["task"], r["settings"]["seed"]) in dropped)]
-
-
-def testable(gain) -> bool:
-    return gain is not None and gain.defined and gain.low >= LEARNED_POINTS
 
 
 def _interval_text(interval, scale: float = 1.0, unit: str = "") -> str:
@@ -187,20 +185,25 @@ def core_hours(collected: list) -> dict:
     return found
 
 
-def faster_claim(table: dict, tasks: list, method: str) -> list:
+def faster_claim(table: dict, tasks: list, method: str) -> Claim:
     """"`method` trains faster" on every task (Holm over the tasks, or over each task's kinds of machine): the share
     of full fine-tuning's time saved, raw (it decides) and divided by the speed probe; where the two would give
     different verdicts the task reads inconclusive."""
+    claim = f"{method} trains faster than full fine-tuning (no gradients for the frozen weights)"
+    paper = "25% faster on GPT-3 175B (LoRA, section 4.2)"
+    basis = ("share of full fine-tuning's training CPU seconds to the stopping point saved, seed-paired within one "
+             "kind of machine; reproduced where above 0 on every task (Holm); the size is the paper's, on a GPU, "
+             "not tested")
     labels, raw = time_savings(table, method, tasks)
     _, probed = time_savings(table, method, tasks, key="probed")
     if not raw:
-        return [stats.NOT_RUN, []]
-    found = stats.verdicts(raw, 0.0, "at least")
-    checked = stats.verdicts({k: v for k, v in probed.items() if v is not None and v.n >= 2}, 0.0, "at least")
+        return claims.not_run(claim, paper, basis)
+    found = claims.ahead(raw).results
+    checked = claims.ahead({k: v for k, v in probed.items() if v is not None and v.n >= 2}).results
     kinds, cells = [], []
     for label in labels:
         if label not in found:
-            cells.append(f"{label} not run yet")
+            cells.append(f"{label} {stats.NOT_RUN}")
             continue
         kind, cell = found[label].kind, found[label].cell(0, 100, "%")
         if label in checked:
@@ -209,7 +212,8 @@ def faster_claim(table: dict, tasks: list, method: str) -> list:
                 kind, cell = stats.INCONCLUSIVE, f"{cell} (raw and probe-divided disagree)"
         kinds.append(kind)
         cells.append(f"{label} {cell}")
-    return [stats.overall(kinds + [stats.INCONCLUSIVE] * (len(labels) - len(kinds))), cells]
+    return Claim(claim, paper, "; ".join(cells),
+                 stats.overall(kinds + [stats.INCONCLUSIVE] * (len(labels) - len(kinds))), basis, found)
 
 
 SCORE_CLAIMS = (
@@ -222,10 +226,11 @@ SCORE_CLAIMS = (
 )
 
 
-def claims_rows(table: dict, tasks: list, gains: dict, design: Design) -> list:
-    """`[claim, paper, ours, verdict, basis]` per claim (`tables.claims_table`)."""
+def claims_of(table: dict, tasks: list, gains: dict, design: Design) -> list:
+    """The claims decided on the design, as `Claim`s: each score claim on the mean over the testable tasks, and
+    LoRA r8's time claim."""
     rows = []
-    testable_tasks = [t for t in tasks if testable(gains.get(t))]
+    testable_tasks = [t for t in tasks if claims.testable_on_interval(gains.get(t))]
     for method, claim, paper in SCORE_CLAIMS:
         basis = (f"GLUE dev, points, {method} minus full fine-tuning, seed-paired; reproduced where the 95% interval "
                  f"of the mean over the testable tasks lies above -{design.margin:g}, not reproduced where below; "
@@ -233,21 +238,15 @@ def claims_rows(table: dict, tasks: list, gains: dict, design: Design) -> list:
         intervals = {t: shared.difference(table, method, t, "score") if t in testable_tasks else None for t in tasks
                      if table.get((method, t)) and table[(method, t)]["summaries"]}
         if not intervals:
-            rows.append([claim, paper, stats.NOT_RUN, stats.NOT_RUN, basis])
+            rows.append(claims.not_run(claim, paper, basis))
             continue
-        found = stats.verdicts(intervals, design.margin)
+        per_task = claims.as_good_as(intervals, design.margin)
+        # No mean (so not testable) while a testable task that ran has no interval: `_mean_interval` needs them all.
         mean = shared._mean_interval([intervals[t] for t in testable_tasks if t in intervals])
-        kind = stats.verdict(mean, design.margin) if mean is not None else stats.NOT_TESTABLE
-        ours = ("mean of the testable tasks " + (mean.text() if mean is not None else "none") + "; "
-                + "; ".join(f"{t} {found[t].cell()}" for t in intervals))
-        rows.append([claim, paper, ours, kind, basis])
-    kind, cells = faster_claim(table, tasks, "LoRA r8")
-    rows.append(["LoRA r8 trains faster than full fine-tuning (no gradients for the frozen weights)",
-                 "25% faster on GPT-3 175B (LoRA, section 4.2)", "; ".join(cells) or stats.NOT_RUN, kind,
-                 "share of full fine-tuning's training CPU seconds to the stopping point saved, seed-paired within one "
-                 "kind of machine; reproduced where above 0 on every task (Holm); the size is the paper's, on a GPU, "
-                 "not tested"])
-    return rows
+        kind = claims.as_good_as(mean, design.margin).verdict if mean is not None else stats.NOT_TESTABLE
+        rows.append(Claim(claim, paper, "mean of the testable tasks " + (mean.text() if mean is not None else "none")
+                          + "; " + per_task.cells(), kind, basis, per_task.results))
+    return rows + [faster_claim(table, tasks, "LoRA r8")]
 
 
 def answer_section(collected: list, table: dict, tasks: list, gains: dict, design: Design) -> list:
@@ -261,7 +260,7 @@ def answer_section(collected: list, table: dict, tasks: list, gains: dict, desig
                       get_task(task).primary_metric)
         lines += [f"**{task}** ({metric}; full fine-tuning's validation gain over the constant prediction: "
                   + (f"{_interval_text(gains[task], 1)} points, " if gains.get(task) else "not known yet, ")
-                  + f"{'testable' if testable(gains.get(task)) else 'not testable (yet)'})", "",
+                  + f"{'testable' if claims.testable_on_interval(gains.get(task)) else 'not testable (yet)'})", "",
                   reports.markdown_table(ANSWER_HEADER, answer_rows(table, task, design)), ""]
     return lines
 
@@ -295,7 +294,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
              *answer_section(collected, table, tasks, gains, design)]
     lines += design_section(design)
     lines += data_section(collected)
-    lines += ["## The claims", "", reports.claims_table(claims_rows(table, tasks, gains, design)), ""]
+    lines += ["## The claims", "", claims.table(claims_of(table, tasks, gains, design)), ""]
     lines += pairs_section(collected, design)
     spent = core_hours(collected)
     if spent:

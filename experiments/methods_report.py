@@ -17,7 +17,9 @@ from typing import Callable
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.models import methods as methods_lib
+from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.claims import Claim
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.reporting import validation_baselines
 
@@ -32,7 +34,7 @@ MATCH_POINTS = 1.0
 QUARTER_BAND = (0.16, 0.36)
 # Decided before the runs: a task counts for a score claim only where full fine-tuning's validation score beats the
 # constant prediction's by this many points (as `stats.learned`).
-LEARNED_POINTS = 10.0
+LEARNED_POINTS = claims.LEARNED_POINTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,10 +218,6 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def _pct(value) -> str:
-    return "n/a" if value is None else f"{100 * value:.0f}%"
-
-
 def _points(value) -> str:
     return "n/a" if value is None else f"{value:+.1f}"
 
@@ -247,8 +245,8 @@ def method_rows(table: dict, tasks: list, summary: dict, methods: dict) -> list:
         rows.append([method, trainable_text(table, method, tasks), rates or "n/a",
                      "n/a" if m["score"] is None else f"{m['score']:.1f}{count}",
                      "–" if method == FULL else delta.text() if delta else _points(m["delta"]),
-                     _pct(m["time_ratio"]), "n/a" if m["epoch"] is None else f"{m['epoch']:.1f}",
-                     "n/a" if m["memory"] is None else f"{m['memory']:,.0f}", _pct(m["memory_ratio"])])
+                     reports.percent(m["time_ratio"]), "n/a" if m["epoch"] is None else f"{m['epoch']:.1f}",
+                     "n/a" if m["memory"] is None else f"{m['memory']:,.0f}", reports.percent(m["memory_ratio"])])
     return rows
 
 
@@ -309,69 +307,53 @@ def learned_interval(table: dict, task: str, baselines: dict):
     return stats.paired_difference(gains, [0.0] * len(gains)) if gains else None
 
 
-def _testable(gains: dict, task: str) -> bool:
-    return gains.get(task, float("-inf")) >= LEARNED_POINTS
-
-
-def _task_cells(found: dict, tasks: list, scale: float = 1.0, unit: str = "") -> str:
-    return "; ".join(f"{t} " + found[t].cell(scale=scale, unit=unit) for t in tasks if t in found) or "no task"
-
-
 def _gains_text(gains: dict, tasks: list) -> str:
     return ", ".join(f"{t} {gains[t]:+.1f}" for t in tasks if t in gains)
 
 
-def _score_claim(table, tasks, method, claim, paper, gains) -> list:
+def _score_claim(table, tasks, method, claim, paper, gains) -> Claim:
     ran = {t: i for t in tasks if (i := difference(table, method, t, "score")) is not None}  # both sides ran
-    intervals = {t: (i if _testable(gains, t) else None) for t, i in ran.items()}
-    found = stats.verdicts(intervals, MATCH_POINTS, "as good as")
-    tested = [t for t, i in intervals.items() if i is not None]
-    mean = stats.mean_of([intervals[t] for t in tested]) if tested else None
-    kind = stats.NOT_RUN if not ran else stats.NOT_TESTABLE if mean is None else \
-        stats.verdict(mean, MATCH_POINTS, "as good as")
-    ours = (f"{mean.text()} points vs full fine-tuning (mean of {', '.join(tested)})" if mean else
-            "no task where full fine-tuning learned enough to test it" if ran else "not run yet")
-    basis = (f"reproduced if the 95% interval of the mean over the testable tasks of the seed-paired difference lies "
-             f"above -{MATCH_POINTS:g} point, not reproduced if below, each method at its searched rate; per task "
-             f"(Holm over the testable tasks): " + _task_cells(found, tasks))
-    return [claim, paper, ours, kind, basis]
+    if not ran:
+        return claims.not_run(claim, paper, _score_basis(claims.Finding(stats.NOT_RUN), tasks))
+    found = claims.as_good_as({t: (i if claims.testable(gains, t) else None) for t, i in ran.items()}, MATCH_POINTS,
+                              on_mean=True)
+    tested = [t for t, v in found.results.items() if v.interval is not None]
+    ours = (f"{found.mean.text()} points vs full fine-tuning (mean of {', '.join(tested)})" if found.mean else
+            "no task where full fine-tuning learned enough to test it")
+    return Claim(claim, paper, ours, found.verdict, _score_basis(found, tasks), found.results)
 
 
-def _faster_claim(table, tasks) -> list:
+def _score_basis(found, tasks) -> str:
+    return (f"reproduced if the 95% interval of the mean over the testable tasks of the seed-paired difference lies "
+            f"above -{MATCH_POINTS:g} point, not reproduced if below, each method at its searched rate; per task "
+            f"(Holm over the testable tasks): " + (found.cells(order=tasks) or "no task"))
+
+
+def _faster_claim(table, tasks) -> Claim:
     method = "LoRA r8"
     intervals = {t: saving(table, method, t, "epoch") for t in tasks if table.get((method, t))}
-    intervals = {t: i for t, i in intervals.items() if i is not None}
-    found = stats.verdicts(intervals, 0.0, "at least")
-    mean = stats.mean_of(list(intervals.values())) if intervals else None
-    ours = f"time per epoch saved: {mean.text(1, 100, '%')} (mean of {len(intervals)} tasks)" if mean else \
-        "not run yet"
+    found = claims.ahead({t: i for t, i in intervals.items() if i is not None})
+    claim = "LoRA trains faster than full fine-tuning (no gradients for the frozen weights)"
+    paper = "25% faster on GPT-3 175B (LoRA, section 4.2)"
     basis = ("reproduced if LoRA r8's seed-paired saving of time per epoch is above 0 on every task (Holm over the "
              "tasks; the size is the paper's, on a GPU, not tested); per task, the saving: "
-             + _task_cells(found, tasks, 100, "%"))
-    return ["LoRA trains faster than full fine-tuning (no gradients for the frozen weights)",
-            "25% faster on GPT-3 175B (LoRA, section 4.2)", ours,
-            stats.overall(found) if found else stats.NOT_RUN, basis]
-
-
-def band_verdict(interval, low: float, high: float) -> str:
-    """A two-sided claim ("about x"): reproduced where the interval lies inside [low, high], not reproduced where it
-    lies wholly outside, inconclusive otherwise."""
-    if interval is None or not interval.defined:
-        return stats.INCONCLUSIVE
-    if low <= interval.low and interval.high <= high:
-        return stats.REPRODUCED
-    return stats.NOT_REPRODUCED if interval.high < low or interval.low > high else stats.INCONCLUSIVE
+             + (found.cells(scale=100, unit="%", order=tasks) or "no task"))
+    if not found.results:
+        return claims.not_run(claim, paper, basis)
+    mean = stats.mean_of([v.interval for v in found.results.values()])
+    return Claim(claim, paper, f"time per epoch saved: {mean.text(1, 100, '%')} (mean of {len(found.results)} tasks)",
+                 found.verdict, basis, found.results)
 
 
 def _memory_basis(memory: str) -> str:
     return f"memory is the {MEMORY[memory]}; seed-paired shares saved against full fine-tuning, mean of the tasks"
 
 
-def _small_saving_claim(table, tasks, summary, memory) -> list:
+def _small_saving_claim(table, tasks, summary, memory) -> Claim:
     kinds, ours, per_method = [], [], []
     for method in PEFT:
         mean = summary[method]["intervals"].get("memory_saving")
-        kinds.append(band_verdict(mean, *QUARTER_BAND))
+        kinds.append(claims.in_band(mean, *QUARTER_BAND).verdict)
         ours.append(f"{method} {mean.text(1, 100, '%') if mean else 'n/a'}")
         per_method.append(f"{method}: " + "; ".join(
             f"{t} {i.text(1, 100, '%')}" for t in tasks if (i := saving(table, method, t, "memory")) is not None))
@@ -379,19 +361,19 @@ def _small_saving_claim(table, tasks, summary, memory) -> list:
     # factor: a band cannot be judged on it (an ordering of savings can, as the next claim's).
     diluted = memory == "peak_memory_mb"
     ran = any(summary[method]["intervals"].get("memory_saving") for method in PEFT)
-    return ["LoRA and BitFit save about a quarter of full fine-tuning's training memory",
-            "26% (Ladder Side-Tuning, T5 on GLUE: LoRA, adapters, BitFit at similar parameter counts)",
-            "memory saved: " + ", ".join(ours),
-            stats.NOT_RUN if not ran else stats.INCONCLUSIVE if diluted else stats.overall(kinds),
-            f"reproduced if each method's saving (95% interval) lies within {_pct(QUARTER_BAND[0])}-"
-            f"{_pct(QUARTER_BAND[1])} (the paper's 26% +- 10 points), not reproduced if wholly outside"
-            + ("; inconclusive here whatever the shares: these runs record only the process peak, whose fixed part "
-               "(TensorFlow's own resident memory) shrinks every share saved, so the share of what training adds "
-               "is unknown (the methods_full study records it)" if diluted else "")
-            + "; " + _memory_basis(memory) + "; per task: " + " / ".join(per_method)]
+    return Claim("LoRA and BitFit save about a quarter of full fine-tuning's training memory",
+                 "26% (Ladder Side-Tuning, T5 on GLUE: LoRA, adapters, BitFit at similar parameter counts)",
+                 "memory saved: " + ", ".join(ours),
+                 stats.NOT_RUN if not ran else stats.INCONCLUSIVE if diluted else stats.overall(kinds),
+                 f"reproduced if each method's saving (95% interval) lies within {reports.percent(QUARTER_BAND[0])}-"
+                 f"{reports.percent(QUARTER_BAND[1])} (the paper's 26% +- 10 points), not reproduced if wholly outside"
+                 + ("; inconclusive here whatever the shares: these runs record only the process peak, whose fixed "
+                    "part (TensorFlow's own resident memory) shrinks every share saved, so the share of what training "
+                    "adds is unknown (the methods_full study records it)" if diluted else "")
+                 + "; " + _memory_basis(memory) + "; per task: " + " / ".join(per_method))
 
 
-def _top_saves_more_claim(table, tasks, summary, memory) -> list:
+def _top_saves_more_claim(table, tasks, summary, memory) -> Claim:
     kinds, ours, ran = [], [], False
     for method in PEFT:
         per_task = []
@@ -399,19 +381,19 @@ def _top_saves_more_claim(table, tasks, summary, memory) -> list:
             top, other = saving(table, TOP, t, "memory"), saving(table, method, t, "memory")
             per_task.append(None if top is None or other is None else _difference_of(table, t, method, memory))
         mean = _mean_interval(per_task) if per_task else None
-        kinds.append(stats.verdict(mean, 0.0, "at least") if mean else stats.INCONCLUSIVE)
+        kinds.append(claims.ahead(mean).verdict if mean else stats.INCONCLUSIVE)
         ours.append(f"than {method}: {mean.text(1, 100, ' points') if mean else 'n/a'}")
         ran = ran or mean is not None
     kind = stats.overall(kinds) if ran else stats.NOT_RUN
-    return ["Not training the bulk of the network saves more memory than LoRA and BitFit (LST's claim, restated "
-            "for freezing: here the last 2 blocks over the frozen-prefix cache, no backward pass below them; not a "
-            "side network)",
-            "69% vs 26% saved (Ladder Side-Tuning)",
-            f"{TOP} saves more " + "; ".join(ours) + " of full fine-tuning's memory", kind,
-            "reproduced if the seed-paired difference of savings (mean of the tasks) is above 0 against both (an "
-            "ordering, which a fixed part of the memory does not change); "
-            + _memory_basis(memory) + f"; {TOP}'s saving per task: " + "; ".join(
-                f"{t} {i.text(1, 100, '%')}" for t in tasks if (i := saving(table, TOP, t, "memory")) is not None)]
+    return Claim("Not training the bulk of the network saves more memory than LoRA and BitFit (LST's claim, restated "
+                 "for freezing: here the last 2 blocks over the frozen-prefix cache, no backward pass below them; not "
+                 "a side network)",
+                 "69% vs 26% saved (Ladder Side-Tuning)",
+                 f"{TOP} saves more " + "; ".join(ours) + " of full fine-tuning's memory", kind,
+                 "reproduced if the seed-paired difference of savings (mean of the tasks) is above 0 against both (an "
+                 "ordering, which a fixed part of the memory does not change); "
+                 + _memory_basis(memory) + f"; {TOP}'s saving per task: " + "; ".join(
+                     f"{t} {i.text(1, 100, '%')}" for t in tasks if (i := saving(table, TOP, t, "memory")) is not None))
 
 
 def _difference_of(table, task: str, method: str, memory: str):
@@ -422,7 +404,8 @@ def _difference_of(table, task: str, method: str, memory: str):
     return stats.paired_difference([(b[s] - a[s]) / c[s] for s in common], [0.0] * len(common)) if common else None
 
 
-def claims(table: dict, tasks: list, summary: dict, gains: dict, memory: str) -> list:
+def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str) -> list:
+    """The papers' claims about the methods, as `Claim`s."""
     return [
         _score_claim(table, tasks, "LoRA r8", "LoRA (rank 8 on query and value) scores as full fine-tuning "
                      "does", "RoBERTa-base GLUE mean 87.2 vs 86.4 (+0.8), 0.3M of 125M weights trained "
@@ -554,18 +537,18 @@ def _gate_text(table: dict, task: str, baselines: dict) -> str:
 
 def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory: str, done: str,
                    decided: str = "before the runs", baselines=None) -> list:
-    barely = [t for t in tasks if t in gains and not _testable(gains, t)]
+    barely = [t for t in tasks if t in gains and not claims.testable(gains, t)]
     unrun = [t for t in tasks if t not in gains]
     never = [why for t in barely if (why := _gate_text(table, t, baselines or {}))]
     lines = ["## The claims, checked", "", done, "",
-             reports.testable_sentence(
+             claims.testable_sentence(
                  "Here the test is on validation: full fine-tuning's best validation score against the constant "
                  "prediction's on the same splits (`majority_validation.csv`), per task: "
                  + (_gains_text(gains, tasks) + " points" if gains else "no compared run of full fine-tuning yet")
                  + ". Seeds pair across methods (a seed fixes the validation split, the training sample and "
                  "order), so every interval is seed-paired; a claim about the mean over tasks is tested on the mean "
                  "of the tasks' intervals.", decided), "",
-             reports.claims_table(claims(table, tasks, summary, gains, memory)), ""]
+             claims.table(claims_of(table, tasks, summary, gains, memory)), ""]
     if barely:
         lines += [f"Not testable at this budget (full fine-tuning less than {LEARNED_POINTS:g} points above the "
                   f"constant prediction on validation, or no baseline): {', '.join(barely)}. Differences between "

@@ -3,7 +3,7 @@ verdict with its basis: the 95% interval of each difference, paired by seed (a s
 paper's averages tested on the mean over tasks, per-task cells Holm-corrected, and score claims only on the tasks
 where full fine-tuning beats the constant prediction by 10 points (`tf_transfer.core.stats`).
 
->>> from experiments.transfer_learning_claims import claims  # doctest: +SKIP
+>>> from experiments.transfer_learning_claims import claims_section  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections import defaultdict
 from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION, PAPER_SMALL_TIME_SAVED,
                                            RATES, UNCACHED_TASKS, paper_metric, paper_score)
 from tf_transfer.core import stats
+from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.claims import Claim
 
 def completed_runs(by_cell, task, k, lr, part="main") -> list:
     return [r["summary"] for r in by_cell.get((task, k, lr, part), []) if r["summary"]]
@@ -58,11 +60,6 @@ def _reached(summary, budget, clock, test_metric):
     return reports.test_score(best, test_metric)
 
 
-def _cells(found: dict, scale: float = 100, unit: str = "") -> str:
-    """`cola inconclusive: -3.8 [-52.1, +44.5]; mrpc not testable at this budget`: each task's verdict cell."""
-    return "; ".join(f"{task} {v.cell(scale=scale, unit=unit)}" for task, v in found.items())
-
-
 def _over(differences: dict) -> str:
     """`mean of cola, stsb` / `stsb alone`, naming the tasks left out as not testable."""
     tested = [t for t, i in differences.items() if i is not None]
@@ -77,11 +74,11 @@ def _testable_tasks(small, by_cell, baselines) -> dict:
     found = {}
     for task in small:
         full = completed_runs(by_cell, task, "all", _better_rate(by_cell, task, "all"))
-        found[task] = reports.testable(full, (baselines or {}).get(task), paper_score)
+        found[task] = claims.testable_from_runs(full, (baselines or {}).get(task), paper_score)
     return found
 
 
-def claims(tasks, by_cell, clock, collected, baselines=None) -> list:
+def claims_section(tasks, by_cell, clock, collected, baselines=None) -> list:
     """The paper's headline claims beside ours, with a verdict and its basis, generated from the runs.
 
     `baselines`: per task the constant prediction's dev score by the paper's metric (`reports.dev_baselines`), which
@@ -110,44 +107,43 @@ def claims(tasks, by_cell, clock, collected, baselines=None) -> list:
                          testable_note + "; " + differs + cola_note)
     return ["## The paper's claims, checked", "",
             "Generated from the runs below (rerunning the report keeps it current). "
-            + reports.testable_sentence(
+            + claims.testable_sentence(
                 "Here the seeds pair: a seed fixes the validation split, so each difference is paired by seed (2 "
                 "seeds: 1 degree of freedom per task). Where the paper gives an average over tasks, the verdict is on "
                 "the mean over the tasks (their intervals combined, Welch-Satterthwaite); the per-task cells are "
                 "Holm-corrected. The constant prediction is scored on GLUE dev (its validation score is not in the "
                 "runs), against full fine-tuning's dev score. Scores are the paper's metrics (CoLA: accuracy)."), "",
-            reports.claims_table(rows), ""]
+            claims.table(rows), ""]
 
 
-def _time_saved_claim(k: int, small: list, by_cell, clock, differs: str) -> list:
+def _time_saved_claim(k: int, small: list, by_cell, clock, differs: str) -> Claim:
     """Small training sets: the last k trained saves time to the stopping point against fine-tuning (the paper:
     30–50%), judged on freezing + cache until freezing alone has run on every task of its arm."""
     claim = f"small training sets: last {k} trained saves time to the stopping point vs fine-tuning"
     paper = f"{PAPER_SMALL_TIME_SAVED[k]:.0f}% (abstract: 30–50%)"
     cached, alone, per_task, censored = _time_saved_by_task(k, small, by_cell, clock)
     if not cached:
-        return [claim, paper, "not run", stats.INCONCLUSIVE, "no completed runs of these settings"]
+        return claims.not_run(claim, paper, "no completed runs of these settings")
     # The paper had no cache: the verdict moves to freezing alone once it has run on every task of its arm.
     waiting = [t for t in UNCACHED_TASKS if t in small and t not in alone]
     on_alone = bool(alone) and not waiting
     mean_cached, mean_alone = stats.mean_of(cached.values()), stats.mean_of(alone.values())
-    judged = mean_alone if on_alone else mean_cached
-    kind = stats.verdict(judged, 0.30, "at least")
+    found = claims.at_least(mean_alone if on_alone else mean_cached, 0.30)
     ours = (f"{mean_cached.text(0, 100, '%')} with the frozen-prefix cache; freezing alone: "
             + (f"{mean_alone.text(0, 100, '%')} ({', '.join(alone)}"
                + (f"; {', '.join(waiting)} not yet run)" if waiting else ")") if alone else "not yet run"))
-    return [claim, paper, ours, kind,
-            f"{stats.verdict_cell(kind, judged, 0, 100, '%')} on "
-            f"{'freezing alone' if on_alone else 'freezing + cache'}, the mean over its tasks of the time "
-            "saved as a share of fine-tuning's mean time, paired by seed (the seed fixes the split), 95% t "
-            "interval; reproduced if all of it is at least 30%"
-            + (f"; on freezing alone once it has run on {', '.join(waiting)} too" if alone and waiting
-               else "")
-            + "; better rate per task by mean test score, as the paper; 2 seeds per side; per task: "
-            + "; ".join(per_task)
-            + (f"; censored runs (their times are lower bounds) in {', '.join(censored)}" if censored else "")
-            + "; " + differs + ("; the cache (the paper had none) runs the frozen blocks once"
-                                if not on_alone else "")]
+    return Claim(claim, paper, ours, found.verdict,
+                 f"{found.cell(0, 100, '%')} on "
+                 f"{'freezing alone' if on_alone else 'freezing + cache'}, the mean over its tasks of the time "
+                 "saved as a share of fine-tuning's mean time, paired by seed (the seed fixes the split), 95% t "
+                 "interval; reproduced if all of it is at least 30%"
+                 + (f"; on freezing alone once it has run on {', '.join(waiting)} too" if alone and waiting
+                    else "")
+                 + "; better rate per task by mean test score, as the paper; 2 seeds per side; per task: "
+                 + "; ".join(per_task)
+                 + (f"; censored runs (their times are lower bounds) in {', '.join(censored)}" if censored else "")
+                 + "; " + differs + ("; the cache (the paper had none) runs the frozen blocks once"
+                                     if not on_alone else ""))
 
 
 def _time_saved_by_task(k: int, small: list, by_cell, clock) -> tuple:
@@ -186,7 +182,7 @@ def _time_saved_by_task(k: int, small: list, by_cell, clock) -> tuple:
     return cached, alone, per_task, censored
 
 
-def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -> list:
+def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -> Claim:
     """Small training sets: the last k trained scores within the paper's deduction (+ 2 points) of fine-tuning."""
     differences = {}
     for task in small:
@@ -201,34 +197,29 @@ def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -
     claim = f"small training sets: last {k} trained scores close to fine-tuning"
     paper = f"-{PAPER_SMALL_DEDUCTION[k]:.2f} points (\"% less\", read as points)"
     if not differences:
-        return [claim, paper, "not run", stats.INCONCLUSIVE, "no completed runs of these settings"]
+        return claims.not_run(claim, paper, "no completed runs of these settings")
     margin = (PAPER_SMALL_DEDUCTION[k] + 2) / 100
-    found = stats.verdicts(differences, margin)
-    tested = [i for i in differences.values() if i is not None]
-    mean = stats.mean_of(tested)
-    kind = stats.verdict(mean, margin) if tested else stats.NOT_TESTABLE
-    ours = (f"{mean.text(2, 100)} points ({_over(differences)})" if tested else "no testable task")
-    return [claim, paper, ours, kind,
-            stats.verdict_cell(kind, mean if tested else None, 1, 100)
-            + f": as good as fine-tuning within {100 * margin:.2f} points (the paper's deduction + 2) on "
-            "the mean over the testable tasks, paired by seed, 95% t interval; better rate per task by mean "
-            "test score; 2 seeds per side; per task, points (Holm over the testable tasks): "
-            + _cells(found) + "; " + note]
+    found = claims.as_good_as(differences, margin, on_mean=True)
+    ours = (f"{found.mean.text(2, 100)} points ({_over(differences)})" if found.mean else "no testable task")
+    return Claim(claim, paper, ours, found.verdict,
+                 found.cell(1, 100) + f": as good as fine-tuning within {100 * margin:.2f} points (the paper's "
+                 "deduction + 2) on the mean over the testable tasks, paired by seed, 95% t interval; better rate per "
+                 "task by mean test score; 2 seeds per side; per task, points (Holm over the testable tasks): "
+                 + found.cells(scale=100) + "; " + note, found.results)
 
 
-def _large_claim(large: list) -> list:
+def _large_claim(large: list) -> Claim:
     """Large training sets: the last 4 beats fine-tuning within the same time (not summarised here)."""
+    claim = "large training sets: last 4 beats fine-tuning within the same time"
+    paper = "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04"
     if large:
-        return ["large training sets: last 4 beats fine-tuning within the same time",
-                "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04", "see the tables below",
-                stats.INCONCLUSIVE, "large tasks present but not summarised here: read their budget tables"]
-    return ["large training sets: last 4 beats fine-tuning within the same time",
-            "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04", "not run", stats.INCONCLUSIVE,
-            "no large task here: QQP, MNLI and QNLI's training data are not on this machine, SST-2 is too "
-            "large for the CPU budget"]
+        return Claim(claim, paper, "see the tables below", stats.INCONCLUSIVE,
+                     "large tasks present but not summarised here: read their budget tables")
+    return claims.not_run(claim, paper, "no large task here: QQP, MNLI and QNLI's training data are not on this "
+                          "machine, SST-2 is too large for the CPU budget")
 
 
-def _budget_claim(small, by_cell, clock, note) -> list:
+def _budget_claim(small, by_cell, clock, note) -> Claim:
     """Small training sets: within fine-tuning's time (25/50/100% of it), fine-tuning scores above every transfer
     setting (Wang, Figures 5-6). One family: every (task, budget, setting), fine-tuning minus the setting, paired by
     seed, Holm-corrected; `small`: the testable tasks."""
@@ -257,9 +248,10 @@ def _budget_claim(small, by_cell, clock, note) -> list:
     claim = "small training sets: within the same time, fine-tuning scores above every transfer setting"
     paper = "always (Figures 5–6)"
     if not comparisons and not decided:
-        return [claim, paper, "not run" if small else "no testable task",
-                stats.INCONCLUSIVE if small else stats.NOT_TESTABLE, "no completed runs of these settings; " + note]
-    found = stats.verdicts(comparisons, 0.0, "at least")
+        basis = "no completed runs of these settings; " + note
+        return claims.not_run(claim, paper, basis) if small else Claim(claim, paper, "no testable task",
+                                                                       stats.NOT_TESTABLE, basis)
+    found = claims.ahead(comparisons).results
     kinds = {key: v.kind for key, v in found.items()} | decided
     counts = {kind: sum(1 for v in kinds.values() if v == kind) for kind in stats.VERDICTS}
     ahead = sum(1 for key, i in comparisons.items() if i.estimate > 0) + sum(
@@ -267,8 +259,8 @@ def _budget_claim(small, by_cell, clock, note) -> list:
     examples = [f"{task} last {k} at {budget}%: {found[(task, budget, k)].cell(scale=100)}"
                 for task, budget, k in sorted(comparisons, key=lambda key: found[key].interval.estimate)[:2]]
     kind = stats.overall(kinds)
-    return [claim, paper, f"fine-tuning ahead (by the mean) in {ahead} of {len(kinds)} comparisons", kind,
-            "reproduced if fine-tuning's score minus the setting's is above 0 in every (task, budget, setting), "
+    return Claim(claim, paper, f"fine-tuning ahead (by the mean) in {ahead} of {len(kinds)} comparisons", kind,
+                 "reproduced if fine-tuning's score minus the setting's is above 0 in every (task, budget, setting), "
             "each a 95% interval paired by seed, Holm-corrected over the "
             f"{len(comparisons)} with scores on both sides: " + ", ".join(f"{counts[v]} {v}" for v in stats.VERDICTS
                                                                          if counts[v])
@@ -276,7 +268,7 @@ def _budget_claim(small, by_cell, clock, note) -> list:
                else "")
             + "; budgets 25/50/100% of fine-tuning's mean time to its stopping point, the epoch with the best "
             "validation score so far, better rate per task by mean test score; the two lowest differences, "
-            "points: " + "; ".join(examples) + "; " + note]
+            "points: " + "; ".join(examples) + "; " + note, found)
 
 
 def _rate_claims(tasks, by_cell, note) -> list:
@@ -303,17 +295,15 @@ def _rate_claims(tasks, by_cell, note) -> list:
                                                     key=lambda s: (s.get("trainable_layers", (s.get("config") or {}).get(
                                                         "trainable_layers")), reports.run_seed(s)))
         if not changes:
-            rows.append([claim, paper, "not run" if tasks else "no testable task",
-                         stats.INCONCLUSIVE if tasks else stats.NOT_TESTABLE,
-                         "no completed runs at both rates; " + note])
+            basis = "no completed runs at both rates; " + note
+            rows.append(claims.not_run(claim, paper, basis) if tasks else Claim(claim, paper, "no testable task",
+                                                                                stats.NOT_TESTABLE, basis))
             continue
-        mean = stats.mean_of(changes.values())
-        kind = stats.verdict(mean, 0.0, "at most")
-        found = stats.verdicts(changes, 0.0, "at most")
-        rows.append([claim, paper, f"{mean.text(0, 100, '%')} ({_over(changes)})", kind,
-                     stats.verdict_cell(kind, mean, 0, 100, "%") + ": reproduced if the mean over tasks of the "
-                     "relative change of the score is below 0 with all of its 95% interval (the size is the paper's, "
-                     "not tested); relative to the mean score at the better rate, paired by "
-                     f"{'setting (last 1–4 pooled) and seed' if len(ks) > 1 else 'seed'}; per task (Holm): "
-                     + _cells(found, unit="%") + "; " + note])
+        found = claims.at_most(changes, 0.0, on_mean=True)
+        rows.append(Claim(claim, paper, f"{found.mean.text(0, 100, '%')} ({_over(changes)})", found.verdict,
+                          found.cell(0, 100, "%") + ": reproduced if the mean over tasks of the relative change of "
+                          "the score is below 0 with all of its 95% interval (the size is the paper's, not tested); "
+                          "relative to the mean score at the better rate, paired by "
+                          f"{'setting (last 1–4 pooled) and seed' if len(ks) > 1 else 'seed'}; per task (Holm): "
+                          + found.cells(scale=100, unit="%") + "; " + note, found.results))
     return rows

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS, SETTINGS, TASKS,
                                            UNCACHED_TASKS, label, paper_metric)
-from experiments.transfer_learning_claims import OTHER_MACHINE, claims, completed_runs, mean_or_none, saved_cell
+from experiments.transfer_learning_claims import OTHER_MACHINE, claims_section, completed_runs, mean_or_none, saved_cell
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.studies.grid import Grid
@@ -39,7 +39,7 @@ def write_report(collected: list, out: str, study: Grid, variant: str) -> None:
     baselines = reports.dev_baselines(tasks, collected, out, {t: paper_metric(t) for t in tasks})
     if any(baselines.values()):
         reports.write_baselines(out, baselines)
-    lines += claims(tasks, by_cell, clock, collected, baselines)
+    lines += claims_section(tasks, by_cell, clock, collected, baselines)
     lines += _about_section(collected, out, study, variant)
     epoch_rows, stop_rows = [], []
     for task in tasks:

@@ -1,8 +1,8 @@
-"""Hart's claims checked from made-up results (`sentiment_report.claims`): every verdict from an interval against
+"""Hart's claims checked from made-up results (`sentiment_report.claims_of`): every verdict from an interval against
 the claim's margin, BERT's seeds unpaired (one split), the sparse representations paired by fold."""
 
 from tf_transfer.core import stats
-from tf_transfer.reporting import sentiment_report, tables
+from tf_transfer.reporting import claims, sentiment_report
 
 
 def _model(name, accuracies, f1s):
@@ -24,15 +24,15 @@ def test_claims_from_made_up_results():
     sparse = {"tfidf": _sparse([0.70 + j for j in jitter], [0.70 + j for j in jitter]),
               "count": _sparse([0.70 + j + 0.001 for j in jitter], [0.70] * 5),
               "hash": _sparse([0.60 + j for j in jitter], [0.60] * 5)}
-    rows = sentiment_report.claims(sparse, bert)
-    verdicts = {row[0].split(" (")[0]: row[3] for row in rows}
+    found = sentiment_report.claims_of(sparse, bert)
+    verdicts = {claim.claim.split(" (")[0]: claim.verdict for claim in found}
     assert verdicts["Fine-tuning BERT gives no significant gain over frozen BERT"] == stats.NOT_REPRODUCED  # +10
     assert verdicts["Unfreezing only two blocks gives no significant gain over frozen BERT"] == stats.REPRODUCED
     assert verdicts["Frozen BERT beats the sparse baselines by about 3 accuracy points"] == stats.REPRODUCED
     assert verdicts["The three sparse representations score alike"] == stats.NOT_REPRODUCED  # hashed 10 below
-    assert all("[" in row[4] for row in rows)  # every basis states its interval
-    assert tables.claims_table(rows).startswith("| claim |")
+    assert all("[" in claim.basis for claim in found)  # every basis states its interval
+    assert claims.table(found).startswith("| claim |")
 
 
 def test_no_claims_without_all_models():
-    assert sentiment_report.claims(None, {}) == []
+    assert sentiment_report.claims_of(None, {}) == []

@@ -468,7 +468,7 @@ def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
     verdicts = {line.split(" | ")[3] for line in claims}
     assert verdicts <= set(stats.VERDICTS)
     assert any("freezing alone: not yet run" in line for line in claims)
-    assert all("[" in line.split(" | ")[4] for line in claims if " | not run | " not in line)  # intervals
+    assert all("[" in line.split(" | ")[4] for line in claims if line.split(" | ")[3] != stats.NOT_RUN)  # intervals
     text = "\n".join(lines)
     assert "fine-tune (all) @ 2e-05 †2/2" in text and "≥ 60%" in text  # the reference is a lower bound
     assert "mrpc ≥ +60% [" in text  # the same bound on the claim's interval
@@ -546,7 +546,7 @@ def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path,
 
 
 def test_majority_baseline_and_relative_ninety_percent_point():
-    from experiments.layer_freezing import smallest_reaching
+    from experiments.layer_freezing_report import smallest_reaching
     from tf_transfer.reporting import tables as reports
 
     rte = reports.constant_baseline("rte", [0, 0, 0, 1])

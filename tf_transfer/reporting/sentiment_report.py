@@ -3,7 +3,7 @@
 `report.md` holds the sparse baselines (folds) and the BERT models (seeds) as mean ± sample std (`stats`), box
 plots of accuracy and F1, Welch's t-tests (with the 95% interval of each difference) between every pair of BERT
 models and between the best sparse baseline (by mean F1) and each BERT model, and Hart's claims checked against
-the margins `CLAIM_MARGINS` with `stats`' verdicts (`claims`).
+the margins `CLAIM_MARGINS` with `stats`' verdicts (`claims_of`).
 
 Example:
 
@@ -24,7 +24,8 @@ from typing import Optional
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts
 from tf_transfer.core import stats
-from tf_transfer.reporting import tables
+from tf_transfer.reporting import claims, tables
+from tf_transfer.reporting.claims import Claim
 from tf_transfer.studies.sentiment_results import (BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN, SPARSE_PROGRESS,
                                                    f1_description, read_json)
 
@@ -135,13 +136,6 @@ def _welch(a: dict, b: dict, metric: str, key_a: str = "runs", key_b: str = "run
     return stats.welch_difference(_values(a, metric, key_a), _values(b, metric, key_b))
 
 
-def _alike(intervals: dict, margin: float) -> dict:
-    """Per pair: within ±margin (both one-sided verdicts, each Holm-corrected over the pairs) -> kind."""
-    low = stats.verdicts(intervals, margin, "as good as")
-    high = stats.verdicts(intervals, margin, "at most")
-    return {pair: stats.overall([low[pair], high[pair]]) for pair in intervals}
-
-
 def _variance_ratio(a: list, b: list, confidence: float = 0.95) -> stats.Interval:
     """var(a) / var(b) with its F interval (normal values); NaN bounds below two values a side."""
     from scipy import stats as scipy_stats
@@ -155,9 +149,9 @@ def _variance_ratio(a: list, b: list, confidence: float = 0.95) -> stats.Interva
                           confidence)
 
 
-def claims(sparse: Optional[dict], bert: dict) -> list:
-    """Hart's claims as rows `claim, paper, ours, verdict, basis` (`tables.claims_table`), each verdict from a 95%
-    interval against `CLAIM_MARGINS` (`stats.verdict`; Holm across the models a claim names). BERT's seeds share one
+def claims_of(sparse: Optional[dict], bert: dict) -> list:
+    """Hart's claims as `claims.Claim`s, each verdict from a 95% interval against `CLAIM_MARGINS` (`claims`' verdict
+    kinds; Holm across the models a claim names). BERT's seeds share one
     split, so they do not pair: Welch between BERT models and between BERT's seeds and the sparse folds; the sparse
     representations share their folds, so they pair by fold. [] unless frozen, top2, unfrozen and the three sparse
     representations are all present."""
@@ -169,67 +163,64 @@ def claims(sparse: Optional[dict], bert: dict) -> list:
     rows = []
     for name, model, paper in (("unfrozen", unfrozen, "0.833 vs 0.824; t = −0.91, df = 13, p = 0.38"),
                                ("top2", top2, "0.831 vs 0.824; t = −1.5, df = 16, p = 0.14")):
-        interval = _welch(model, frozen, "accuracy")
-        kind = stats.verdict(interval, m["no gain"], "at most")
-        rows.append([f"{'Fine-tuning BERT' if name == 'unfrozen' else 'Unfreezing only two blocks'} gives no "
-                     f"significant gain over frozen BERT ({name} vs frozen, accuracy)", paper,
-                     f"{model['accuracy_mean']:.4f} vs {frozen['accuracy_mean']:.4f}",
-                     kind, stats.verdict_cell(kind, interval, 1, 100) + f" points; no gain: under "
-                     f"+{100 * m['no gain']:.0f} points with all of the Welch interval ({len(model['runs'])} vs "
-                     f"{len(frozen['runs'])} seeds)"])
-    ratio = _variance_ratio(_values(top2, "accuracy", "runs"), _values(unfrozen, "accuracy", "runs"))
-    kind = stats.verdict(ratio, 1.0, "at most")
-    rows.append(["Tuning only two blocks regularises: less spread over seeds than fully unfrozen (Figure 2)",
-                 "box plots only", f"std top2 {top2['accuracy_std']:.3f}, unfrozen {unfrozen['accuracy_std']:.3f}",
-                 kind, stats.verdict_cell(kind, ratio, 2).replace("+", "") + ": variance ratio top2 / unfrozen "
-                 "with its 95% F interval; less spread: all of it below 1"])
-    raised = {"top2": _welch(top2, frozen, "accuracy"), "unfrozen": _welch(unfrozen, frozen, "accuracy")}
-    found = stats.verdicts(raised, 0.0, "at least")
-    rows.append(["Fine-tuning raises the accuracy reached (Figure 2)", "box plots only",
-                 f"max of the seeds: frozen {max(_values(frozen, 'accuracy', 'runs')):.3f}, top2 "
-                 f"{max(_values(top2, 'accuracy', 'runs')):.3f}, unfrozen "
-                 f"{max(_values(unfrozen, 'accuracy', 'runs')):.3f}", stats.overall(found),
-                 "on the means (a maximum of seeds has no interval): minus frozen, points, Welch, Holm over the two: "
-                 + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
+        found = claims.at_most(_welch(model, frozen, "accuracy"), m["no gain"])
+        rows.append(Claim(f"{'Fine-tuning BERT' if name == 'unfrozen' else 'Unfreezing only two blocks'} gives no "
+                          f"significant gain over frozen BERT ({name} vs frozen, accuracy)", paper,
+                          f"{model['accuracy_mean']:.4f} vs {frozen['accuracy_mean']:.4f}",
+                          found.verdict, found.cell(1, 100) + f" points; no gain: under +{100 * m['no gain']:.0f} "
+                          f"points with all of the Welch interval ({len(model['runs'])} vs {len(frozen['runs'])} "
+                          "seeds)"))
+    found = claims.at_most(_variance_ratio(_values(top2, "accuracy", "runs"), _values(unfrozen, "accuracy", "runs")),
+                           1.0)
+    rows.append(Claim("Tuning only two blocks regularises: less spread over seeds than fully unfrozen (Figure 2)",
+                      "box plots only", f"std top2 {top2['accuracy_std']:.3f}, unfrozen {unfrozen['accuracy_std']:.3f}",
+                      found.verdict, found.cell(2).replace("+", "") + ": variance ratio top2 / unfrozen with its 95% "
+                      "F interval; less spread: all of it below 1"))
+    found = claims.ahead({"top2": _welch(top2, frozen, "accuracy"), "unfrozen": _welch(unfrozen, frozen, "accuracy")})
+    rows.append(Claim("Fine-tuning raises the accuracy reached (Figure 2)", "box plots only",
+                      f"max of the seeds: frozen {max(_values(frozen, 'accuracy', 'runs')):.3f}, top2 "
+                      f"{max(_values(top2, 'accuracy', 'runs')):.3f}, unfrozen "
+                      f"{max(_values(unfrozen, 'accuracy', 'runs')):.3f}", found.verdict,
+                      "on the means (a maximum of seeds has no interval): minus frozen, points, Welch, Holm over the "
+                      "two: " + found.cells(scale=100), found.results))
     return rows + _sparse_claims(sparse, models)
 
 
 def _sparse_claims(sparse: dict, models: dict) -> list:
-    """`claims`' rows that set BERT against the sparse baselines, and the sparse baselines against each other."""
+    """`claims_of`'s claims that set BERT against the sparse baselines, and the sparse baselines against each other."""
     frozen, tfidf, m, rows = models["frozen"], sparse["tfidf"], CLAIM_MARGINS, []
-    interval = _welch(frozen, tfidf, "accuracy", "runs", "folds")
-    kind = stats.verdict(interval, m["about 3"], "at least")
-    rows.append(["Frozen BERT beats the sparse baselines by about 3 accuracy points", "0.824 vs 0.793–0.796",
-                 f"{frozen['accuracy_mean']:.4f} vs TF-IDF {tfidf['accuracy_mean']:.4f}", kind,
-                 stats.verdict_cell(kind, interval, 1, 100) + f" points; beats by about 3: at least "
-                 f"+{100 * m['about 3']:.0f} with all of the Welch interval (seeds vs folds)"])
-    beats = {k: _welch(models[k], tfidf, "accuracy", "runs", "folds") for k in ("top2", "unfrozen")}
-    found = stats.verdicts(beats, m["about 3"], "at least")
-    rows.append(["Fine-tuned BERT beats the sparse baselines by about 3 accuracy points",
-                 "unfrozen 0.833, top2 0.831 vs 0.793–0.796",
-                 ", ".join(f"{k} {models[k]['accuracy_mean']:.4f}" for k in beats)
-                 + f" vs TF-IDF {tfidf['accuracy_mean']:.4f}", stats.overall(found),
-                 f"minus TF-IDF, points, at least +{100 * m['about 3']:.0f} with all of the Welch interval, Holm over "
-                 "the two: " + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
-    far = {k: _welch(models[k], tfidf, "f1", "runs", "folds") for k in ("frozen", "top2", "unfrozen")}
-    found = stats.verdicts(far, m["almost 10"], "at least")
-    rows.append(["BERT's F1 is far above the sparse baselines' (\"almost 10 points\")", "0.850–0.872 vs 0.735–0.746",
-                 ", ".join(f"{k} {models[k]['f1_mean']:.4f}" for k in far) + f" vs TF-IDF {tfidf['f1_mean']:.4f}",
-                 stats.overall(found),
-                 f"minus TF-IDF's F1, points, at least +{100 * m['almost 10']:.0f} with all of the Welch interval, "
-                 "Holm over the three: " + "; ".join(f"{k} {v.cell(scale=100)}" for k, v in found.items())])
-    pairs = {f"{a} − {b}": stats.paired_difference(_values(sparse[a], "accuracy", "folds"),
-                                                   _values(sparse[b], "accuracy", "folds"))
-             for a, b in (("tfidf", "count"), ("tfidf", "hash"), ("count", "hash"))}
-    kinds = _alike(pairs, m["alike"])
-    rows.append(["The three sparse representations score alike (counts marginally best)",
-                 "TF-IDF 0.795, counts 0.796, hashed 0.793",
-                 ", ".join(f"{k} {sparse[k]['accuracy_mean']:.4f}" for k in ("tfidf", "count", "hash")),
-                 stats.overall(kinds.values()),
-                 f"alike: within ±{100 * m['alike']:.0f} points with all of the interval, paired by fold (the "
-                 "representations share their folds), Holm over the three pairs: "
-                 + "; ".join(f"{pair} {stats.verdict_cell(kinds[pair], pairs[pair], 1, 100)}" for pair in pairs)])
+    found = claims.at_least(_welch(frozen, tfidf, "accuracy", "runs", "folds"), m["about 3"])
+    rows.append(Claim("Frozen BERT beats the sparse baselines by about 3 accuracy points", "0.824 vs 0.793–0.796",
+                      f"{frozen['accuracy_mean']:.4f} vs TF-IDF {tfidf['accuracy_mean']:.4f}", found.verdict,
+                      found.cell(1, 100) + f" points; beats by about 3: at least +{100 * m['about 3']:.0f} with all "
+                      "of the Welch interval (seeds vs folds)"))
+    rows.append(_beats_tfidf("Fine-tuned BERT beats the sparse baselines by about 3 accuracy points",
+                             "unfrozen 0.833, top2 0.831 vs 0.793–0.796", models, tfidf, ("top2", "unfrozen"),
+                             "accuracy", m["about 3"], "TF-IDF", "two"))
+    rows.append(_beats_tfidf("BERT's F1 is far above the sparse baselines' (\"almost 10 points\")",
+                             "0.850–0.872 vs 0.735–0.746", models, tfidf, ("frozen", "top2", "unfrozen"), "f1",
+                             m["almost 10"], "TF-IDF's F1", "three"))
+    found = claims.alike({f"{a} − {b}": stats.paired_difference(_values(sparse[a], "accuracy", "folds"),
+                                                                _values(sparse[b], "accuracy", "folds"))
+                          for a, b in (("tfidf", "count"), ("tfidf", "hash"), ("count", "hash"))}, m["alike"])
+    rows.append(Claim("The three sparse representations score alike (counts marginally best)",
+                      "TF-IDF 0.795, counts 0.796, hashed 0.793",
+                      ", ".join(f"{k} {sparse[k]['accuracy_mean']:.4f}" for k in ("tfidf", "count", "hash")),
+                      found.verdict,
+                      f"alike: within ±{100 * m['alike']:.0f} points with all of the interval, paired by fold (the "
+                      "representations share their folds), Holm over the three pairs: " + found.cells(1, 100),
+                      found.results))
     return rows
+
+
+def _beats_tfidf(claim: str, paper: str, models: dict, tfidf: dict, names: tuple, metric: str, margin: float,
+                 subtracted: str, family: str) -> Claim:
+    """BERT models `names` score at least `margin` above TF-IDF on `metric` (Welch, seeds vs folds; Holm over them)."""
+    found = claims.at_least({k: _welch(models[k], tfidf, metric, "runs", "folds") for k in names}, margin)
+    return Claim(claim, paper, ", ".join(f"{k} {models[k][f'{metric}_mean']:.4f}" for k in found.results)
+                 + f" vs TF-IDF {tfidf[f'{metric}_mean']:.4f}", found.verdict,
+                 f"minus {subtracted}, points, at least +{100 * margin:.0f} with all of the Welch interval, Holm over "
+                 f"the {family}: " + found.cells(scale=100), found.results)
 
 
 def _boxplot(path: str, metric: str, sparse: Optional[dict], bert: dict) -> None:
@@ -328,7 +319,7 @@ def write_report(output_dir: str) -> str:
 
 
 def _claims_section(sparse: Optional[dict], bert: dict) -> list:
-    checked = claims(sparse, bert)
+    checked = claims_of(sparse, bert)
     if not checked:
         return []
     return ["", "## Hart's claims, checked", "",
@@ -338,7 +329,7 @@ def _claims_section(sparse: Optional[dict], bert: dict) -> list:
             "names. Margins (`CLAIM_MARGINS`, in points): \"no significant gain\" a gain under 2; \"about 3 "
             "points\" at least 1; \"almost 10 points\" at least 5; \"alike\" within 3 either way. BERT's "
             "seeds share one split (no pairing: Welch); the sparse representations share their folds (paired "
-            "by fold).", "", tables.claims_table(checked)]
+            "by fold).", "", claims.table(checked)]
 
 
 def _head(hidden_units: int) -> str:

@@ -115,6 +115,11 @@ def others_load(summary: dict) -> Optional[float]:
     return sum(loads) / len(loads) if loads else None
 
 
+def percent(share) -> str:
+    """A share as a whole percentage, `n/a` where unknown: `percent(0.337)` is `34%`."""
+    return "n/a" if share is None else f"{100 * share:.0f}%"
+
+
 def markdown_table(header: list, rows: list) -> str:
     lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -378,39 +383,6 @@ def seed_difference(ours, reference, value, paired: bool = True, key=run_seed) -
         common = sorted(set(a) & set(b), key=str)
         return stats.paired_difference([a[s] for s in common], [b[s] for s in common])
     return stats.welch_difference(list(a.values()), list(b.values()))
-
-
-def testable(reference, baseline: Optional[dict], value) -> Optional[bool]:
-    """Whether a score claim can be tested on a task (`stats.learned`): the reference runs' mean `value` beats the
-    constant prediction's `baseline` score by at least 10 points; None where the baseline is unknown."""
-    if not baseline:
-        return None
-    return stats.learned([value(s) for s in reference], baseline["score"])
-
-
-def testable_sentence(metric_note: str, decided: str = "before the runs") -> str:
-    """What a claims table says about its verdicts, the same in every report; `decided`: when the 10-point gate was
-    set (a study whose gate came after its runs says so)."""
-    return ("Each verdict rests on the 95% interval of the difference, not its point estimate (`tf_transfer/core/"
-            "stats.py`): reproduced where the whole interval is on the claim's side of its margin, not reproduced "
-            "where all of it is on the other side, inconclusive otherwise; a claim tested on several tasks is "
-            f"Holm-corrected across them, and each verdict cell states its interval. Decided {decided}: a task "
-            "counts for a score claim only where full fine-tuning beats the constant prediction by at least 10 "
-            "points; elsewhere the claim there is not testable at this budget. " + metric_note)
-
-
-VERDICTS = stats.VERDICTS  # reproduced, not reproduced, inconclusive, not testable at this budget, not run yet
-CLAIMS_HEADER = ["claim", "paper", "ours", "verdict", "basis"]
-
-
-def claims_table(rows: list) -> str:
-    """A Markdown table of a paper's claims: rows of `claim, paper, ours, verdict, basis` (verdict one of
-    `VERDICTS`, `stats`' kinds; the interval behind it goes in `ours` or the basis, as `stats.verdict_cell` writes
-    it)."""
-    for row in rows:
-        if row[3] not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}, got {row[3]!r}")
-    return markdown_table(CLAIMS_HEADER, [[str(c).replace("|", "/") for c in row] for row in rows])
 
 
 def still_to_run(study: str, collected: list, chosen, task_order: list) -> list:

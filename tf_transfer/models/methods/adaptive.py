@@ -28,7 +28,6 @@ MIN_TRAINABLE_LAYERS = {
 class Adaptive(Method):
     """The pieces AutoFreeze and FreezeOut share (each subclass registers itself with its own settings)."""
 
-    recorded_only_for_it = ()
     # Both decide against the planned steps (--max_epochs x steps per epoch): AutoFreeze every tenth of them, FreezeOut
     # along them. The GLUE defaults (the transfer-learning paper's batch 1 for up to 30 epochs, stopped early) would
     # put AutoFreeze's first possible freeze at epoch 6 and FreezeOut's first at epoch 15, after early stopping has
@@ -36,10 +35,6 @@ class Adaptive(Method):
     # (freeze_intermediate_e2e_lr.py: batch 32, 3 epochs, rate 5e-5).
     run_defaults = ({"batch_size": 32, "max_epochs": 3, "lr": 5e-5},
                     "the AutoFreeze authors' defaults: freezing is planned over --max_epochs")
-    hparams_off = {}
-    backward_passes = 2  # the blocks that still train get their weights' gradients
-    sweep_options = {}
-    sweep_columns = ()
     record_fields = (
         Field("freezing", (dict,), "with `--method=autofreeze` or `freezeout`: the freeze record `{method, "
               "min_trainable_layers, total_steps, events, decisions, phases, traces, cache_s, compile_s, ...}` "
@@ -67,21 +62,6 @@ class Adaptive(Method):
     def apply(self, backbone, options, trainable_layers) -> None:
         pass  # the freezing rule sets the start; the run freezes the rest as it goes
 
-    def describe(self, settings) -> str:
-        return ""  # AdaptiveGlueTask says it itself
-
-    def summary_facts(self, options, backbone) -> dict:
-        return {}  # AdaptiveGlueTask records `freezing` as the run goes
-
-    def added_weights(self, summary: dict):
-        return None
-
-    def hparams(self, settings) -> dict:
-        return {}
-
-    def run_name_part(self, settings) -> str:
-        return f"{self.name}_"
-
     def table_label(self, summary: dict) -> str:
         """The blocks still training at the end and when each freeze came (`autofreeze: k=1 at the end; froze
         2@40, 5@120`: 2 blocks frozen at step 40, 5 at step 120)."""
@@ -95,12 +75,6 @@ class Adaptive(Method):
 
     def sweep_candidates(self, num_layers: int, options: dict) -> list:
         return []  # not among the sweep's candidates (yet)
-
-    def candidate_tag(self, settings: dict) -> str:
-        return self.name
-
-    def merge_for_export(self, backbone) -> None:
-        pass  # the trained weights are the backbone's own
 
 
 def checks() -> dict:

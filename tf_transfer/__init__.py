@@ -37,8 +37,8 @@ _PUBLIC = {
     "ParameterTable": "tf_transfer.models.user_model",
     "backbone_of": "tf_transfer.models.user_model",
     "CachedClassifier": "tf_transfer.models.cached_classifier",
-    "AutoFreeze": "tf_transfer.training.freezing_callbacks",
-    "FreezeOut": "tf_transfer.training.freezing_callbacks",
+    "AutoFreeze": "tf_transfer.models.methods.adaptive.callbacks",
+    "FreezeOut": "tf_transfer.models.methods.adaptive.callbacks",
 }
 __all__ = ["__version__", "methods", *_PUBLIC]
 

@@ -62,6 +62,8 @@ PIECES = {
     "hparams": "hparams(settings): its TensorBoard HParams under it ({} for none)",
     "hparams_off": "its HParams' values in runs of other methods ({} for none)",
     "run_name_part": "run_name_part(settings): what the run folder's name starts with ('' for nothing)",
+    "closing_line": "closing_line(summary): what the glue command prints about the finished run before its last "
+                    "line ('' for nothing)",
     "table_label": "table_label(summary): its cell in the `method` column of `experiments table`",
     "backward_passes": "work of a trained block's backward pass in forward passes (2: weights' gradients too; 1: "
                        "activations' only): how the sweep prices a candidate and the bench counts FLOPs",
@@ -138,6 +140,9 @@ class Method:
 
     def run_name_part(self, settings) -> str:
         return f"{self.name}_"
+
+    def closing_line(self, summary: dict) -> str:
+        return ""
 
     def table_label(self, summary: dict) -> str:
         return self.name

@@ -1,13 +1,12 @@
 """What `--method=autofreeze` and `--method=freezeout` share: freezing decided while training, a growing prefix
 frozen (and cached) as the run goes, from the freezing rule's scope at the start. The rule and the schedule are
-`tf_transfer.models.freeze_schedules`; the run is `tf_transfer.studies.adaptive_task.AdaptiveGlueTask`, each
-method's subclass of it its `trainer`.
+`schedules`; the run is `run.GrowingPrefixRun`, each method's subclass of it its `trainer`.
 
 Example:
 
 >>> from tf_transfer.models import methods
->>> methods.get("autofreeze").trainer
-'tf_transfer.studies.adaptive_task:AutoFreezeTask'
+>>> methods.get("freezeout").sweep_candidates(12, {})  # it decides k itself: no fixed depth to sweep
+[]
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
+from tf_transfer.models.methods.adaptive import schedules
 import tf_transfer.models.methods.scope as scope
 from tf_transfer.models.methods.registry import Method
 
@@ -61,6 +61,9 @@ class Adaptive(Method):
 
     def apply(self, backbone, options, trainable_layers) -> None:
         pass  # the freezing rule sets the start; the run freezes the rest as it goes
+
+    def closing_line(self, summary: dict) -> str:
+        return schedules.freeze_line(summary)
 
     def table_label(self, summary: dict) -> str:
         """The blocks still training at the end and when each freeze came (`autofreeze: k=1 at the end; froze

@@ -3,8 +3,8 @@
 From Python (docs/python.md), on a user's own keras-hub classifier or backbone:
 
 >>> import tf_transfer
->>> tf_transfer.methods()
-('freeze', 'lora', 'bitfit', 'autofreeze', 'freezeout')
+>>> tf_transfer.methods()[:3]  # the registry's, in registration order
+('freeze', 'lora', 'bitfit')
 >>> tf_transfer.freeze(classifier, trainable_layers=2)  # doctest: +SKIP
 
 The library takes plain arguments; only the entry modules (`tf_transfer.glue`, ...) read absl flags.
@@ -37,8 +37,8 @@ _PUBLIC = {
     "ParameterTable": "tf_transfer.models.user_model",
     "backbone_of": "tf_transfer.models.user_model",
     "CachedClassifier": "tf_transfer.models.cached_classifier",
-    "AutoFreeze": "tf_transfer.training.freezing_callbacks",
-    "FreezeOut": "tf_transfer.training.freezing_callbacks",
+    "AutoFreeze": "tf_transfer.models.methods.adaptive.callbacks",
+    "FreezeOut": "tf_transfer.models.methods.adaptive.callbacks",
 }
 __all__ = ["__version__", "methods", *_PUBLIC]
 

@@ -65,6 +65,7 @@ def main(argv):
 
 
 def _train(config: GlueSettings, output_dir: str) -> None:
+    from tf_transfer.models import methods
     from tf_transfer.studies import glue_task as study
     from tf_transfer.training.run_folder import RunFolder
 
@@ -76,10 +77,9 @@ def _train(config: GlueSettings, output_dir: str) -> None:
         return
     summary = study.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir)
     best = summary["best_epoch"]
-    if summary.get("freezing"):  # --method=autofreeze or freezeout: when each block froze, before the last line
-        from tf_transfer.studies.adaptive_task import freeze_line
-
-        print(freeze_line(summary))
+    closing = methods.get(config.method).closing_line(summary)  # e.g. when each block froze, before the last line
+    if closing:
+        print(closing)
     if best:
         scores = summary["epochs"][best - 1]
         test = scores_text(scores["test"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models import freeze_schedules as fs
+from tf_transfer.models.methods.adaptive import schedules as fs
 from tf_transfer.studies import glue_task
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import record
@@ -76,7 +76,7 @@ def test_block_gradient_sums_are_the_steps_gradients_summed():
     import keras
     import tensorflow as tf
 
-    from tf_transfer.training.block_gradients import BlockGradients
+    from tf_transfer.models.methods.adaptive.block_gradients import BlockGradients
 
     model = _tiny_dense_model()
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
@@ -101,7 +101,7 @@ def test_block_gradient_sums_are_the_steps_gradients_summed():
 def test_layer_rates_anneal_each_layers_updates():
     import keras
 
-    from tf_transfer.training import layer_rates
+    from tf_transfer.models.methods.adaptive import layer_rates
 
     model = _tiny_dense_model()
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")

@@ -1,8 +1,10 @@
-"""A training method is one registration: a method defined here, in the test, trains through the GLUE trainer, a
-grid, the budgeted sweep and `experiments table` without any other module knowing it; a method that forgets a piece
-is refused naming the piece."""
+"""A training method is one registration of four pieces: a method defined here, in the test, with only `name`, `title`,
+`help` and `apply` trains through the GLUE trainer, a grid, the budgeted sweep and `experiments table` without any
+other module knowing it (every other piece is `Method`'s default); a method that forgets a required piece, or breaks a
+piece's rule, is refused naming the piece."""
 
 import json
+import re
 
 import pytest
 
@@ -19,21 +21,6 @@ class LayerNormsOnly(Method):
     name = "layernorms"
     title = "LayerNorms only"
     help = "the LayerNorms of those blocks; the head"
-    color = "tab:purple"
-    settings = {}
-    checks = {}
-    older_runs = {}
-    recorded_only_for_it = ()
-    run_defaults = ({}, "")
-    hparams_off = {"layernorms": False}
-    backward_passes = 1
-    sweep_options = {}
-    sweep_columns = ()
-    trainer = None
-    record_fields = (Field("layernorms", (dict,), "with --method=layernorms: `{blocks}`", required=False),)
-
-    def check_together(self, settings):
-        return [(settings.trainable_layers != 0, "--method=layernorms needs a block to train")]
 
     def apply(self, backbone, options, trainable_layers):
         blocks = list(backbone.transformer_layers)
@@ -42,32 +29,14 @@ class LayerNormsOnly(Method):
             for variable in block.weights:
                 variable.trainable = variable.name in ("gamma", "beta")
 
-    def describe(self, settings):
-        return ", LayerNorms only"
+
+class RecordedLayerNorms(LayerNormsOnly):
+    """The same method, recording a key of its own in `summary.json`."""
+
+    record_fields = (Field("layernorms", (dict,), "with --method=layernorms: `{blocks}`", required=False),)
 
     def summary_facts(self, options, backbone):
         return {"layernorms": {"blocks": len(backbone.transformer_layers)}}
-
-    def added_weights(self, summary):
-        return None
-
-    def hparams(self, settings):
-        return {"layernorms": True}
-
-    def run_name_part(self, settings):
-        return "ln_"
-
-    def table_label(self, summary):
-        return "LayerNorms only"
-
-    def sweep_candidates(self, num_layers, options):
-        return [({"method": self.name, "trainable_layers": freezing.ALL}, (1e-2,))]
-
-    def candidate_tag(self, settings):
-        return "ln"
-
-    def merge_for_export(self, backbone):
-        pass
 
 
 @pytest.fixture
@@ -81,28 +50,36 @@ def layernorms():
     methods.unregister("layernorms")
 
 
-def test_a_method_that_forgets_a_piece_is_refused_naming_it():
-    pieces = {k: v for k, v in vars(LayerNormsOnly).items() if k not in ("apply", "__dict__", "__weakref__")}
-    forgetful = type("Forgetful", (Method,), {**pieces, "name": "forgetful"})
+def test_a_method_that_forgets_a_piece_or_breaks_a_rule_is_refused_naming_it():
+    forgetful = type("Forgetful", (Method,), {"name": "forgetful", "title": "forgetful", "help": "nothing"})
     with pytest.raises(TransferError, match=r"training method 'forgetful' has no 'apply' \(apply\(backbone"):
         register(forgetful)
-    assert "forgetful" not in methods.names()
+    stray = type("Stray", (LayerNormsOnly,), {"name": "stray", "older_runs": {"stray_rank": 8}})
+    with pytest.raises(TransferError, match="training method 'stray': its 'older_runs' names 'stray_rank', which is "
+                                            "not one of its settings"):
+        register(stray)
+    reasonless = type("Reasonless", (LayerNormsOnly,), {"name": "reasonless", "run_defaults": ({"lr": 1e-3}, "")})
+    with pytest.raises(TransferError, match="training method 'reasonless': its 'run_defaults' must be a pair"):
+        register(reasonless)
+    assert not {"forgetful", "stray", "reasonless"} & set(methods.names())
     with pytest.raises(TransferError, match="--method='prompt' is not a training method: use one of freeze, lora"):
         methods.get("prompt")
 
 
-def test_a_method_declares_the_keys_it_records_in_its_own_module(layernorms):
+def test_a_method_declares_the_keys_it_records_in_its_own_module():
     from tf_transfer.training import run_record
 
-    assert run_record.schema("glue").fields["layernorms"].meaning == "with --method=layernorms: `{blocks}`"
-    recorded = {"method": "layernorms", "layernorms": {"blocks": 1}}
-    assert not [why for why in run_record.schema("glue").problems(recorded) if "layernorms" in why]
-    with pytest.raises(RecordMismatch, match="'layernorms' is a list, not dict"):
-        run_record.check("glue", {**recorded, "layernorms": [1]}, "summary.json", resumed=True)
-    methods.unregister("layernorms")  # a key no registered method declares is refused where it is written
+    register(RecordedLayerNorms)
+    try:
+        assert run_record.schema("glue").fields["layernorms"].meaning == "with --method=layernorms: `{blocks}`"
+        recorded = {"method": "layernorms", "layernorms": {"blocks": 1}}
+        assert not [why for why in run_record.schema("glue").problems(recorded) if "layernorms" in why]
+        with pytest.raises(RecordMismatch, match="'layernorms' is a list, not dict"):
+            run_record.check("glue", {**recorded, "layernorms": [1]}, "summary.json", resumed=True)
+    finally:
+        methods.unregister("layernorms")
     with pytest.raises(RecordMismatch, match="'layernorms' is not a key of the glue record"):
-        run_record.check("glue", recorded, "summary.json", resumed=True)
-    register(LayerNormsOnly)
+        run_record.check("glue", recorded, "summary.json", resumed=True)  # no registered method declares it
 
 
 def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_sweep_and_the_table(
@@ -127,9 +104,9 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
     counts = studies.run_until_settled(grid, runs, runs_dir, train, log=print)
     assert counts["ran"] == 1 and counts["failed"] == 0, counts
     folder = studies.run_dir(runs_dir, grid, runs[0])
-    assert "/ln_kall_lr0.01_bs8_" in folder  # the method's part of the run name
+    assert "/layernorms_kall_lr0.01_bs8_" in folder  # the default part of the run name: the method's name
     summary = json.loads(open(f"{folder}/summary.json").read())
-    assert summary["completed"] and summary["method"] == "layernorms" and summary["layernorms"] == {"blocks": 1}
+    assert summary["completed"] and summary["method"] == "layernorms"
     table = {row["part"]: row["trainable"] for row in summary["parameter_table"]}
     assert table["block_0"] == 2 * 2 * 16  # two LayerNorms of width 16, gamma and beta
     assert GlueSettings.from_dict({k: v for k, v in runs[0].items() if k != "part"}).to_dict() == summary["config"]
@@ -137,15 +114,16 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
     assert again["completed"] == 1 and again["ran"] == 0  # found as completed
 
     swept = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--data_dir={glue_dir}",
-                       f"--presets={one_block_preset}", "--methods=layernorms", "--max_epochs=1",
+                       f"--presets={one_block_preset}", "--methods=layernorms", "--lrs=1e-2", "--max_epochs=1",
                        "--max_seq_length=32", "--batch_size=8", "--sweep_top=1", "--sweep_seeds=1",
                        "--noisolate_runs", f"--runs_dir={tmp_path / 'sweep'}", "--budget=10m")
     assert swept.returncode == 0, swept.stderr[-3000:]
     [sweep_dir] = (tmp_path / "sweep" / "sweep").glob("rte*")  # named after its settings
-    trial = json.loads((sweep_dir / "ln_kall_lr0.01" / "seed0" / "summary.json").read_text())
+    # The default candidate: every block, at the rate given (the method's default rates otherwise).
+    trial = json.loads((sweep_dir / "layernorms_kall_lr0.01" / "seed0" / "summary.json").read_text())
     assert trial["method"] == "layernorms" and trial["completed"]
-    assert "| ln_kall_lr0.01 |" in (sweep_dir / "README.md").read_text()
+    assert "| layernorms_kall_lr0.01 |" in (sweep_dir / "README.md").read_text()
 
     listed = run_module("tf_transfer.experiments", "table", str(tmp_path))
     assert listed.returncode == 0, listed.stderr[-3000:]
-    assert "LayerNorms only" in listed.stdout
+    assert re.search(r"\|\s*layernorms\s*\|", listed.stdout), listed.stdout  # its `method` cell: the name

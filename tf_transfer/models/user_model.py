@@ -121,10 +121,10 @@ def apply_method(model, method: str, trainable_layers="all", **options):
     >>> table = tf_transfer.apply_method(backbone, "lora", rank=2)
     >>> table[1]  # block_0: LoRA's A and B on query and value, 2 x 2 x (8 + 8)
     ('block_0', 64, 664)
-    >>> tf_transfer.apply_method(backbone, "prompt")
+    >>> tf_transfer.apply_method(backbone, "prompt")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    tf_transfer.core.errors.TransferError: --method must be one of freeze, lora, bitfit, autofreeze, freezeout, got 'prompt'
+    tf_transfer.core.errors.TransferError: --method must be one of freeze, lora, bitfit, ..., got 'prompt'
     """
     settings_lib.check("method", method, methods.registry.name_check())
     chosen = methods.get(method)

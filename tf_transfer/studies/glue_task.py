@@ -15,7 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
+import types
 from typing import Optional
 
 from absl import logging
@@ -335,14 +337,35 @@ def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: 
 
 
 def task_for(settings: GlueSettings, export_dir: Optional[str] = None) -> GlueTask:
-    """The task of a GLUE run: `GlueTask`, or the subclass the run's method names as its `trainer` (AutoFreeze's and
-    FreezeOut's subclasses of `adaptive_task.AdaptiveGlueTask`)."""
-    import importlib
-
+    """The task of a GLUE run: `GlueTask`, with the run's method's `trainer` mixed in before it where the method has
+    one (a method decided while training)."""
     from tf_transfer.models import methods
 
     trainer = methods.get(settings.method).trainer
     if trainer is None:
         return GlueTask(settings, export_dir)
-    module, _, name = trainer.partition(":")
-    return getattr(importlib.import_module(module), name)(settings, export_dir)
+    return _trained_by(trainer)(settings, export_dir)
+
+
+@functools.lru_cache(maxsize=None)
+def _trained_by(trainer: type) -> type:
+    # A method's trainer lives with the method, in the models layer, which may not import the training layer or this
+    # one: it is mixed into the task here and handed what it calls of them.
+    return type(f"{trainer.__name__}GlueTask", (trainer, GlueTask), {"tools": trainer_tools()})
+
+
+def trainer_tools() -> types.SimpleNamespace:
+    """The functions of the training layer and of this module that a method's `trainer` (a mixin of `GlueTask` in
+    the models layer, as `models.methods.adaptive.run`'s) calls, as its `tools`.
+
+    Example:
+
+    >>> sorted(vars(trainer_tools()))
+    ['Stage', 'from_chief', 'keras_distributed', 'scores', 'steps_of', 'warm_up', 'write_npz_atomic']
+    """
+    from tf_transfer.training import checkpoints, engine
+    from tf_transfer.training.task import Stage
+
+    return types.SimpleNamespace(warm_up=engine.warm_up, steps_of=engine.steps_of, Stage=Stage,
+                                 from_chief=distributed.from_chief, keras_distributed=distributed.keras_distributed,
+                                 write_npz_atomic=checkpoints.write_npz_atomic, scores=scores)

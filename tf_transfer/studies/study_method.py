@@ -3,8 +3,8 @@ settings fields, checks and record a study's settings class takes, and how its t
 all asked of the method registry (`tf_transfer.models.methods.registry`), so that no study names a method.
 
 These studies run the methods that set what trains before training starts (`registry.set_before_training`:
-freezing, LoRA, BitFit); a method that decides what trains as it trains brings its own trainer (AutoFreeze's and
-FreezeOut's are the GLUE trainer's) and is refused with one line naming the study.
+freezing, LoRA, BitFit); a method that decides what trains as it trains brings its own trainer, mixed into the GLUE
+trainer's task alone, and is refused with one line naming the study.
 
 Runs of the default method (freezing) record nothing new in their `config`: their settings, folder names and run
 names are those they had before `--method` came to these studies, so older runs still resume and are still found as

@@ -33,15 +33,8 @@ class BitFit(Method):
         "bitfit_layer_norm": (bool, setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); "
                                                    "their betas are bias terms and train anyway.")),
     }
-    checks = {}
     older_runs = {"bitfit_layer_norm": False}
-    recorded_only_for_it = ()
-    run_defaults = ({}, "")
-    hparams_off = {}
     backward_passes = 1  # the activations' gradients; the bias sums are not counted
-    sweep_options = {}
-    trainer = None
-    sweep_columns = ()
     record_fields = (Field("bitfit", (dict,), "with `--method=bitfit`: `{layer_norm}` (whether the LayerNorms' gains "
                            "and biases train too)", required=False),)
 
@@ -71,23 +64,8 @@ class BitFit(Method):
     def summary_facts(self, options, backbone) -> dict:
         return {"bitfit": {"layer_norm": options.bitfit_layer_norm}}
 
-    def added_weights(self, summary: dict):
-        return None  # it trains weights the model has
-
-    def hparams(self, settings) -> dict:
-        return {}
-
     def run_name_part(self, settings) -> str:
         return "bitfit_"
 
-    def table_label(self, summary: dict) -> str:
-        return self.name
-
     def sweep_candidates(self, num_layers: int, options: dict) -> list:
         return [({"method": self.name, "trainable_layers": freezing.ALL}, RATES)]
-
-    def candidate_tag(self, settings: dict) -> str:
-        return self.name
-
-    def merge_for_export(self, backbone) -> None:
-        pass  # the trained biases are the backbone's own weights

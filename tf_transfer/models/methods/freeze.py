@@ -24,50 +24,15 @@ class Freeze(Method):
     title = "freezing"
     help = "the last --trainable_layers blocks and the pooler"
     color = "tab:blue"
-    settings = {}
-    checks = {}
-    older_runs = {}
-    recorded_only_for_it = ()
-    run_defaults = ({}, "")
-    hparams_off = {}
-    backward_passes = 2
-    sweep_options = {}
-    trainer = None
-    sweep_columns = ()
-    record_fields = ()
-
-    def check_together(self, settings) -> list:
-        return []
 
     def apply(self, backbone, options, trainable_layers) -> None:
         pass  # the freezing rule, already applied, is the whole method
 
-    def describe(self, settings) -> str:
-        return ""
-
-    def summary_facts(self, options, backbone) -> dict:
-        return {}
-
-    def added_weights(self, summary: dict):
-        return None
-
-    def hparams(self, settings) -> dict:
-        return {}
-
     def run_name_part(self, settings) -> str:
         return ""
-
-    def table_label(self, summary: dict) -> str:
-        return self.name
 
     def sweep_candidates(self, num_layers: int, options: dict) -> list:
         """Full fine-tuning, and the last 1, 2 and L/2 blocks over the frozen-prefix cache."""
         depths = sorted({k for k in (1, 2, num_layers // 2) if 1 <= k < num_layers})
         return [({"trainable_layers": freezing.ALL}, FULL_RATES)] + [
             ({"trainable_layers": k, "cache_frozen": True}, PARTIAL_RATES) for k in depths]
-
-    def candidate_tag(self, settings: dict) -> str:
-        return self.name
-
-    def merge_for_export(self, backbone) -> None:
-        pass  # the trained weights are the backbone's own

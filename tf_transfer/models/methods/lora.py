@@ -90,11 +90,9 @@ class LoRA(Method):
     # `lora_init` came after runs of every method were made, with another default than those runs had: recorded
     # only for LoRA runs, so that no other run's name changed.
     recorded_only_for_it = ("lora_init",)
-    run_defaults = ({}, "")
     hparams_off = {"lora_rank": 0, "lora_init": "-"}
     backward_passes = 1  # the activations' gradients; LoRA's rank-r products are not counted
     sweep_options = {"lora_ranks": (["4", "8", "16"], "sweep: the LoRA ranks among the candidates.", int)}
-    trainer = None
     sweep_columns = ("lora_rank",)
     record_fields = (Field("lora", (dict,), "with `--method=lora`: `{rank, alpha, init, targets, layers, weights}` "
                            "(`init` absent in runs made before 2026-11-25, which drew A from a Gaussian)",

@@ -1,20 +1,29 @@
-"""The registry of training methods: the only list of them. A method is one module of this package holding one
-`Method` subclass decorated with `@register`; the GLUE trainer, its settings and grids, the sweep, the bench and the
+"""The registry of training methods: the only list of them. A method is a `Method` subclass decorated with
+`@register`, in a module of this package; the GLUE trainer, its settings and grids, the sweep, the bench and the
 reports ask the registry for the method's pieces and never name a method themselves (docs/layout.md, "Adding a
 training method").
 
-Every piece in `PIECES` must be given by the method itself (not inherited from `Method`): a method that forgets one
-is refused when it registers, with a line naming the method and the piece, never a bare `KeyError` later.
+A method gives `name`, `title`, `help` and `apply` (`REQUIRED`); every other piece of `PIECES` has a default on
+`Method` (no settings, no checks, nothing recorded, the sweep's default candidate and pricing, ...) that the method
+overrides only where it differs, as Hugging Face PEFT's `BaseTuner` and TF Model Garden's `Task` do. A method that
+forgets a required piece, or gives one that breaks a rule, is refused when it registers, with a line naming the
+method and the piece, never a bare `KeyError` later.
 
-Example (a method that trains only the blocks' LayerNorms; tests/studies/test_method_plugin.py registers it):
+Example (a method trained by its `apply` alone; tests/studies/test_method_plugin.py trains one like it):
 
 >>> from tf_transfer.models.methods import registry
->>> registry.get("freeze").run_name_part(None)
-''
->>> registry.get("prompt")
+>>> @registry.register
+... class LayerNormsOnly(registry.Method):
+...     name, title, help = "layernorms", "LayerNorms only", "the LayerNorms of those blocks; the head"
+...     def apply(self, backbone, options, trainable_layers):
+...         pass
+>>> registry.get("layernorms").run_name_part(None), registry.get("freeze").run_name_part(None)
+('layernorms_', '')
+>>> registry.unregister("layernorms")
+>>> registry.get("prompt")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-tf_transfer.core.errors.TransferError: --method='prompt' is not a training method: use one of freeze, lora, bitfit, autofreeze, freezeout
+tf_transfer.core.errors.TransferError: --method='prompt' is not a training method: use one of freeze, ...
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from tf_transfer.core.errors import TransferError
 # this method's.
 DEFAULT = "freeze"
 
-# piece -> what it is, for the line that names a forgotten one.
+# piece -> what it is, for the line that names a forgotten or broken one; `Method` gives each a default but those in
+# `REQUIRED`.
 PIECES = {
     "name": "--method's value and the runs' `method`",
     "title": "its name in reports' prose (e.g. 'LoRA')",
@@ -52,6 +62,8 @@ PIECES = {
     "hparams": "hparams(settings): its TensorBoard HParams under it ({} for none)",
     "hparams_off": "its HParams' values in runs of other methods ({} for none)",
     "run_name_part": "run_name_part(settings): what the run folder's name starts with ('' for nothing)",
+    "closing_line": "closing_line(summary): what the glue command prints about the finished run before its last "
+                    "line ('' for nothing)",
     "table_label": "table_label(summary): its cell in the `method` column of `experiments table`",
     "backward_passes": "work of a trained block's backward pass in forward passes (2: weights' gradients too; 1: "
                        "activations' only): how the sweep prices a candidate and the bench counts FLOPs",
@@ -61,15 +73,48 @@ PIECES = {
     "sweep_columns": "settings shown as columns of the sweep's candidates table (() for none)",
     "candidate_tag": "candidate_tag(settings): how a sweep candidate's name starts",
     "merge_for_export": "merge_for_export(backbone): makes the trained backbone a plain one before it is exported",
-    "trainer": "None (the GLUE trainer's task trains it), or 'module:Class' of the GlueTask subclass that does (a "
-               "method decided while training, as AutoFreeze)",
+    "trainer": "None (the GLUE trainer's task trains it), or the class the GLUE study mixes into its task to train "
+               "it (a method decided while training, as AutoFreeze)",
 }
+REQUIRED = ("name", "title", "help", "apply")
+# The sweep's rates for a method that gives no `sweep_candidates` of its own: a partial method's, 10-100x full
+# fine-tuning's (LoRA's and BitFit's papers).
+SWEEP_RATES = (1e-4, 1e-3)
 
 _METHODS: dict = {}
 
 
 class Method:
-    """A training method: subclass it, give every piece of `PIECES`, decorate with `@register`."""
+    """A training method: subclass it, give `name`, `title`, `help` and `apply`, override the other pieces of `PIECES`
+    where the method differs from the defaults here, and decorate it with `@register`. The defaults: no settings (so
+    no checks, no older runs' values, nothing left out of other runs), nothing taken from the method where no flag is
+    given, no rule across settings, nothing added to the run's first line, to `summary.json` or to TensorBoard, no
+    weights added, the run folder's name and the sweep's candidates starting with `name`, `name` in `experiments
+    table`, one sweep candidate (every block, at `SWEEP_RATES`) priced as freezing's (the weights' gradients too),
+    no sweep flags, nothing to merge before an export, and the GLUE trainer's own task.
+
+    Example:
+
+    >>> class Plain(Method):
+    ...     name, title, help = "plain", "plain", "nothing more"
+    ...     def apply(self, backbone, options, trainable_layers):
+    ...         pass
+    >>> Plain().sweep_candidates(12, {}), Plain().backward_passes, Plain().run_defaults
+    ([({'method': 'plain', 'trainable_layers': 'all'}, (0.0001, 0.001))], 2, ({}, ''))
+    """
+
+    color = "tab:gray"
+    settings = {}
+    checks = {}
+    older_runs = {}
+    recorded_only_for_it = ()
+    run_defaults = ({}, "")
+    record_fields = ()
+    hparams_off = {}
+    backward_passes = 2
+    sweep_options = {}
+    sweep_columns = ()
+    trainer = None
 
     def options(self, values: dict) -> types.SimpleNamespace:
         """Its settings with their defaults, updated from `values` (a settings object's fields or keyword
@@ -78,15 +123,52 @@ class Method:
         chosen.update({k: v for k, v in values.items() if k in chosen})
         return types.SimpleNamespace(**chosen)
 
+    def check_together(self, settings) -> list:
+        return []
+
+    def describe(self, settings) -> str:
+        return ""
+
+    def summary_facts(self, options, backbone) -> dict:
+        return {}
+
+    def added_weights(self, summary: dict) -> Optional[int]:
+        return None
+
+    def hparams(self, settings) -> dict:
+        return {}
+
+    def run_name_part(self, settings) -> str:
+        return f"{self.name}_"
+
+    def closing_line(self, summary: dict) -> str:
+        return ""
+
+    def table_label(self, summary: dict) -> str:
+        return self.name
+
+    def sweep_candidates(self, num_layers: int, options: dict) -> list:
+        return [({"method": self.name, "trainable_layers": "all"}, SWEEP_RATES)]
+
+    def candidate_tag(self, settings: dict) -> str:
+        return self.name
+
+    def merge_for_export(self, backbone) -> None:
+        pass  # the trained weights are the backbone's own
+
 
 def register(cls: type) -> type:
-    """Class decorator: checks that `cls` gives every piece and adds one instance of it to the registry."""
-    name = cls.__dict__.get("name") or cls.__name__
-    missing = [piece for piece in PIECES if not any(piece in klass.__dict__ for klass in cls.__mro__
-                                                     if klass is not Method and klass is not object)]
+    """Class decorator: checks that `cls` gives the required pieces and that its pieces keep the rules, and adds one
+    instance of it to the registry."""
+    name = getattr(cls, "name", None) or cls.__name__  # a subclass of a registered method may keep its name
+    missing = [piece for piece in REQUIRED if not any(piece in klass.__dict__ for klass in cls.__mro__
+                                                      if klass is not Method and klass is not object)]
     if missing:
         raise TransferError(f"training method {name!r} has no {missing[0]!r} ({PIECES[missing[0]]}): give it in its "
                             "class before registering it")
+    broken = _broken_piece(cls)
+    if broken:
+        raise TransferError(f"training method {name!r}: its {broken[0]!r} {broken[1]} ({PIECES[broken[0]]})")
     if name in _METHODS and type(_METHODS[name]) is not cls:
         raise TransferError(f"training method {name!r} is registered twice ({_METHODS[name].__class__.__module__} "
                             f"and {cls.__module__})")
@@ -102,6 +184,22 @@ def register(cls: type) -> type:
                             "declared otherwise")
     _METHODS[name] = cls()
     return cls
+
+
+def _broken_piece(cls: type) -> Optional[tuple]:
+    """`(piece, what is wrong)` for the first piece of `cls` that breaks its rule, or None."""
+    own = set(cls.settings)
+    for piece in ("checks", "older_runs", "recorded_only_for_it"):
+        stray = [field for field in getattr(cls, piece) if field not in own]
+        if stray:
+            return piece, f"names {stray[0]!r}, which is not one of its settings"
+    values, why = cls.run_defaults if isinstance(cls.run_defaults, tuple) and len(cls.run_defaults) == 2 else (
+        None, None)
+    if not hasattr(values, "items") or not isinstance(why, str) or (values and not why):
+        return "run_defaults", "must be a pair ({setting: value}, why), with a reason when it takes anything"
+    if cls.backward_passes not in (1, 2):
+        return "backward_passes", f"is {cls.backward_passes!r}, not 1 or 2"
+    return None
 
 
 def unregister(name: str) -> None:

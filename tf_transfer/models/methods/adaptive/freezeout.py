@@ -1,6 +1,6 @@
 """`--method=freezeout` (FreezeOut, Brock et al. 2017, arXiv 1706.04983): each layer freezes at its scheduled step,
 the embeddings at `--freezeout_t0` of training and the blocks above evenly after them, each layer's rate annealed to
-zero by then (`models.freeze_schedules.freezeout_times`); what the methods share is `adaptive`.
+zero by then (`schedules.freezeout_times`); what the methods share is `method`.
 
 Example:
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.settings import setting
-import tf_transfer.models.methods.adaptive as adaptive
+import tf_transfer.models.methods.adaptive.method as adaptive
+from tf_transfer.models.methods.adaptive import run
 from tf_transfer.models.methods.registry import register
 
 SCALES = ("linear", "squared", "cubic")
@@ -41,6 +42,6 @@ class FreezeOut(adaptive.Adaptive):
         "freezeout_scale": settings_lib.one_of(SCALES),
         **adaptive.checks(),
     }
-    trainer = "tf_transfer.studies.adaptive_task:FreezeOutTask"
+    trainer = run.FreezeOutRun
     older_runs = {"min_trainable_layers": 1, "freezeout_t0": 0.8, "freezeout_scale": "cubic",
                   "freezeout_scale_lr": True}

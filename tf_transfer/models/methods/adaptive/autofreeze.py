@@ -1,6 +1,6 @@
 """`--method=autofreeze` (AutoFreeze, Liu et al. 2021, arXiv 2102.01386): every `--freeze_interval_steps`, blocks below
 the first whose gradient-norm change reaches `--freeze_percentile` of the training blocks' changes freeze
-(`models.freeze_schedules.autofreeze_frozen`); what the methods share is `adaptive`.
+(`schedules.autofreeze_frozen`); what the methods share is `method`.
 
 Example:
 
@@ -15,7 +15,8 @@ from typing import Optional
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.settings import setting
-import tf_transfer.models.methods.adaptive as adaptive
+import tf_transfer.models.methods.adaptive.method as adaptive
+from tf_transfer.models.methods.adaptive import run
 from tf_transfer.models.methods.registry import register
 
 
@@ -40,5 +41,5 @@ class AutoFreeze(adaptive.Adaptive):
                               "must be in (0, 100]"),
         **adaptive.checks(),
     }
-    trainer = "tf_transfer.studies.adaptive_task:AutoFreezeTask"
+    trainer = run.AutoFreezeRun
     older_runs = {"freeze_interval_steps": None, "freeze_percentile": 50.0, "min_trainable_layers": 1}

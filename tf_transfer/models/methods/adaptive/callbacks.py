@@ -2,7 +2,7 @@
 commands' rule, schedule and freeze record (`--method=autofreeze` and `freezeout`, docs/methods.md).
 
 A callback sees the step's end, not its gradients: the blocks' gradient sums come from the optimizer
-(`training.block_gradients.BlockGradients`, installed when training begins), and a freeze makes Keras trace the
+(`block_gradients.BlockGradients`, installed when training begins), and a freeze makes Keras trace the
 training step again (`make_train_function(force=True)`) with fewer trainable variables. Unlike the commands, which
 switch to a cache of the frozen prefix, the model goes on running its whole forward pass: the record's decisions are
 the same, the time saved is only the frozen blocks' backward pass.
@@ -24,7 +24,8 @@ import numpy as np
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models import freeze_schedules, freezing, methods, user_model
+from tf_transfer.models import freezing, methods, user_model
+from tf_transfer.models.methods.adaptive import schedules
 
 
 def _checked(method: str, **values) -> None:
@@ -64,7 +65,7 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
         embeddings_train = any(layer.trainable_weights for layer in self.backbone.layers
                                if freezing.block_of(self.backbone, layer) == "embeddings")
         self.frozen = -1 if embeddings_train else self.first_block
-        self.record = freeze_schedules.new_record(self.method, self.min_trainable_layers, self.total_steps)
+        self.record = schedules.new_record(self.method, self.min_trainable_layers, self.total_steps)
         self._start()
         self._install()
 
@@ -98,7 +99,7 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
             before = self.frozen
             self._freeze_to(wanted)
             trainable = int(sum(int(np.prod(v.shape)) for v in self.model.trainable_variables))
-            self.record["events"].append(freeze_schedules.freeze_event(before, wanted, self.step, self.epoch, why,
+            self.record["events"].append(schedules.freeze_event(before, wanted, self.step, self.epoch, why,
                                                                        trainable))
 
     def _decide(self) -> Optional[tuple]:
@@ -157,7 +158,7 @@ class AutoFreeze(_AdaptiveFreezing):
         self.interval_steps, self.percentile = interval_steps, percentile
 
     def _start(self) -> None:
-        from tf_transfer.training.block_gradients import BlockGradients
+        from tf_transfer.models.methods.adaptive.block_gradients import BlockGradients
 
         self.interval = self.interval_steps or max(1, self.total_steps // 10)
         self.record.update(interval_steps=self.interval, percentile=self.percentile)
@@ -173,7 +174,7 @@ class AutoFreeze(_AdaptiveFreezing):
             return None
         norms = self.gradients.norms()
         self.gradients.reset()
-        wanted, why = freeze_schedules.autofreeze_decision(
+        wanted, why = schedules.autofreeze_decision(
             self.record, norms, max(self.frozen, self.first_block), self.percentile, self.min_trainable_layers,
             self.step, self.epoch)
         # AutoFreeze freezes blocks, the embeddings with the first.
@@ -209,10 +210,10 @@ class FreezeOut(_AdaptiveFreezing):
         self.t0, self.scale, self.scale_lr = t0, scale, scale_lr
 
     def _start(self) -> None:
-        from tf_transfer.training import layer_rates
+        from tf_transfer.models.methods.adaptive import layer_rates
 
-        times = freeze_schedules.freezeout_times(self.num_blocks, self.t0, self.scale, self.min_trainable_layers)
-        self.freeze_steps = freeze_schedules.freezeout_freeze_steps(times, self.total_steps)
+        times = schedules.freezeout_times(self.num_blocks, self.t0, self.scale, self.min_trainable_layers)
+        self.freeze_steps = schedules.freezeout_freeze_steps(times, self.total_steps)
         self.record.update(t0=self.t0, scale=self.scale, scale_lr=self.scale_lr, times=times,
                            freeze_steps=self.freeze_steps)
         backbone = self.backbone
@@ -222,4 +223,4 @@ class FreezeOut(_AdaptiveFreezing):
         layer_rates.anneal_layers(self.model.optimizer, layers, times, self.total_steps, self.scale_lr)
 
     def _decide(self) -> Optional[tuple]:
-        return freeze_schedules.freezeout_decision(self.record, self.step, self.freeze_steps, self.frozen)
+        return schedules.freezeout_decision(self.record, self.step, self.freeze_steps, self.frozen)

@@ -19,10 +19,15 @@ optimizer and dropout state; the AutoFreeze gradient sums of the unfinished inte
 (`freeze-state-epoch<N>.npz`); the freezes are replayed in order (the same cache builds and extensions, so the same
 float16 numbers) before training continues.
 
+Layers: this module is in the models layer, and the run is a GLUE task's. Each method's class here (`AutoFreezeRun`,
+`FreezeOutRun`: its `trainer`) is a mixin that the GLUE study puts before `GlueTask` (`studies/glue_task.task_for`),
+with `tools`: the training layer's and the GLUE task's functions it calls (`glue_task.trainer_tools`), so that
+nothing here imports a layer above models.
+
 Example:
 
 >>> settings = GlueSettings(task="sst2", method="autofreeze", preset="all_minilm_l6_v2_en", ...)  # doctest: +SKIP
->>> summary = runner.run(AutoFreezeTask(settings), "/tmp/af")  # doctest: +SKIP
+>>> summary = glue_task.run_glue(settings, "/tmp/af")  # doctest: +SKIP
 >>> [event["blocks"] for event in summary["freezing"]["events"]]  # doctest: +SKIP
 """
 
@@ -37,42 +42,23 @@ import numpy as np
 from absl import logging
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models import freeze_schedules
-from tf_transfer.studies.glue_task import GlueTask
-from tf_transfer.training import engine as engine_lib
-from tf_transfer.training.task import Stage
+from tf_transfer.models.methods.adaptive import schedules
 
 STATE = "freeze-state-epoch{epoch}.npz"
-
-
-def freeze_line(summary: dict) -> str:
-    """The final line's account of the freezes: `froze blocks 0-1 at step 40 (epoch 1), block 2 at step 80 (epoch
-    2); trained the last 3 of 6 blocks at the end`; empty for a run that is not adaptive."""
-    freezing = summary.get("freezing")
-    if not freezing:
-        return ""
-    parts = []
-    for event in freezing["events"]:
-        blocks = event["blocks"]
-        named = (f"blocks {blocks[0]}-{blocks[-1]}" if len(blocks) > 1 else f"block {blocks[0]}" if blocks
-                 else "the embeddings")
-        when = ("from the start (--trainable_layers)" if event.get("rule") == "--trainable_layers"
-                else f"at step {event['step']} (epoch {event['epoch']})")
-        parts.append(f"{named} {when}")
-    num_blocks = summary.get("num_layers")
-    final = max((e["frozen_blocks"] for e in freezing["events"]), default=-1)
-    left = num_blocks - max(final, 0) if num_blocks is not None else "?"
-    return (f"froze {'; '.join(parts) if parts else 'nothing'}; the last {left} of {num_blocks} blocks trained at "
-            f"the end (freeze record: summary.json \"freezing\")")
 
 
 def _examples(plan) -> int:
     return int(sum(len(indices) for indices in plan))
 
 
-class AdaptiveGlueTask(GlueTask):
-    """`GlueTask` whose frozen prefix grows as it trains (see the module's docstring); each method's subclass
-    (`AutoFreezeTask`, `FreezeOutTask`, its `trainer`) installs its rule."""
+class GrowingPrefixRun:
+    """Mixed in before `GlueTask`: the run's frozen prefix grows as it trains (see the module's docstring); each
+    method's subclass (`AutoFreezeRun`, `FreezeOutRun`, its `trainer`) installs its rule. `tools` (set by the GLUE
+    study) holds `warm_up`, `steps_of` and `Stage` (training.engine's and training.task's), `from_chief` and
+    `keras_distributed` (training.distributed's), `write_npz_atomic` (training.checkpoints') and `scores`
+    (glue_task's)."""
+
+    tools = None
 
     def build(self, strategy=None) -> None:
         super().build(strategy)
@@ -90,7 +76,7 @@ class AdaptiveGlueTask(GlueTask):
         self.total_steps = self.steps_per_epoch * settings.loop.max_epochs
         self.frozen = -1  # blocks frozen: -1 while the embeddings still train
         self.caches, self.cache_keys, self.global_step, self.engine = None, None, 0, None
-        self.record = freeze_schedules.new_record(settings.method, settings.min_trainable_layers, self.total_steps)
+        self.record = schedules.new_record(settings.method, settings.min_trainable_layers, self.total_steps)
         self.record.update(phases=[], traces=0, cache_s=0.0, compile_s=0.0)
         self.traced = 0
         self._count_traces(self.model)
@@ -131,11 +117,11 @@ class AdaptiveGlueTask(GlueTask):
                 self._freeze_to(self.first_block, epoch=0, why={"rule": "--trainable_layers"})
         else:
             self._replay(engine.summary.get("freezing") or {}, last)
-        yield Stage(self.train_epoch, self.evaluate, optimizer=self.optimizer, on_best=self.on_best,
+        yield self.tools.Stage(self.train_epoch, self.evaluate, optimizer=self.optimizer, on_best=self.on_best,
                     after_epoch=self.after_epoch, steps=self.steps_per_epoch, examples=self.feed.num_examples)
 
     def warm_up(self):
-        seconds = engine_lib.warm_up(self.current, self.current_feed.warmup_batches(), self.strategy)
+        seconds = self.tools.warm_up(self.current, self.current_feed.warmup_batches(), self.strategy)
         if self.gradients is not None:
             self.gradients.reset()  # the warm-up's steps are undone; so are their gradients
         return seconds
@@ -186,7 +172,7 @@ class AdaptiveGlueTask(GlueTask):
 
         dataset = self.current_feed.dataset(segment)
         history = self.current.fit(dataset, epochs=1, verbose=0, shuffle=False, callbacks=[Offset()],
-                                 steps_per_epoch=engine_lib.steps_of(dataset))
+                                 steps_per_epoch=self.tools.steps_of(dataset))
         return float(history.history["loss"][-1])
 
     def _note_phase(self, seconds: float, steps: int) -> None:
@@ -199,19 +185,17 @@ class AdaptiveGlueTask(GlueTask):
     def _decide(self, epoch: int) -> None:
         settings = self.settings
         if self.gradients is None:
-            wanted, why = freeze_schedules.freezeout_decision(self.record, self.global_step, self.freeze_steps,
+            wanted, why = schedules.freezeout_decision(self.record, self.global_step, self.freeze_steps,
                                                               self.frozen)
         else:
             if self.global_step % self.interval:
                 return
             norms = self.gradients.norms()
             self.gradients.reset()
-            wanted, why = freeze_schedules.autofreeze_decision(
+            wanted, why = schedules.autofreeze_decision(
                 self.record, norms, max(self.frozen, self.first_block), settings.freeze_percentile,
                 settings.min_trainable_layers, self.global_step, epoch)
-        from tf_transfer.training import distributed
-
-        wanted = distributed.from_chief(self.strategy, lambda: wanted)  # every worker freezes what the chief does
+        wanted = self.tools.from_chief(self.strategy, lambda: wanted)  # every worker freezes what the chief does
         # AutoFreeze freezes blocks (the embeddings with the first); FreezeOut may freeze the embeddings alone.
         if wanted > self.frozen and (wanted > 0 or self.gradients is None):
             self._freeze_to(wanted, epoch=epoch, why=why)
@@ -237,7 +221,7 @@ class AdaptiveGlueTask(GlueTask):
         self.record["compile_s"] += compile_s
         if not record:
             return
-        event = {**freeze_schedules.freeze_event(before, frozen, self.global_step, epoch, why, self._trainable()),
+        event = {**schedules.freeze_event(before, frozen, self.global_step, epoch, why, self._trainable()),
                  "cache_s": cache_s, "compile_s": compile_s}
         self.record["events"].append(event)
         self._announce(event)
@@ -269,21 +253,18 @@ class AdaptiveGlueTask(GlueTask):
         self.current_feed.use_strategy(self.strategy)
 
     def _compile_suffix(self) -> None:
-        from tf_transfer.training import distributed
-
         # In the strategy's scope, as every model here: the loss tracker `compile` creates is then the strategy's
         # (summed across workers when `fit` reads the epoch's loss), not one worker's own.
         with self.strategy.scope():
             self.current.compile(optimizer=self.optimizer, loss=self.model.loss, jit_compile=self.settings.runtime.jit,
                                  steps_per_execution=1)
-        distributed.keras_distributed(self.current, self.strategy)
+        self.tools.keras_distributed(self.current, self.strategy)
 
     def _trainable(self) -> int:
         return int(sum(int(np.prod(v.shape)) for v in self.current.trainable_variables))
 
     def evaluate(self):
-        from tf_transfer.studies.glue_task import scores
-
+        scores = self.tools.scores
         test = {name: scores(self.current_feed, self.current, self.task, name) for name in self.test_names}
         if len(test) == 1:
             test = next(iter(test.values()))
@@ -306,9 +287,7 @@ class AdaptiveGlueTask(GlueTask):
         state = self.gradients.state()  # every worker takes part (the sums are all-reduced); the chief writes
         if self.folder is None or not self.folder.chief:
             return
-        from tf_transfer.training import checkpoints
-
-        checkpoints.write_npz_atomic(os.path.join(self.folder.path, STATE.format(epoch=epoch)), state)
+        self.tools.write_npz_atomic(os.path.join(self.folder.path, STATE.format(epoch=epoch)), state)
         for file in glob.glob(os.path.join(self.folder.path, STATE.format(epoch="*"))):
             match = re.search(r"epoch(\d+)\.npz$", file)
             if match and int(match.group(1)) < epoch - 1:
@@ -339,11 +318,11 @@ class AdaptiveGlueTask(GlueTask):
         logging.info("froze %s", [(e["step"], e["frozen_blocks"]) for e in self.record["events"]])
 
 
-class AutoFreezeTask(AdaptiveGlueTask):
+class AutoFreezeRun(GrowingPrefixRun):
     """`--method=autofreeze`: the blocks' gradient sums decide, every `--freeze_interval_steps`."""
 
     def _install_rule(self) -> None:
-        from tf_transfer.training.block_gradients import BlockGradients
+        from tf_transfer.models.methods.adaptive.block_gradients import BlockGradients
 
         settings = self.settings
         self.interval = settings.freeze_interval_steps or max(1, self.total_steps // 10)
@@ -353,17 +332,17 @@ class AutoFreezeTask(AdaptiveGlueTask):
         self.gradients.install(self.optimizer)
 
 
-class FreezeOutTask(AdaptiveGlueTask):
+class FreezeOutRun(GrowingPrefixRun):
     """`--method=freezeout`: each layer freezes at its scheduled step, its rate annealed to zero by then."""
 
     def _install_rule(self) -> None:
         from tf_transfer.models import freezing
-        from tf_transfer.training import layer_rates
+        from tf_transfer.models.methods.adaptive import layer_rates
 
         settings, backbone = self.settings, self.backbone
-        times = freeze_schedules.freezeout_times(self.num_blocks, settings.freezeout_t0, settings.freezeout_scale,
+        times = schedules.freezeout_times(self.num_blocks, settings.freezeout_t0, settings.freezeout_scale,
                                                  settings.min_trainable_layers)
-        self.freeze_steps = freeze_schedules.freezeout_freeze_steps(times, self.total_steps)
+        self.freeze_steps = schedules.freezeout_freeze_steps(times, self.total_steps)
         layers = [[v for layer in backbone.layers if freezing.block_of(backbone, layer) == "embeddings"
                    for v in layer.trainable_variables]]
         layers += [list(block.trainable_variables) for block in backbone.transformer_layers]

@@ -2,7 +2,7 @@
 
 A run of `--method=autofreeze` or `--method=freezeout` starts with every block it may train (all, or the last
 `trainable_layers`) and freezes a growing prefix of them: the embeddings and blocks 0..j. These two functions say how
-many blocks are frozen after a decision; `tf_transfer.studies.adaptive_task` applies them.
+many blocks are frozen after a decision; `run` (the commands) and `callbacks` (`model.fit`) apply them.
 
 AutoFreeze (Liu, Agarwal & Venkataraman, arXiv 2102.01386; the authors' `freeze_intermediate_e2e_lr.py`): over each
 interval of steps the gradients of every block are summed; at the interval's end a block's statistic is the L1 norm
@@ -19,7 +19,7 @@ top `min_trainable` blocks take the top layer's schedule (`t = 1`), since they n
 
 Example:
 
->>> from tf_transfer.models import freeze_schedules as fs
+>>> from tf_transfer.models.methods.adaptive import schedules as fs
 >>> fs.autofreeze_frozen([2.0, 2.0, 2.0, 2.0], [1.5, 1.0, 0.5, 0.75], frozen=0, percentile=50, min_trainable=1)
 (2, [0.25, 0.5, 0.75, 0.625], 0.5625)
 >>> [round(t, 3) for t in fs.freezeout_times(num_blocks=2, t0=0.8, scale="cubic", min_trainable=1)]
@@ -96,7 +96,7 @@ def freezeout_frozen(step: int, freeze_steps: Sequence[Optional[int]]) -> int:
 
 def freezeout_rate_factor(step: float, time: float, total_steps: int, scale_lr: bool) -> float:
     """The multiplier of a layer's learning rate after `step` steps: `(1 / t_i if scale_lr) * 0.5 (1 + cos(pi step
-    / (t_i T)))`, 0 once the layer's time has passed (the TensorFlow twin is in `tf_transfer.training.layer_rates`)."""
+    / (t_i T)))`, 0 once the layer's time has passed (the TensorFlow twin is in `layer_rates`)."""
     end = time * total_steps
     if step >= end:
         return 0.0
@@ -133,3 +133,24 @@ def freeze_event(before: int, frozen: int, step: int, epoch: int, why: dict, tra
     """One freeze of the record's `events`: blocks `before..frozen-1` (and the embeddings when `before` is -1)."""
     return {"frozen_blocks": frozen, "blocks": list(range(max(before, 0), frozen)), "embeddings": before < 0,
             "step": step, "epoch": epoch, **(why or {}), "trainable_params": trainable_params}
+
+
+def freeze_line(summary: dict) -> str:
+    """The final line's account of the freezes: `froze blocks 0-1 at step 40 (epoch 1), block 2 at step 80 (epoch
+    2); trained the last 3 of 6 blocks at the end`; empty for a run that is not adaptive."""
+    freezing = summary.get("freezing")
+    if not freezing:
+        return ""
+    parts = []
+    for event in freezing["events"]:
+        blocks = event["blocks"]
+        named = (f"blocks {blocks[0]}-{blocks[-1]}" if len(blocks) > 1 else f"block {blocks[0]}" if blocks
+                 else "the embeddings")
+        when = ("from the start (--trainable_layers)" if event.get("rule") == "--trainable_layers"
+                else f"at step {event['step']} (epoch {event['epoch']})")
+        parts.append(f"{named} {when}")
+    num_blocks = summary.get("num_layers")
+    final = max((e["frozen_blocks"] for e in freezing["events"]), default=-1)
+    left = num_blocks - max(final, 0) if num_blocks is not None else "?"
+    return (f"froze {'; '.join(parts) if parts else 'nothing'}; the last {left} of {num_blocks} blocks trained at "
+            f"the end (freeze record: summary.json \"freezing\")")

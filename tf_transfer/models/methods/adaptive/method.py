@@ -1,13 +1,12 @@
 """What `--method=autofreeze` and `--method=freezeout` share: freezing decided while training, a growing prefix
 frozen (and cached) as the run goes, from the freezing rule's scope at the start. The rule and the schedule are
-`tf_transfer.models.freeze_schedules`; the run is `tf_transfer.studies.adaptive_task.AdaptiveGlueTask`, each
-method's subclass of it its `trainer`.
+`schedules`; the run is `run.GrowingPrefixRun`, each method's subclass of it its `trainer`.
 
 Example:
 
 >>> from tf_transfer.models import methods
->>> methods.get("autofreeze").trainer
-'tf_transfer.studies.adaptive_task:AutoFreezeTask'
+>>> methods.get("freezeout").sweep_candidates(12, {})  # it decides k itself: no fixed depth to sweep
+[]
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
 from tf_transfer.models import freezing
+from tf_transfer.models.methods.adaptive import schedules
 import tf_transfer.models.methods.scope as scope
 from tf_transfer.models.methods.registry import Method
 
@@ -28,7 +28,6 @@ MIN_TRAINABLE_LAYERS = {
 class Adaptive(Method):
     """The pieces AutoFreeze and FreezeOut share (each subclass registers itself with its own settings)."""
 
-    recorded_only_for_it = ()
     # Both decide against the planned steps (--max_epochs x steps per epoch): AutoFreeze every tenth of them, FreezeOut
     # along them. The GLUE defaults (the transfer-learning paper's batch 1 for up to 30 epochs, stopped early) would
     # put AutoFreeze's first possible freeze at epoch 6 and FreezeOut's first at epoch 15, after early stopping has
@@ -36,10 +35,6 @@ class Adaptive(Method):
     # (freeze_intermediate_e2e_lr.py: batch 32, 3 epochs, rate 5e-5).
     run_defaults = ({"batch_size": 32, "max_epochs": 3, "lr": 5e-5},
                     "the AutoFreeze authors' defaults: freezing is planned over --max_epochs")
-    hparams_off = {}
-    backward_passes = 2  # the blocks that still train get their weights' gradients
-    sweep_options = {}
-    sweep_columns = ()
     record_fields = (
         Field("freezing", (dict,), "with `--method=autofreeze` or `freezeout`: the freeze record `{method, "
               "min_trainable_layers, total_steps, events, decisions, phases, traces, cache_s, compile_s, ...}` "
@@ -67,20 +62,8 @@ class Adaptive(Method):
     def apply(self, backbone, options, trainable_layers) -> None:
         pass  # the freezing rule sets the start; the run freezes the rest as it goes
 
-    def describe(self, settings) -> str:
-        return ""  # AdaptiveGlueTask says it itself
-
-    def summary_facts(self, options, backbone) -> dict:
-        return {}  # AdaptiveGlueTask records `freezing` as the run goes
-
-    def added_weights(self, summary: dict):
-        return None
-
-    def hparams(self, settings) -> dict:
-        return {}
-
-    def run_name_part(self, settings) -> str:
-        return f"{self.name}_"
+    def closing_line(self, summary: dict) -> str:
+        return schedules.freeze_line(summary)
 
     def table_label(self, summary: dict) -> str:
         """The blocks still training at the end and when each freeze came (`autofreeze: k=1 at the end; froze
@@ -95,12 +78,6 @@ class Adaptive(Method):
 
     def sweep_candidates(self, num_layers: int, options: dict) -> list:
         return []  # not among the sweep's candidates (yet)
-
-    def candidate_tag(self, settings: dict) -> str:
-        return self.name
-
-    def merge_for_export(self, backbone) -> None:
-        pass  # the trained weights are the backbone's own
 
 
 def checks() -> dict:

@@ -5,7 +5,7 @@ rate it gives a variable of layer i is multiplied by `(1 / t_i if scale_lr) * 0.
 (0 once the layer's time has passed), computed inside the traced step from the optimizer's own step counter: the
 factor changes every step without retracing, and resumes with the counter. AdamW's decoupled weight decay keeps the
 optimizer's rate (Keras applies it apart from `update_step`) until the layer freezes.
-`tf_transfer.models.freeze_schedules.freezeout_rate_factor` is the same factor in Python.
+`schedules.freezeout_rate_factor` is the same factor in Python.
 
 Example:
 

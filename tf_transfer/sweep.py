@@ -83,8 +83,7 @@ def main(argv):
     lrs = grid_flags.axes_given().get("lr")
     options = _sweep_options()
     sweep.check_methods(FLAGS.methods)
-    # What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options.
-    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options}
+    identity = _identity(base, settings, lrs, options)
     sweep_dir, name = _sweep_place(settings.dataset, identity)
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(FLAGS.storage, None)
@@ -113,6 +112,17 @@ def main(argv):
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
     print(line)
+
+
+def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:
+    """What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options, and
+    the SHA-256 of a user's files, so that another file of the same name is another sweep (a GLUE task's sweep keeps
+    the name it had before files were hashed)."""
+    from tf_transfer.data import user_data
+
+    hashes = user_data.file_hashes(settings.data_spec)
+    return {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options,
+            **({"data_sha256": hashes} if hashes else {})}
 
 
 def _sweep_place(dataset: str, identity: dict) -> tuple:

@@ -177,7 +177,11 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
 
     from tf_transfer.studies import sweep_storage
 
-    identity = {"base": _base(common), "methods": ["freeze", "lora"], "lrs": [1e-2], "lora_ranks": [2]}
+    from tf_transfer.data.examples import file_sha256
+
+    # A user's file names its sweep by its contents too (another reviews.csv is another sweep).
+    identity = {"base": _base(common), "methods": ["freeze", "lora"], "lrs": [1e-2], "lora_ranks": [2],
+                "data_sha256": {"train_file": file_sha256(data)}}
     name = sweep_storage.default_name("reviews", identity)
     sweep_dir = tmp_path / "runs" / "sweep" / name
     study, where = sweep.open_study(str(sweep_dir), _base(common), lambda: sweep.candidates(

@@ -36,7 +36,7 @@ import numpy as np
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import table_reader
-from tf_transfer.data.examples import Examples
+from tf_transfer.data.examples import Examples, file_sha256
 from tf_transfer.data.tasks import Task
 
 FORMATS = (".csv", ".tsv", ".jsonl")
@@ -80,6 +80,22 @@ def check_file(path: str, flag: str) -> None:
         raise TransferError(f"--{flag}={path}: use a .csv, .tsv or .jsonl file")
     if not os.path.isfile(path):
         raise TransferError(f"--{flag}={path} does not exist")
+
+
+def file_hashes(spec: Optional[DataSpec]) -> dict:
+    """`{flag: SHA-256}` of every file a data set reads (`train_file`, `validation_file`, `test_file`): what makes two
+    runs of one name the same data; `{}` for a GLUE task (`spec` None) or a TensorFlow Datasets name.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.csv")
+    >>> _ = open(path, "w").write("text,label\\nhi,1\\n")
+    >>> file_hashes(DataSpec(train_file=path))["train_file"][:12]
+    '602cc555926d'
+    """
+    if spec is None or spec.tfds:
+        return {}
+    return {flag: file_sha256(path) for flag, path in (("train_file", spec.train_file),
+            ("validation_file", spec.validation_file), ("test_file", spec.test_file)) if path}
 
 
 def _raw_table(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:

@@ -21,6 +21,7 @@ from absl import flags, logging
 
 from tf_transfer import grid_flags
 from tf_transfer.core import cli, isolated
+from tf_transfer.core import flags as flags_lib
 from tf_transfer.models import methods
 from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -54,6 +55,7 @@ COMMAND_FLAGS = {
                            "whose process dies is retried)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
+HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
 
 
 def main(argv):

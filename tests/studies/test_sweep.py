@@ -378,21 +378,12 @@ def test_a_sweep_name_given_to_other_settings_is_refused_naming_what_differs(tmp
 
 
 def test_the_sweep_takes_hugging_faces_flag_names():
-    from absl import flags
-
+    from conftest import parsed
     from tf_transfer import grid_flags
     from tf_transfer import sweep as sweep_command
-    from tf_transfer.core import cli
-    from tf_transfer.core import flags as flags_lib
 
     def given(*args):
-        flags.FLAGS.unparse_flags()
-        flags_lib.apply(sweep_command.COMMAND_FLAGS)
-        try:
-            cli.parse_flags(["sweep", *args])
-            return grid_flags.given_settings()
-        finally:
-            flags.FLAGS.unparse_flags()
+        return parsed(sweep_command.COMMAND_FLAGS, args, grid_flags.given_settings)
 
     hugging_face = given("--train_file=t.csv", "--text_column_names=text", "--label_column_name=target",
                          "--num_train_epochs=3", "--per_device_train_batch_size=8", "--do_regression")

@@ -58,7 +58,8 @@ def main(argv):
     if config.data_spec is not None:  # bad files are one line within a second or two, not after TensorFlow's start
         from tf_transfer.data import user_data
 
-        user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric)
+        for line in user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric):
+            print(line, flush=True)  # once: the run reads the files again without a word
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
     with locks.run_folder(output_dir, config.distribution):  # writable and this command's alone, before TensorFlow

@@ -79,6 +79,7 @@ def main(argv):
     base.update(grid_flags.given_settings())
     base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
     settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
+    grid_flags.check_files()  # and bad files, before TensorFlow is imported
     if settings.data_spec is None:
         base["data_dir"] = grid_flags.glue_data_dir()
     base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}

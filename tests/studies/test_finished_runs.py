@@ -25,7 +25,9 @@ def _sha256(path) -> str:
 
 
 def test_a_finished_run_is_found_by_content_and_exported_without_training(one_block_preset, tmp_path):
-    train = write_csv(tmp_path / "train.csv", ["id", "text", "target"], _rows(40))
+    # Two labels written with a space after them (a spreadsheet's export): read as the others, and said once.
+    train = write_csv(tmp_path / "train.csv", ["id", "text", "target"],
+                      [(i, text, f"{label} " if i < 102 else label) for i, text, label in _rows(40)])
     test = write_csv(tmp_path / "test.csv", ["id", "text", "target"], _rows(12, shift=1))
     out = tmp_path / "run"
     command = [f"--preset={one_block_preset}", f"--train_file={train}", f"--test_file={test}",
@@ -34,7 +36,9 @@ def test_a_finished_run_is_found_by_content_and_exported_without_training(one_bl
     done = run_module("tf_transfer.glue", *command)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["completed"] and os.path.exists(checkpoints.path(str(out), "best"))
+    assert summary["completed"] and os.path.exists(checkpoints.path(str(out), "best")) and summary["labels"] == ["0", "1"]
+    stripped = f"{train}: 2 labels had spaces around them and were read without them (line 2: '0 ')"
+    assert done.stdout.count(stripped) == 1, done.stdout[-2000:]
 
     # The same command with --export_dir: exported from the kept weights, nothing trained again.
     model = tmp_path / "model"
@@ -52,6 +56,23 @@ def test_a_finished_run_is_found_by_content_and_exported_without_training(one_bl
     accuracy = sum(p == t for p, t in zip(predicted, truth)) / len(truth)
     best = summary["best_epoch"] or len(summary["epochs"])
     assert accuracy == pytest.approx(summary["epochs"][best - 1]["test"]["accuracy"])
+
+    # A Kaggle-style file: the id and the predicted label under the trained label column's name.
+    submission = tmp_path / "submission.csv"
+    kaggle = run_module("tf_transfer.predict", f"--model={model}", f"--input={test}", f"--output={submission}",
+                        "--output_columns=id,target")
+    assert kaggle.returncode == 0, kaggle.stderr[-3000:]
+    written = list(csv.reader(open(submission)))
+    assert written[0] == ["id", "target"] and [row[1] for row in written[1:]] == predicted
+    assert [row[0] for row in written[1:]] == [str(100 + i) for i in range(12)]
+    # An input in Latin-1: refused naming its line and --encoding, which reads it.
+    latin = tmp_path / "test_latin1.csv"
+    latin.write_bytes(open(test, "rb").read().replace(b"the cat", "the caf\u00e9".encode("latin-1"), 1))
+    refused = run_module("tf_transfer.predict", f"--model={model}", f"--input={latin}")
+    assert refused.returncode == 2 and f"{latin}:" in refused.stderr and "--encoding" in refused.stderr
+    read = run_module("tf_transfer.predict", f"--model={model}", f"--input={latin}", "--encoding=latin-1",
+                      "--output_columns=id,target", f"--output={tmp_path / 'latin.csv'}")
+    assert read.returncode == 0 and len(list(csv.reader(open(tmp_path / "latin.csv")))) == 13, read.stderr[-2000:]
 
     # Another file of the same name in the same place: refused in one line naming both hashes and the way out.
     old_hash = _sha256(train)

@@ -33,6 +33,7 @@ class Examples:
       source: the file (or dataset) read.
       skipped_rows: rows of the file left out (malformed with --skip_bad_rows, or a data set's known quirk).
       label_names: `label_names[i]` is class i as written in the file, where the reader knows them.
+      stripped_labels: `(line, label as written)` of each label read without the spaces around it (a user's file).
     """
 
     text_a: list
@@ -41,6 +42,7 @@ class Examples:
     source: str = ""
     skipped_rows: int = 0
     label_names: Optional[tuple] = None
+    stripped_labels: tuple = ()
 
     @classmethod
     def from_records(cls, records: Sequence[tuple], dtype, **fields) -> "Examples":

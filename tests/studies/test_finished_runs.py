@@ -114,3 +114,22 @@ def test_a_grid_refuses_a_completed_run_on_other_data(tmp_path):
         glue_study.result(run, str(folder))
     # A run that records no data files (made from a GLUE folder) is compared by its settings alone.
     record.refuse_other_data({"completed": True}, {"train_file": _sha256(train)}, str(folder))
+
+
+def test_a_stack_run_is_refused_on_other_data(tmp_path):
+    from conftest import quora_rows
+    from tf_transfer.studies import stack_ensemble
+    from tf_transfer.studies.stack_settings import StackSettings
+
+    data = tmp_path / "quora.csv"
+    data.write_text(quora_rows(12))
+    config = StackSettings(task="quora", data=str(data), head="linear")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    files = {"data": {"path": str(data), "sha256": _sha256(data)}}
+    summary = {"completed": True, "config": config.to_dict(), "dataset": {"files": files}}
+    record.write_json_atomic(str(folder / "summary.json"), summary)
+    assert stack_ensemble.completed_result(config, str(folder)) == summary
+    data.write_text(quora_rows(14))
+    with pytest.raises(TransferError, match=f"other data.*{files['data']['sha256']} recorded, {_sha256(data)} given"):
+        stack_ensemble.completed_result(config, str(folder))

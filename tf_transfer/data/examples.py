@@ -73,6 +73,15 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def data_files(paths: dict) -> dict:
+    """`{flag: {"path", "sha256"}}` of the data files a run reads (`paths`: `{flag: path or None}`, the files that
+    exist), as a run's summary records them (`dataset.files`): which data the run was made from, by content."""
+    import os
+
+    return {flag: {"path": os.path.abspath(path), "sha256": file_sha256(path)} for flag, path in paths.items()
+            if path and os.path.isfile(path)}
+
+
 def train_validation_split(examples, fraction: float, seed: int):
     """`(train, validation)`: a seeded random `fraction` of `examples` held out, both parts in file order.
 

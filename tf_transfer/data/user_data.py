@@ -35,8 +35,8 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import table_reader
-from tf_transfer.data.examples import Examples, file_sha256
+from tf_transfer.data import examples, table_reader
+from tf_transfer.data.examples import Examples
 from tf_transfer.data.tasks import Task
 
 FORMATS = (".csv", ".tsv", ".jsonl")
@@ -93,10 +93,16 @@ def file_hashes(spec: Optional[DataSpec]) -> dict:
     >>> file_hashes(DataSpec(train_file=path))["train_file"][:12]
     '602cc555926d'
     """
+    return {flag: entry["sha256"] for flag, entry in data_files(spec).items()}
+
+
+def data_files(spec: Optional[DataSpec]) -> dict:
+    """`{flag: {"path", "sha256"}}` of the files a data set reads, as a run's summary records them; `{}` for a GLUE
+    task (`spec` None) or a TensorFlow Datasets name."""
     if spec is None or spec.tfds:
         return {}
-    return {flag: file_sha256(path) for flag, path in (("train_file", spec.train_file),
-            ("validation_file", spec.validation_file), ("test_file", spec.test_file)) if path}
+    return examples.data_files({"train_file": spec.train_file, "validation_file": spec.validation_file,
+                                "test_file": spec.test_file})
 
 
 def _raw_table(path: str, columns: tuple, skip_bad_rows: bool, encoding: str) -> tuple:

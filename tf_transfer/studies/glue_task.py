@@ -271,12 +271,10 @@ class GlueTask(Task):
         spec = self.settings.data_spec
         if spec is None:
             return {}
-        hashes = user_data.file_hashes(spec)
         kind = "regression" if self.task.is_regression else "binary" if self.task.num_labels == 2 else "multiclass"
         return {"dataset": {"name": spec.name, "tfds": spec.tfds, "text_columns": list(spec.text_columns),
                             "label_column": spec.label_column, "kind": kind,
-                            "files": {flag: {"path": os.path.abspath(getattr(spec, flag)), "sha256": sha256}
-                                      for flag, sha256 in hashes.items()}},
+                            "files": user_data.data_files(spec)},
                 "labels": list(self.task.labels) if self.task.labels else None}
 
     def hparams(self) -> dict:

@@ -157,6 +157,8 @@ STACK_OWN = (
     Field("train_sample_size", (int,), "examples of the training sample scored in phase 1"),
     Field("truncated_words", (dict,), "NER: words cut off by `--max_seq_length` per split (predicted `O`)",
           required=False),
+    Field("dataset", (dict,), "the files read, `{files: {flag: {path, sha256}}}` (`data`, `test_data`): a rerun on "
+          "other contents is refused", required=False),
 )
 STACK_EPOCH = (
     Field("phase", (int,), "1 or 2"),

@@ -52,6 +52,9 @@ def command_flags(command: str) -> list:
     # may have changed: it shows its flag's row instead.
     from tf_transfer.core.flags import HF_ALIASES
 
+    # A command's aliases (its `HF_ALIASES`) are listed whichever command's module defined them first.
+    for alias in getattr(module, "HF_ALIASES", {}):
+        rows.setdefault(alias, (_type(FLAGS[alias]), FLAGS[alias].default, FLAGS[alias].help))
     for alias, name in HF_ALIASES.items():
         if alias in rows and name in rows:
             rows[alias] = (rows[alias][0], rows[name][1], rows[alias][2])

@@ -230,6 +230,23 @@ def one_device_runs(tmp_path_factory, glue_dir):
     return OneDeviceRuns(tmp_path_factory.mktemp("one_device_runs"), glue_dir)
 
 
+def parsed(command_flags: dict, args: tuple, read):
+    """`read()` with a command's flags (`command_flags`: its `COMMAND_FLAGS`) parsed from `args` as its command line
+    would be, then unparsed again: what the command builds from them, without running it."""
+    from absl import flags
+
+    from tf_transfer.core import cli
+    from tf_transfer.core import flags as flags_lib
+
+    flags.FLAGS.unparse_flags()
+    flags_lib.apply(command_flags)
+    try:
+        cli.parse_flags(["command", *args])
+        return read()
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
 def run_module(module: str, *args, env=None, timeout=600, process=False):
     """Runs the command `python -m module args...` from the repository root; returns a CompletedProcess.
 

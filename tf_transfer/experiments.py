@@ -30,6 +30,7 @@ from absl import flags, logging
 from tf_transfer import grid_flags
 from tf_transfer import sweep as sweep_command  # `sweep` is the sweep's command (its flags are defined)
 from tf_transfer.core import cli, isolated
+from tf_transfer.core import flags as flags_lib
 from tf_transfer.studies.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
@@ -41,6 +42,7 @@ flags.DEFINE_string("shard", None, "I/N: take every N-th run starting at the I-t
 flags.DEFINE_bool("dry_run", False, "List the runs, one per line, without touching data or presets.")
 flags.adopt_module_key_flags(grid_flags)
 COMMAND_FLAGS = grid_flags.COMMAND_FLAGS
+HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
 
 USAGE = ("usage: python -m tf_transfer.experiments run|report STUDY [flags], or table RUNS_DIR [--out=PATH] "
          "(and sweep --budget=30m [data flags], the same as python -m tf_transfer.sweep)")

@@ -28,7 +28,8 @@ COMMAND_FLAGS = {
         overwrite=(False, "Start afresh even if --output_dir holds a completed run."),
         export_dir=(None, "After training, save the best epoch's classifier here as a keras-hub preset folder "
                           "(backbone, tokenizer, preprocessor, task); score files with it using python -m "
-                          "tf_transfer.predict."),
+                          "tf_transfer.predict. On a completed run: exports it without training (from the weights "
+                          "the run kept)."),
     ),
 }
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --learning_rate for --lr, ... (docs/glue.md)
@@ -57,7 +58,8 @@ def main(argv):
     if config.data_spec is not None:  # bad files are one line within a second or two, not after TensorFlow's start
         from tf_transfer.data import user_data
 
-        user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric)
+        for line in user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric):
+            print(line, flush=True)  # once: the run reads the files again without a word
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
     with locks.run_folder(output_dir, config.distribution):  # writable and this command's alone, before TensorFlow
@@ -66,16 +68,24 @@ def main(argv):
 
 def _train(config: GlueSettings, output_dir: str) -> None:
     from tf_transfer.models import methods
+    from tf_transfer.data import user_data
     from tf_transfer.studies import glue_task as study
     from tf_transfer.training.run_folder import RunFolder
 
-    # Other settings in a folder: exit 2, never a false "done". Multi-worker runs ask the chief inside run_glue,
-    # once every worker has joined (a chief leaving alone would stop the others on the timeout).
+    # Other settings or other data in a folder: exit 2, never a false "done". Multi-worker runs ask the chief inside
+    # run_glue, once every worker has joined (a chief leaving alone would stop the others on the timeout).
     if config.distribution != "multi_worker" and RunFolder(output_dir, config.to_dict(), config.NOT_RESULT_SETTINGS,
-                                                           FLAGS.overwrite).completed:
+                                                           FLAGS.overwrite, data=user_data.file_hashes(
+                                                               config.data_spec)).completed:
+        if FLAGS.export_dir:
+            summary = study.export_finished(config, output_dir, FLAGS.export_dir)
+            print(f"{output_dir} already holds a completed run; not training again: exported its epoch-"
+                  f"{summary['exported']['epoch'] or len(summary['epochs'])} model to {FLAGS.export_dir}")
+            return
         print(f"{output_dir} already holds a completed run; not training again (--overwrite starts afresh)")
         return
-    summary = study.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir)
+    summary = study.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir,
+                             keep_weights=True)
     best = summary["best_epoch"]
     closing = methods.get(config.method).closing_line(summary)  # e.g. when each block froze, before the last line
     if closing:

@@ -35,7 +35,7 @@ flags.DEFINE_list("lrs", None, "Learning rates of every setting, instead of the 
 OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_columns", "label_column", "regression",
                "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
                "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen",
-               "allow_many_labels")
+               "allow_many_labels", "encoding")
 COMMAND_FLAGS = flags_lib.common(
     runs_dir=("runs", "Root folder of the runs."),
     data_dir=(None, "Data folder for every run: GLUE's (default $GLUE_DIR), or the CS224N files (multitask; "
@@ -59,15 +59,17 @@ def given_settings() -> dict:
 
 def check_files() -> None:
     """A user's files given on the command line read and checked as every run will read them: a bad file is one line
-    within a second or two, not after TensorFlow's start."""
+    within a second or two, not after TensorFlow's start; what was read without a word (labels with spaces around
+    them) is said once here."""
     if FLAGS.train_file and FLAGS.text_columns and FLAGS.label_column:
         from tf_transfer.data import user_data
 
         spec = user_data.DataSpec(FLAGS.train_file, FLAGS.validation_file, FLAGS.test_file,
                                   text_columns=tuple(FLAGS.text_columns), label_column=FLAGS.label_column,
                                   regression=FLAGS.regression, positive_label=FLAGS.positive_label,
-                                  allow_many_labels=FLAGS.allow_many_labels)
-        user_data.check_files(spec, False, FLAGS.metric)
+                                  allow_many_labels=FLAGS.allow_many_labels, encoding=FLAGS.encoding)
+        for line in user_data.check_files(spec, False, FLAGS.metric):
+            print(line, flush=True)
 
 
 def axes_given() -> dict:

@@ -7,7 +7,9 @@ Text columns default to the exported task's (e.g. sentence1/sentence2 for RTE, o
 standard quoting, `.jsonl` as one JSON object per line. Each output row is the input's id (`--id_column`, by default a
 column named `id` when the input has one, else the row number from 0), then the predicted `label` and one
 `prob_<label>` per label (a regression model: the predicted value, named as the trained label column). The output is
-CSV, JSON Lines or TSV by `--output`'s extension (TSV on standard output). Progress (rows done, rows per second) goes
+CSV, JSON Lines or TSV by `--output`'s extension (TSV on standard output); `--output_columns=id,target` keeps only
+those columns, the predicted label under the trained label column's name (a Kaggle submission). `--encoding` reads
+an input that is not UTF-8. Progress (rows done, rows per second) goes
 to standard error while it scores, and a final line there names the count and the output.
 """
 
@@ -35,37 +37,52 @@ flags.DEFINE_string("text_a_column", None, "Header name of the first text (defau
 flags.DEFINE_string("text_b_column", None, "Header name of the second text of pair tasks (default: the task's).")
 flags.DEFINE_string("id_column", None, "Column carried to the output as each row's id (default: a column named id "
                     "when the input has one, else the row number from 0).")
+flags.DEFINE_list("output_columns", None, "Write only these columns, in this order: the id column (by its name, or "
+                  "row), label (or the trained label column's name, e.g. target: the predicted label under that "
+                  "name), prob_<label>. E.g. id,target for a Kaggle submission. Default: all of them.")
+
 COMMAND_FLAGS = flags_lib.common(batch_size=(64, "Prediction batch size."),
-                                 export_dir=(None, "The folder written by glue --export_dir (the same as --model)."))
+                                 export_dir=(None, "The folder written by glue --export_dir (the same as --model)."),
+                                 encoding=("utf-8", "Text encoding of --input (e.g. cp1252 or latin-1 for Windows or "
+                                                    "older Western files)."))
 PROGRESS_EVERY_S = 10.0  # the least seconds between two progress lines (the first comes after the first batch)
 
 
-def read_rows(path: str):
+def read_rows(path: str, encoding: str = "utf-8"):
+    """`(header, rows)` of a CSV, TSV or JSON Lines file in `encoding`; one `TransferError` line for a file that is
+    missing, unreadable or not text in that encoding (naming its line and --encoding)."""
     from tf_transfer.core.errors import TransferError
+    from tf_transfer.core.settings import known_encoding
+    from tf_transfer.data import table_reader
 
     if not os.path.isfile(path):
         raise TransferError(f"--input {path} does not exist")
-    if path.lower().endswith(".jsonl"):
-        return _read_jsonl(path)
-    csv.field_size_limit(2**31 - 1)
-    options = ({"delimiter": ","} if path.lower().endswith(".csv")
-               else {"delimiter": "\t", "quoting": csv.QUOTE_NONE})
+    if not known_encoding(encoding):
+        raise TransferError(f"--encoding={encoding}: not a text encoding Python knows (e.g. utf-8, cp1252, latin-1)")
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        if path.lower().endswith(".jsonl"):
+            return _read_jsonl(path, encoding)
+        csv.field_size_limit(2**31 - 1)
+        options = ({"delimiter": ","} if path.lower().endswith(".csv")
+                   else {"delimiter": "\t", "quoting": csv.QUOTE_NONE})
+        with open(path, encoding=table_reader.text_encoding(encoding), newline="") as f:
             rows = list(csv.reader(f, **options))
-    except (UnicodeDecodeError, csv.Error) as e:
+    except UnicodeDecodeError as e:
+        raise table_reader.undecodable(path, encoding, e) from None
+    except csv.Error as e:
         raise TransferError(f"{path}: unreadable ({e})") from None
     if len(rows) < 2:
         raise TransferError(f"{path}: needs a header row and at least one data row")
     return rows[0], rows[1:]
 
 
-def _read_jsonl(path: str):
+def _read_jsonl(path: str, encoding: str):
     """JSON Lines as a header (the first object's keys) and rows of those keys' values."""
     from tf_transfer.core.errors import TransferError
+    from tf_transfer.data import table_reader
 
     objects = []
-    with open(path, encoding="utf-8-sig") as f:
+    with open(path, encoding=table_reader.text_encoding(encoding)) as f:
         for number, line in enumerate(f, start=1):
             if line.strip():
                 try:
@@ -137,6 +154,27 @@ def _output_fields(meta: dict, id_column, classes: int) -> tuple:
     return [ident, "label"] + [f"prob_{label}" for label in labels], labels
 
 
+def selected_columns(fields: list, meta: dict, wanted) -> tuple:
+    """`(header, positions in fields)` of the output columns `wanted` (every field when None): each a field's name,
+    or the trained label column's name for `label` (the predicted label under the name a Kaggle submission wants).
+
+    >>> selected_columns(["id", "label", "prob_0", "prob_1"], {"label_column": "target"}, ["id", "target"])
+    (['id', 'target'], [0, 1])
+    """
+    from tf_transfer.core.errors import TransferError
+
+    if not wanted:
+        return list(fields), list(range(len(fields)))
+    names = {name: position for position, name in enumerate(fields)}
+    if meta.get("label_column") and "label" in names:
+        names.setdefault(meta["label_column"], names["label"])
+    unknown = [name for name in wanted if name not in names]
+    if unknown:
+        raise TransferError(f"--output_columns: no output column {', '.join(map(repr, unknown))} (choose from: "
+                            f"{', '.join(names)})")
+    return list(wanted), [names[name] for name in wanted]
+
+
 class _Progress:
     """Called with the rows done after every batch: prints rows done, rate and time left on stderr after the first
     batch, then every `PROGRESS_EVERY_S` seconds."""
@@ -167,8 +205,11 @@ def main(argv):
     from tf_transfer.models import export
 
     meta = export.read_meta(folder)  # the columns are checked before the model is loaded
-    header, rows = read_rows(FLAGS.input)
+    header, rows = read_rows(FLAGS.input, FLAGS.encoding)
     positions, id_column, id_position = _columns(header, meta, FLAGS.input)
+    if meta.get("labels") or meta.get("regression"):  # the output's columns known before scoring
+        selected_columns(_output_fields(meta, id_column, len(meta.get("labels") or []))[0], meta,
+                         FLAGS.output_columns)
     needed = max(positions + [id_position or 0]) + 1
     for line, row in enumerate(rows, start=2):
         if len(row) < needed:
@@ -180,15 +221,17 @@ def main(argv):
     outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size,
                                           progress=_Progress(len(rows)))
     fields, labels = _output_fields(meta, id_column, outputs.shape[1])
+    fields, chosen = selected_columns(fields, meta, FLAGS.output_columns)
     probabilities = None if labels is None else export.probabilities(outputs)
     writer = _Writer(FLAGS.output, fields)
     try:
         for i, row in enumerate(rows):
             ident = row[id_position] if id_position is not None else i
             if labels is None:
-                writer.write([ident, float(predictions[i])])
+                values = [ident, float(predictions[i])]
             else:
-                writer.write([ident, str(predictions[i])] + [float(p) for p in probabilities[i]])
+                values = [ident, str(predictions[i])] + [float(p) for p in probabilities[i]]
+            writer.write([values[position] for position in chosen])
     finally:
         writer.close()
     print(f"predict: wrote {len(rows):,} rows ({', '.join(fields[:3])}{', ...' if len(fields) > 3 else ''}) to "

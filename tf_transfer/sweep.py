@@ -21,6 +21,7 @@ from absl import flags, logging
 
 from tf_transfer import grid_flags
 from tf_transfer.core import cli, isolated
+from tf_transfer.core import flags as flags_lib
 from tf_transfer.models import methods
 from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -54,6 +55,7 @@ COMMAND_FLAGS = {
                            "whose process dies is retried)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
+HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
 
 
 def main(argv):
@@ -77,14 +79,14 @@ def main(argv):
     base.update(grid_flags.given_settings())
     base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
     settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
+    grid_flags.check_files()  # and bad files, before TensorFlow is imported
     if settings.data_spec is None:
         base["data_dir"] = grid_flags.glue_data_dir()
     base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
     lrs = grid_flags.axes_given().get("lr")
     options = _sweep_options()
     sweep.check_methods(FLAGS.methods)
-    # What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options.
-    identity = {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options}
+    identity = _identity(base, settings, lrs, options)
     sweep_dir, name = _sweep_place(settings.dataset, identity)
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(FLAGS.storage, None)
@@ -113,6 +115,17 @@ def main(argv):
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
     print(line)
+
+
+def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:
+    """What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options, and
+    the SHA-256 of a user's files, so that another file of the same name is another sweep (a GLUE task's sweep keeps
+    the name it had before files were hashed)."""
+    from tf_transfer.data import user_data
+
+    hashes = user_data.file_hashes(settings.data_spec)
+    return {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options,
+            **({"data_sha256": hashes} if hashes else {})}
 
 
 def _sweep_place(dataset: str, identity: dict) -> tuple:

@@ -88,3 +88,31 @@ def test_skip_bad_rows_counts_and_skips(tmp_path):
         user_data.load(spec(path))
     _, train, _, _ = user_data.load(spec(path), skip_bad_rows=True)
     assert len(train) == 2 and train.skipped_rows == 1
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_file_in_another_encoding_names_its_line_and_reads_with_encoding(tmp_path, suffix):
+    rows = [("plain", "a"), ("more", "b"), ("caf\u00e9 cr\u00e8me", "a"), ("last", "b")]
+    path = tmp_path / f"latin{suffix}"
+    if suffix == ".csv":
+        text = "text,label\n" + "".join(f"{t},{label}\n" for t, label in rows)
+    else:
+        text = "".join(json.dumps({"text": t, "label": label}, ensure_ascii=False) + "\n" for t, label in rows)
+    path.write_bytes(text.encode("latin-1"))
+    line = 4 if suffix == ".csv" else 3  # the header is line 1 of a CSV
+    with pytest.raises(TransferError, match=rf"latin{suffix}:{line}: not valid UTF-8 text \(invalid "
+                                            r"continuation byte, byte 0xe9\): give the file's encoding with "
+                                            r"--encoding \(e\.g\. --encoding=cp1252"):
+        user_data.load(spec(str(path)))
+    _, train, _, _ = user_data.load(spec(str(path), encoding="latin-1"))
+    assert train.text_a[2] == "caf\u00e9 cr\u00e8me"
+
+
+def test_labels_with_spaces_around_them_are_read_without_and_said_once(tmp_path):
+    path = _csv(tmp_path / "spaced.csv", ["text", "label"], [["a", "1 "], ["b", "0"], ["c", " 1"], ["d", "0"]])
+    _, train, _, _ = user_data.load(spec(path))
+    assert train.label_names == ("0", "1") and train.labels.tolist() == [1, 0, 1, 0]
+    assert user_data.check_files(spec(path), False, None) == [
+        f"{path}: 2 labels had spaces around them and were read without them (line 2: '1 ')"]
+    plain = _csv(tmp_path / "plain.csv", ["text", "label"], [["a", "1"], ["b", "0"]])
+    assert user_data.check_files(spec(plain), False, None) == []

@@ -155,3 +155,25 @@ def test_the_committed_runs_are_one_table():
     own_sst2 = has_full_fine_tuning("methods_full") + has_full_fine_tuning("adaptive_freezing")
     assert len(table.references) == 11 + own_sst2
     assert sum("max_train_examples 1000," in line for line in table.references) == 5
+
+
+def test_a_users_file_without_a_test_file_is_compared_by_validation_with_its_full_fine_tuning(tmp_path):
+    root = tmp_path / "runs"
+
+    def own(folder, layers, epochs, sha256):
+        _glue(root / folder, layers, 1e-4, 0, epochs, 1, task="tweets", method="freeze",
+              dataset={"files": {"train_file": {"path": "/data/train.csv", "sha256": sha256}}})
+
+    own("sweep/reference/freeze_kall_lr0.0001/seed0", "all", [(200, 0.8, None)], "a" * 64)
+    own("sweep/freeze_k2_lr0.0001/seed0", 2, [(50, 0.75, None)], "a" * 64)
+    own("other/freeze_k2_lr0.0001/seed0", 2, [(50, 0.7, None)], "b" * 64)  # another file of the same name
+    table = runs_table.collect(str(root))
+    rows = {row["run"].split(os.sep)[0]: row for row in table.rows}
+    reference = [row for row in table.rows if row["trainable_layers"] == "all"][0]
+    assert reference["method"] == "full fine-tuning" and reference["validation_score"] == 0.8
+    compared = [row for row in table.rows if row["run"].startswith("sweep" + os.sep + "freeze")][0]
+    assert compared["time_saved_pct"] == 75.0 and compared["score_diff"] == pytest.approx(0.75 - 0.8)
+    assert rows["other"]["time_saved_pct"] is None and rows["other"]["score_diff"] is None
+    assert len(table.references) == 1 and "(p; train_file aaaaaaaa)" in table.references[0]
+    text = runs_table.render(table, str(root))
+    assert "validation score" in text.splitlines()[0] and "Full fine-tuning references" in text

@@ -9,11 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from absl import flags
 
 from tf_transfer import glue
-from tf_transfer.core import cli
-from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import metrics
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import user_data
@@ -21,18 +18,12 @@ from tf_transfer.data.examples import Examples
 from tf_transfer.studies import glue_task
 from tf_transfer.studies.glue_settings import GlueSettings
 
-from conftest import REPO, run_module, write_csv
+from conftest import REPO, parsed, run_module, write_csv
 
 
 def _first_run(*args):
     """`(settings, first line)` that `python -m tf_transfer.glue args` builds (its flags parsed as the command does)."""
-    flags.FLAGS.unparse_flags()
-    flags_lib.apply(glue.COMMAND_FLAGS)
-    try:
-        cli.parse_flags(["glue", *args])
-        return glue.first_run_settings()
-    finally:
-        flags.FLAGS.unparse_flags()
+    return parsed(glue.COMMAND_FLAGS, args, glue.first_run_settings)
 
 
 def _settings(*args):

@@ -177,7 +177,11 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
 
     from tf_transfer.studies import sweep_storage
 
-    identity = {"base": _base(common), "methods": ["freeze", "lora"], "lrs": [1e-2], "lora_ranks": [2]}
+    from tf_transfer.data.examples import file_sha256
+
+    # A user's file names its sweep by its contents too (another reviews.csv is another sweep).
+    identity = {"base": _base(common), "methods": ["freeze", "lora"], "lrs": [1e-2], "lora_ranks": [2],
+                "data_sha256": {"train_file": file_sha256(data)}}
     name = sweep_storage.default_name("reviews", identity)
     sweep_dir = tmp_path / "runs" / "sweep" / name
     study, where = sweep.open_study(str(sweep_dir), _base(common), lambda: sweep.candidates(
@@ -190,7 +194,8 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
 
     done = run_module("tf_transfer.experiments", *common, "--budget=10m")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1].startswith(("Recommended: ", "Nothing to recommend: "))
+    final = done.stdout.strip().splitlines()[-1]
+    assert final.startswith(("Recommended: ", "Nothing to recommend: ")) and done.stdout.count(final) == 1
     study = sweep.load(where)
     by_state = {}
     for trial in study.trials:
@@ -370,3 +375,18 @@ def test_a_sweep_name_given_to_other_settings_is_refused_naming_what_differs(tmp
     again, _ = sweep.open_study(str(tmp_path), {"lr": 1.0, "max_epochs": 3}, lambda: {"b": {}}, 90.0, name="mine")
     assert again.user_attrs["candidates"] == {"a": {}} and again.user_attrs["budget_s"] == 90.0  # joined, not requeued
     assert len(again.trials) == len(first.trials) == 1
+
+
+def test_the_sweep_takes_hugging_faces_flag_names():
+    from conftest import parsed
+    from tf_transfer import grid_flags
+    from tf_transfer import sweep as sweep_command
+
+    def given(*args):
+        return parsed(sweep_command.COMMAND_FLAGS, args, grid_flags.given_settings)
+
+    hugging_face = given("--train_file=t.csv", "--text_column_names=text", "--label_column_name=target",
+                         "--num_train_epochs=3", "--per_device_train_batch_size=8", "--do_regression")
+    own = given("--train_file=t.csv", "--text_columns=text", "--label_column=target", "--max_epochs=3",
+                "--batch_size=8", "--regression")
+    assert hugging_face == own and own["text_columns"] == ("text",) and own["max_epochs"] == 3

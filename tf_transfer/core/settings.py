@@ -85,6 +85,17 @@ def one_of(choices) -> tuple:
     return (lambda value: value in choices), f"must be one of {', '.join(choices)}"
 
 
+def known_encoding(name) -> bool:
+    """Whether `name` is a text encoding Python can read (`codecs.lookup`)."""
+    import codecs
+
+    try:
+        codecs.lookup(str(name))
+        return True
+    except LookupError:
+        return False
+
+
 positive = (lambda value: _finite(value) and value > 0, "must be a positive number")
 optional_at_least_1 = (lambda value: value is None or value >= 1, "must be >= 1")
 

@@ -33,6 +33,7 @@ class Examples:
       source: the file (or dataset) read.
       skipped_rows: rows of the file left out (malformed with --skip_bad_rows, or a data set's known quirk).
       label_names: `label_names[i]` is class i as written in the file, where the reader knows them.
+      stripped_labels: `(line, label as written)` of each label read without the spaces around it (a user's file).
     """
 
     text_a: list
@@ -41,6 +42,7 @@ class Examples:
     source: str = ""
     skipped_rows: int = 0
     label_names: Optional[tuple] = None
+    stripped_labels: tuple = ()
 
     @classmethod
     def from_records(cls, records: Sequence[tuple], dtype, **fields) -> "Examples":
@@ -69,6 +71,15 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def data_files(paths: dict) -> dict:
+    """`{flag: {"path", "sha256"}}` of the data files a run reads (`paths`: `{flag: path or None}`, the files that
+    exist), as a run's summary records them (`dataset.files`): which data the run was made from, by content."""
+    import os
+
+    return {flag: {"path": os.path.abspath(path), "sha256": file_sha256(path)} for flag, path in paths.items()
+            if path and os.path.isfile(path)}
 
 
 def train_validation_split(examples, fraction: float, seed: int):

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import re
@@ -119,19 +120,54 @@ def _is_blank(fields: list) -> bool:
     return not fields or fields == [""]
 
 
+def text_encoding(encoding: Optional[str]) -> str:
+    """The codec a file is opened with: UTF-8 (and None) as `utf-8-sig`, which drops a byte-order mark (MRPC's
+    header, files saved by spreadsheets); any other as given.
+
+    >>> text_encoding(None), text_encoding("UTF8"), text_encoding("cp1252")
+    ('utf-8-sig', 'utf-8-sig', 'cp1252')
+    """
+    if encoding is None or codecs.lookup(encoding).name == "utf-8":
+        return "utf-8-sig"
+    return encoding
+
+
+def undecodable(path: str, encoding: Optional[str], error: UnicodeDecodeError) -> TransferError:
+    """The one line for a file that is not text in its encoding: the line it fails on (found again, line by line:
+    a line ending is one byte in every encoding a user's file comes in) and the byte; where the reader has an
+    `--encoding` flag (`encoding` given), the hint to name the file's own."""
+    codec = text_encoding(encoding)
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode(codec)
+            except UnicodeDecodeError as e:
+                where, bad = f"{path}:{number}", f"byte 0x{line[e.start]:02x}"
+                break
+        else:
+            where, bad = path, f"at byte {error.start}"
+    name = "UTF-8" if codec == "utf-8-sig" else encoding
+    hint = (": give the file's encoding with --encoding (e.g. --encoding=cp1252 or latin-1 for Windows or older "
+            "Western files), or save it as UTF-8" if encoding is not None else "")
+    return TransferError(f"{where}: not valid {name} text ({error.reason}, {bad}){hint}")
+
+
 def read_rows(path: str, columns: Callable[[list], Callable[[Row], object]], dialect: Optional[Dialect] = None,
-              column_names: Optional[Sequence[str]] = None, skip_bad_rows: Optional[bool] = None) -> Rows:
-    """Reads `path` (UTF-8, an optional byte-order mark) and converts every non-blank row.
+              column_names: Optional[Sequence[str]] = None, skip_bad_rows: Optional[bool] = None,
+              encoding: Optional[str] = None) -> Rows:
+    """Reads `path` (UTF-8 with an optional byte-order mark, or `encoding`) and converts every non-blank row.
 
     `columns(header)` checks the header and returns the row converter. `dialect` None: `sniff` the header line.
     `column_names` stand in for the header of a file without one (CoLA). A `BadRow` from the converter is skipped and
     counted when `skip_bad_rows`, else one `TransferError` `path:line: problem`, with a hint to pass --skip_bad_rows
-    when the reader has that option (`skip_bad_rows` not None). No records at all is an error.
+    when the reader has that option (`skip_bad_rows` not None). No records at all is an error; so is a file that is
+    not text in its encoding (`undecodable`: its line, and the hint to pass --encoding where `encoding` is given, the
+    reader then having that flag).
     """
     try:
-        # utf-8-sig drops a byte-order mark (MRPC's header, files saved by spreadsheets); newline="" lets the csv
-        # module see line breaks inside quoted fields, and counts a lone carriage return as a line end.
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        # newline="" lets the csv module see line breaks inside quoted fields, and counts a lone carriage return as a
+        # line end.
+        with open(path, encoding=text_encoding(encoding), newline="") as f:
             if dialect is None:
                 dialect = sniff(f.readline())
                 f.seek(0)
@@ -153,7 +189,7 @@ def read_rows(path: str, columns: Callable[[list], Callable[[Row], object]], dia
                         raise TransferError(f"{row.where}: {bad}{SKIP_HINT if skip_bad_rows is False else ''}")
                     rows.bad_rows += 1
     except UnicodeDecodeError as e:
-        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise undecodable(path, encoding, e) from None
     except csv.Error as e:
         raise TransferError(f"{path}: unreadable {dialect.kind} ({e})") from None
     if not rows.records:

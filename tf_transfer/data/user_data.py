@@ -35,7 +35,7 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import table_reader
+from tf_transfer.data import examples, table_reader
 from tf_transfer.data.examples import Examples
 from tf_transfer.data.tasks import Task
 
@@ -65,6 +65,7 @@ class DataSpec:
     regression: bool = False
     positive_label: Optional[str] = None
     allow_many_labels: bool = False
+    encoding: str = "utf-8"
 
     @property
     def name(self) -> str:
@@ -82,8 +83,32 @@ def check_file(path: str, flag: str) -> None:
         raise TransferError(f"--{flag}={path} does not exist")
 
 
-def _raw_table(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:
-    """`(records [(texts, label text, line)], skipped)` of a CSV or TSV file."""
+def file_hashes(spec: Optional[DataSpec]) -> dict:
+    """`{flag: SHA-256}` of every file a data set reads (`train_file`, `validation_file`, `test_file`): what makes two
+    runs of one name the same data; `{}` for a GLUE task (`spec` None) or a TensorFlow Datasets name.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.csv")
+    >>> _ = open(path, "w").write("text,label\\nhi,1\\n")
+    >>> file_hashes(DataSpec(train_file=path))["train_file"][:12]
+    '602cc555926d'
+    """
+    return {flag: entry["sha256"] for flag, entry in data_files(spec).items()}
+
+
+def data_files(spec: Optional[DataSpec]) -> dict:
+    """`{flag: {"path", "sha256"}}` of the files a data set reads, as a run's summary records them; `{}` for a GLUE
+    task (`spec` None) or a TensorFlow Datasets name."""
+    if spec is None or spec.tfds:
+        return {}
+    return examples.data_files({"train_file": spec.train_file, "validation_file": spec.validation_file,
+                                "test_file": spec.test_file})
+
+
+def _raw_table(path: str, columns: tuple, skip_bad_rows: bool, encoding: str) -> tuple:
+    """`(records [(texts, label text, line)], skipped, labels stripped [(line, label as written)])` of a CSV or TSV
+    file."""
+    stripped = []
     dialect = table_reader.TSV if path.lower().endswith(".tsv") else table_reader.CSV
 
     def converter(header):
@@ -94,27 +119,31 @@ def _raw_table(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:
             if len(row.fields) <= max(found):
                 raise table_reader.BadRow(f"expected at least {max(found) + 1} columns, found {len(row.fields)}")
             values = [row.fields[p] for p in found]
-            return _record(values, row.line)
+            return _record(values, row.line, stripped)
 
         return convert
 
-    rows = table_reader.read_rows(path, converter, dialect, skip_bad_rows=skip_bad_rows)
-    return rows.records, rows.skipped
+    rows = table_reader.read_rows(path, converter, dialect, skip_bad_rows=skip_bad_rows, encoding=encoding)
+    return rows.records, rows.skipped, stripped
 
 
-def _record(values: list, line: int) -> tuple:
+def _record(values: list, line: int, stripped: list) -> tuple:
+    """`(texts, label, line)` of a row's values (the label last); a label written with spaces around it is read
+    without them, and `(line, label as written)` added to `stripped`."""
     texts, label = tuple(values[:-1]), values[-1]
     if any(not str(t).strip() for t in texts):
         raise table_reader.BadRow("empty text")
     if str(label).strip() == "":
         raise table_reader.BadRow("empty label")
+    if str(label).strip() != str(label):
+        stripped.append((line, str(label)))
     return texts, str(label).strip(), line
 
 
-def _raw_jsonl(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:
-    records, skipped = [], 0
+def _raw_jsonl(path: str, columns: tuple, skip_bad_rows: bool, encoding: str) -> tuple:
+    records, skipped, stripped = [], 0, []
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open(path, encoding=table_reader.text_encoding(encoding)) as f:
             for line_number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
@@ -127,17 +156,17 @@ def _raw_jsonl(path: str, columns: tuple, skip_bad_rows: bool) -> tuple:
                         raise table_reader.BadRow(f"no key(s) {', '.join(map(repr, missing))} (found: "
                                                   f"{', '.join(map(repr, row))}): name them with --text_columns and "
                                                   "--label_column")
-                    records.append(_record([row[c] for c in columns], line_number))
+                    records.append(_record([row[c] for c in columns], line_number, stripped))
                 except (ValueError, table_reader.BadRow) as bad:
                     if not skip_bad_rows:
                         hint = table_reader.SKIP_HINT if not isinstance(bad, json.JSONDecodeError) else ""
                         raise TransferError(f"{path}:{line_number}: {bad}{hint}") from None
                     skipped += 1
     except UnicodeDecodeError as e:
-        raise TransferError(f"{path}: not valid UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise table_reader.undecodable(path, encoding, e) from None
     if not records:
         raise TransferError(f"{path}: no data rows")
-    return records, skipped
+    return records, skipped, stripped
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -153,7 +182,7 @@ def _read_raw(path: str, flag: str, spec: DataSpec, skip_bad_rows: bool) -> tupl
     check_file(path, flag)
     columns = (*spec.text_columns, spec.label_column)
     reader = _raw_jsonl if path.lower().endswith(".jsonl") else _raw_table
-    return reader(path, columns, skip_bad_rows)
+    return reader(path, columns, skip_bad_rows, spec.encoding)
 
 
 def _label_set(records: list, path: str, spec: DataSpec) -> tuple:
@@ -187,8 +216,9 @@ def _is_int(text: str) -> bool:
         return False
 
 
-def _examples(records: list, skipped: int, path: str, labels: Optional[tuple]) -> Examples:
-    """Examples of raw records: class indices in `labels`' order, or numbers when `labels` is None."""
+def _examples(records: list, skipped: int, stripped: list, path: str, labels: Optional[tuple]) -> Examples:
+    """Examples of raw records: class indices in `labels`' order, or numbers when `labels` is None; `stripped`
+    the labels read without the spaces around them (`_record`)."""
     converted = []
     for texts, label, line in records:
         if labels is None:
@@ -206,7 +236,7 @@ def _examples(records: list, skipped: int, path: str, labels: Optional[tuple]) -
             value = labels.index(label)
         converted.append((texts, value))
     return Examples.from_records(converted, np.float32 if labels is None else np.int64, source=path,
-                                 skipped_rows=skipped, label_names=labels)
+                                 skipped_rows=skipped, label_names=labels, stripped_labels=tuple(stripped))
 
 
 def describe(spec: DataSpec, labels: Optional[tuple]) -> Task:
@@ -223,9 +253,9 @@ def load(spec: DataSpec, skip_bad_rows: bool = False) -> tuple:
     """Returns `(task, train, validation or None, {"test": Examples} or {})` of the data set."""
     if spec.tfds:
         return load_tfds(spec)
-    records, skipped = _read_raw(spec.train_file, "train_file", spec, skip_bad_rows)
+    records, skipped, stripped = _read_raw(spec.train_file, "train_file", spec, skip_bad_rows)
     labels = None if spec.regression else _label_set(records, spec.train_file, spec)
-    train = _examples(records, skipped, spec.train_file, labels)
+    train = _examples(records, skipped, stripped, spec.train_file, labels)
     others = {}
     for split, path in (("validation", spec.validation_file), ("test", spec.test_file)):
         if path:
@@ -242,11 +272,34 @@ def check_metric(task: Task, metric: Optional[str]) -> None:
                             f"{', '.join(task.metrics)}")
 
 
-def check_files(spec: DataSpec, skip_bad_rows: bool, metric: Optional[str]) -> None:
+def check_files(spec: DataSpec, skip_bad_rows: bool, metric: Optional[str]) -> list:
     """Reads a data set's files as `load` does, for every check of them (encoding, columns, labels, empty, one
-    class, the metric) before a command imports TensorFlow; TFDS data sets need TensorFlow to be read, so not those."""
-    if not spec.tfds:
-        check_metric(load(spec, skip_bad_rows)[0], metric)
+    class, the metric) before a command imports TensorFlow; TFDS data sets need TensorFlow to be read, so not those.
+    Returns the lines a command prints once about what it read (`stripped_labels_lines`)."""
+    if spec.tfds:
+        return []
+    task, train, validation, tests = load(spec, skip_bad_rows)
+    check_metric(task, metric)
+    return stripped_labels_lines([train, validation, *tests.values()])
+
+
+def stripped_labels_lines(splits: list) -> list:
+    """One line per file whose labels were written with spaces around them (read without them): how many, and the
+    first as written, e.g. `train.csv: 3 labels had spaces around them and were read without them (line 2: '1 ')`.
+
+    >>> from tf_transfer.data.examples import Examples
+    >>> stripped_labels_lines([Examples(["a"], None, np.zeros(1), "train.csv", stripped_labels=((2, "1 "),)), None])
+    ["train.csv: 1 label had spaces around it and was read without them (line 2: '1 ')"]
+    """
+    lines = []
+    for split in splits:
+        if split is None or not split.stripped_labels:
+            continue
+        count, (line, written) = len(split.stripped_labels), split.stripped_labels[0]
+        what = ("1 label had spaces around it and was" if count == 1
+                else f"{count:,} labels had spaces around them and were")
+        lines.append(f"{split.source}: {what} read without them (line {line}: {written!r})")
+    return lines
 
 
 def load_tfds(spec: DataSpec) -> tuple:

@@ -4,22 +4,22 @@ comparison (time saved, score difference) for any sweep of `tf_transfer.glue` ru
     python -m tf_transfer.experiments table reports/runs --out=/tmp/runs   # also writes /tmp/runs.csv, .md
 
 Every `summary.json` below the folder (recursively) is one row: the settings, epochs trained, the best epoch, the
-test score at the best epoch (the summary's `metric`; MNLI's matched dev set, the mismatched one beside it in
-brackets and in its own CSV column), the time to the best epoch with the frozen-prefix cache's build charged
+validation and test scores at the best epoch (the summary's `metric`; MNLI's matched dev set, the mismatched one
+beside it in brackets and in its own CSV column), the time to the best epoch with the frozen-prefix cache's build charged
 (`tables.elapsed`, wall clock), and the run's peak memory while training (`peak_memory_mb`; "-" for runs made before
 it was recorded). Summaries of other entry points that name a task and a metric (stack, multitask)
 are rows without a comparison; the rest (the sentiment study's work folders) are counted and skipped; files that are
 not JSON (a truncated summary) are named under the table and left out. Unfinished runs are rows marked `unfinished`, never compared, never a reference.
 
 The `method` column says what trained: each method's `table_label` (`models.methods`: freeze, bitfit, or lora with its
-rank and targets).
-The reference of a GLUE task, preset and data (the training-set cap `max_train_examples` and the validation split
+rank and targets), and `full fine-tuning` for freezing over every block (a sweep's reference too).
+The reference of a GLUE task or a user's data set (its files' SHA-256 part of its data), preset and data (the training-set cap `max_train_examples` and the validation split
 `validation_fraction`: a run is compared with fine-tuning on the same examples) is its completed full fine-tuning
 runs (`trainable_layers` "all", method freeze: LoRA and BitFit over all blocks are not fine-tuning) of one
 setting: among several (learning rates, batch sizes, ...) the one with the best mean validation score at the best
 epoch, chosen by validation as the layer-freezing line search chooses its rate (by test score it would flatter the
 reference; a diverged setting would flatter the runs); within it the run of the same seed, else the mean over its
-seeds.
+seeds. A run without a test file is compared by its validation score.
 Point the command at one study's folder to keep other studies' runs out of the reference.
 
 Example (from the repository root):
@@ -48,10 +48,12 @@ from tf_transfer.training import record, run_record
 
 SUMMARY = "summary.json"
 COLUMNS = ("run", "task", "preset", "trainable_layers", "method", "lr", "batch_size", "seed", "epochs", "best_epoch",
-           "metric", "score", "score_mismatched", "time_to_best_s", "time_saved_pct", "score_diff", "peak_memory_mb",
-           "status")
-SHOWN = ("run", "task", "preset", "layers", "method", "lr", "batch", "seed", "epochs", "best", "metric", "test score",
-         "time to best (s)", "time saved", "score diff", "peak memory (MB)", "status")
+           "metric", "validation_score", "score", "score_mismatched", "time_to_best_s", "time_saved_pct",
+           "score_diff", "peak_memory_mb", "status")
+SHOWN = ("run", "task", "preset", "layers", "method", "lr", "batch", "seed", "epochs", "best", "metric",
+         "validation score", "test score", "time to best (s)", "time saved", "score diff", "peak memory (MB)",
+         "status")
+FULL_FINE_TUNING = "full fine-tuning"  # the method cell of the default method over every block: the reference
 # Where a run's files and data lived, not what it ran: the machines of one sweep may keep them apart.
 NOT_SETTINGS = ("seed", "data_dir", "cache_dir", "output_dir")
 
@@ -114,6 +116,7 @@ def _stopping_epoch(summary: dict, record: Optional[dict]) -> Optional[int]:
 def _row(run: str, summary: dict) -> dict:
     record, metric = _best(summary), summary["metric"]
     test = record.get("test") if record else None
+    validation = _number(((record or {}).get("val") or {}).get(metric))
     score = mismatched = None
     if isinstance(test, dict):  # stack runs without test data hold None
         score = _number(tables.test_score(record, metric))
@@ -122,14 +125,18 @@ def _row(run: str, summary: dict) -> dict:
     return {"run": run, "task": summary["task"], "preset": summary.get("preset"),
             "trainable_layers": summary.get("trainable_layers"), "method": _method(summary), "lr": summary.get("lr"),
             "batch_size": summary.get("batch_size"), "seed": summary.get("seed"), "epochs": len(summary["epochs"]),
-            "best_epoch": _stopping_epoch(summary, record), "metric": metric, "score": score,
+            "best_epoch": _stopping_epoch(summary, record), "metric": metric, "validation_score": validation,
+            "score": score,
             "score_mismatched": mismatched, "time_to_best_s": tables.elapsed(summary, record) if timed else None,
             "time_saved_pct": None, "score_diff": None, "peak_memory_mb": _number(summary["peak_memory_mb"]),
             "status": "completed" if summary.get("completed") else "unfinished"}
 
 
 def _method(summary: dict) -> str:
-    """The method's `table_label` (runs from before methods existed read as the default, freezing: `run_record`)."""
+    """The method's `table_label` (runs from before methods existed read as the default, freezing: `run_record`);
+    the default method over every block is named what it is, full fine-tuning (a sweep's reference among them)."""
+    if summary.get("method") == methods.DEFAULT and summary.get("trainable_layers") == "all":
+        return FULL_FINE_TUNING
     return methods.registry.table_label(summary)
 
 
@@ -140,9 +147,16 @@ def _setting(summary: dict) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in NOT_SETTINGS}, sort_keys=True, default=str)
 
 
-def _comparable(row: dict) -> bool:
-    return (row["task"] in TASKS and row["status"] == "completed" and row["score"] is not None
-            and row["time_to_best_s"] is not None)
+def _comparable(row: dict, summary: dict) -> bool:
+    """A completed run of the GLUE trainer (a GLUE task, or a user's data set: `dataset`) with a time to its best
+    epoch and a score there (test, else validation: a user's file without a test file)."""
+    return ((row["task"] in TASKS or isinstance(summary.get("dataset"), dict)) and row["status"] == "completed"
+            and _score(row) is not None and row["time_to_best_s"] is not None)
+
+
+def _score(row: dict) -> Optional[float]:
+    """What a run is compared by: its test score, else (no test file) its validation score."""
+    return row["score"] if row["score"] is not None else row["validation_score"]
 
 
 def _validation(summary: dict) -> float:
@@ -156,15 +170,19 @@ DATA_SETTINGS = ("max_train_examples", "validation_fraction")
 
 
 def _data(summary: dict) -> str:
+    """The data settings a run learnt from, and the first digits of its files' SHA-256 (a user's file: runs on
+    other contents of one file name are not compared)."""
     config = summary.get("config") if isinstance(summary.get("config"), dict) else {}
-    return ", ".join(f"{key} {config[key]}" for key in DATA_SETTINGS if config.get(key) is not None)
+    hashes = record.recorded_data(summary)
+    files = [f"{flag} {str(hashes[flag])[:8]}" for flag in sorted(hashes)]
+    return ", ".join([f"{key} {config[key]}" for key in DATA_SETTINGS if config.get(key) is not None] + files)
 
 
 def _references(runs: list) -> dict:
     """(task, preset, data) -> the rows of the chosen fine-tuning setting, with their mean validation score."""
     settings = {}
     for row, summary in runs:
-        if _comparable(row) and row["trainable_layers"] == "all" and summary["method"] == methods.DEFAULT:
+        if _comparable(row, summary) and row["trainable_layers"] == "all" and summary["method"] == methods.DEFAULT:
             key = (row["task"], row["preset"], _data(summary))
             group = settings.setdefault(key, {}).setdefault(_setting(summary), [])
             group.append((row, _validation(summary)))
@@ -199,12 +217,14 @@ def collect(root: str) -> Table:
     references = _references(runs)
     for row, summary in runs:
         chosen = references.get((row["task"], row["preset"], _data(summary)))
-        if not chosen or not _comparable(row):
+        if not chosen or not _comparable(row, summary):
             continue
         basis = [m for m in chosen[0] if m["seed"] == row["seed"]] or chosen[0]
         seconds = stats.mean([m["time_to_best_s"] for m in basis])
         row["time_saved_pct"] = 100.0 * (seconds - row["time_to_best_s"]) / seconds if seconds > 0 else None
-        row["score_diff"] = row["score"] - stats.mean([m["score"] for m in basis])
+        kind = "score" if row["score"] is not None else "validation_score"  # like with like
+        if all(m[kind] is not None for m in basis):
+            row["score_diff"] = row[kind] - stats.mean([m[kind] for m in basis])
     lines = [_describe(*key, *chosen) for key, chosen in sorted(references.items(), key=lambda kv: str(kv[0]))]
     return Table([row for row, _ in runs], skipped, lines, unreadable)
 
@@ -221,7 +241,8 @@ def _cells(row: dict) -> list:
     diff = "-" if row["score_diff"] is None else f"{round(row['score_diff'], 3) + 0.0:+.3f}"
     return [row["run"], row["task"], shown(row["preset"], ""), shown(row["trainable_layers"], ""), row["method"],
             shown(row["lr"], "g"), shown(row["batch_size"], ""), shown(row["seed"], ""), str(row["epochs"]),
-            shown(row["best_epoch"], ""), row["metric"], score, shown(row["time_to_best_s"], ".1f"), saved,
+            shown(row["best_epoch"], ""), row["metric"], shown(row["validation_score"], ".3f"), score,
+            shown(row["time_to_best_s"], ".1f"), saved,
             diff, shown(row["peak_memory_mb"], ".0f"), row["status"]]
 
 
@@ -237,14 +258,16 @@ def render(table: Table, root: str) -> str:
             + (f"; {len(table.unreadable)} unreadable, left out (a truncated run's record is lost: "
                f"`experiments run` of its grid, or its command with --overwrite, trains it again): "
                + "; ".join(table.unreadable) if table.unreadable else "") + ".",
-        "", "Test score: the summary's metric at the best epoch (the last one for runs trained without validation; "
-            "MNLI: dev_matched, mm = dev_mismatched). Time to "
+        "", "Validation and test score: the summary's metric at the best epoch (the last one for runs trained without "
+            "validation; MNLI: dev_matched, mm = dev_mismatched). Time to "
             "best: wall seconds of training to the end of the best epoch plus the frozen-prefix cache's build. Time "
-            "saved (% of the reference's time to its best epoch) and score diff (this run minus the reference) "
-            "compare completed GLUE runs with the fine-tuning reference of their task and preset: the run of the "
-            "same seed, else the mean over its seeds.", "",
-        "Fine-tuning references (per task and preset, the setting with the best mean validation score):" if
-        table.references else "No completed GLUE fine-tuning run (trainable_layers all) found: nothing compared.",
+            "saved (% of the reference's time to its best epoch) and score diff (this run minus the reference, by "
+            "test score, or by validation score where there is no test file) compare completed runs of the GLUE "
+            "trainer (GLUE tasks and your own data) with the full fine-tuning reference of their data and preset: "
+            "the run of the same seed, else the mean over its seeds.", "",
+        "Full fine-tuning references (per data set and preset, the setting with the best mean validation score):"
+        if table.references else "No completed full fine-tuning run (trainable_layers all, method freeze) found: "
+                                 "nothing compared.",
     ]
     return "\n".join([tables.markdown_table(padded[0], padded[1:])] + notes + table.references)
 

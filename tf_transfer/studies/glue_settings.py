@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
 import json
@@ -57,6 +58,9 @@ class GlueSettings(RunSettings):
                                       "pair), comma-separated.")
     label_column: Optional[str] = setting(None, "With --train_file or --task=tfds:...: the label column (strings or "
                                                 "integers; numbers with --regression).")
+    encoding: str = setting("utf-8", "Text encoding of --train_file, --validation_file and --test_file (e.g. cp1252 "
+                                     "or latin-1 for Windows or older Western files); UTF-8 may start with a "
+                                     "byte-order mark.")
     regression: bool = setting(False, "The label is a number: mean squared error loss; Spearman, Pearson and MSE.")
     positive_label: Optional[str] = setting(None, "Two labels: the positive class, whose F1 is reported (default: "
                                                   "the second label in sorted order).")
@@ -120,6 +124,8 @@ class GlueSettings(RunSettings):
         "jit_compile": ((lambda value: str(value).lower() in JIT_COMPILE), f"must be one of {', '.join(JIT_COMPILE)}"),
         "steps_per_execution": (settings_lib.at_least(1), "must be at least 1"),
         "method": methods.registry.name_check(),
+        "encoding": (settings_lib.known_encoding, "must be a text encoding Python knows (e.g. utf-8, cp1252, "
+                                                  "latin-1)"),
         **methods.registry.setting_checks(),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
@@ -131,11 +137,12 @@ class GlueSettings(RunSettings):
                                       "text_columns": [], "label_column": None, "regression": False,
                                       "positive_label": None, "train_split": "train", "validation_split": None,
                                       "test_split": None, "method": methods.DEFAULT,
-                                      **methods.registry.older_runs(), "allow_many_labels": False}
+                                      **methods.registry.older_runs(), "allow_many_labels": False,
+                                      "encoding": "utf-8"}
 
     OWN_DATA_SETTINGS: ClassVar[tuple] = ("train_file", "validation_file", "test_file", "text_columns", "label_column",
                                           "regression", "positive_label", "train_split", "validation_split",
-                                          "test_split", "allow_many_labels")
+                                          "test_split", "allow_many_labels", "encoding")
 
     def __post_init__(self):
         self._set("text_columns", tuple(self.text_columns))
@@ -143,6 +150,8 @@ class GlueSettings(RunSettings):
             if kind is tuple:
                 self._set(name, tuple(getattr(self, name)))
         self._set("trainable_layers", freezing.parse_trainable_layers(self.trainable_layers))
+        if settings_lib.known_encoding(self.encoding):  # UTF8, utf_8 and utf-8 are one encoding and one run
+            self._set("encoding", codecs.lookup(self.encoding).name)
         if self.task and self.train_file:
             raise TransferError("give --task (a GLUE task, or tfds:<name>) or --train_file (your own data), not both")
         if not self.task and not self.train_file:
@@ -223,7 +232,8 @@ class GlueSettings(RunSettings):
             tfds = self.task[len(user_data.TFDS_PREFIX):] if self.task else None
             return user_data.DataSpec(self.train_file, self.validation_file, self.test_file, tfds, self.train_split,
                                       self.validation_split, self.test_split, self.text_columns, self.label_column,
-                                      self.regression, self.positive_label, self.allow_many_labels)
+                                      self.regression, self.positive_label, self.allow_many_labels,
+                                      self.encoding)
         return None
 
     @property

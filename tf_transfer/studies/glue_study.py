@@ -17,17 +17,36 @@ from __future__ import annotations
 import os
 
 from tf_transfer.studies.glue_settings import GlueSettings
-from tf_transfer.studies.study import Study, is_pending
+from tf_transfer.studies.study import Study, completed_summary, is_pending
+
+
+def _settings(run: dict) -> GlueSettings:
+    """The settings of a grid's run (its `part` and the settings a line search has not chosen yet left out)."""
+    return GlueSettings(**{k: v for k, v in run.items() if k != "part" and not is_pending(v)})
 
 
 def run_dir(runs_dir: str, grid, run: dict) -> str:
     """`<runs_dir>/<grid>/<task or data set>/<run name>/seed<seed>`; a run whose rate a line search has not chosen
     yet is named `k<k>_lr-search_bs<batch>`."""
-    config = GlueSettings(**{k: v for k, v in run.items() if k != "part" and not is_pending(v)})
+    config = _settings(run)
     name = config.run_name()
     if any(is_pending(v) for v in run.values()):
         name = "k{}_lr-search_bs{}".format(run["trainable_layers"], run["batch_size"])
     return os.path.join(runs_dir, grid.name, config.dataset, name, f"seed{config.seed}")
+
+
+def result(run: dict, folder: str):
+    """The run's completed `summary.json` in `folder`, or None; `TransferError` where it records data files other
+    than the run's (a user's file of the same name with other contents): a grid never reports another data set's
+    run as this one's."""
+    from tf_transfer.data import user_data
+    from tf_transfer.training import record
+
+    summary = completed_summary(run, folder)
+    if summary is not None:
+        record.refuse_other_data(summary, user_data.file_hashes(_settings(run).data_spec), folder,
+                                 "give another --runs_dir for this file's runs, or move that folder away")
+    return summary
 
 
 def train(run: dict, folder: str) -> None:
@@ -57,4 +76,4 @@ def listed_data(data_dir, data) -> dict:
 
 
 STUDY = Study(name="glue", settings_class=GlueSettings, train=train, run_dir=run_dir, data_settings=data_settings,
-              listed_data=listed_data)
+              result=result, listed_data=listed_data)

@@ -24,7 +24,7 @@ from absl import logging
 
 from tf_transfer.core import machine
 from tf_transfer.data import tasks, user_data
-from tf_transfer.data.examples import file_sha256, train_validation_split
+from tf_transfer.data.examples import train_validation_split
 from tf_transfer.studies import study_method
 from tf_transfer.studies.glue_settings import GlueSettings
 from tf_transfer.training import distributed, record, runner
@@ -92,42 +92,39 @@ def scores(feed, model, task, split: str) -> dict:
 
 class GlueTask(Task):
     """A GLUE run of `settings` (a GLUE task, or a user's own data set read the same way); `export_dir` saves the
-    best epoch's classifier there after training."""
+    best epoch's classifier there after training; `keep_weights` keeps the best epoch's trained weights in the run's
+    folder once it completes (`checkpoints.BEST`), so that `export_finished` can export it later."""
 
     summary_schema = "glue"  # tf_transfer.training.run_record
 
-    def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None):
+    def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None, keep_weights: bool = False):
         super().__init__(settings)
         self.added_settings = settings.added_settings()
-        self.export_dir = export_dir
+        self.export_dir, self.keep_weights = export_dir, keep_weights
+        self.trained = []  # the variables training may change (`checkpoints.trained_variables`), once built
         self.metric = settings.metric_name
         self.task = None  # a `tasks.Task`, known once the data has been read
         self.cache_time_s, self.cache_cost, self.cache_mb = 0.0, None, None
         self.cache_split_cost = {}  # {split: {"s", "cpu_s"}} built by this run (the benchmark charges train's)
 
+    def data_hashes(self) -> dict:
+        return user_data.file_hashes(self.settings.data_spec)
+
     def build(self, strategy=None) -> None:
         """Reads the data, loads the backbone, encodes every split and builds the compiled model and its feed.
         TensorFlow is imported only once the data has been read, so that bad data fails fast."""
-        settings = self.settings
-        self.task, train, validation, tests, self.skipped = load_data(settings)
-        self.test_names = list(tests)
-        import keras
-
         from tf_transfer.data import inputs
+        from tf_transfer.training import checkpoints
 
-        keras.utils.set_random_seed(settings.loop.seed)
-        self.strategy = strategy = self._strategy(strategy)
-        # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
-        keras.mixed_precision.set_global_policy(settings.runtime.precision)
-        with strategy.scope():
-            self.loaded = self._load_backbone()
-        self.backbone = self.loaded.backbone
-        splits = {"train": train, "validation": validation, **tests}
+        settings = self.settings
+        splits = self._data_and_backbone(strategy)
+        strategy = self.strategy
         self.encoded = {name: inputs.encode(examples, self.loaded.tokenizer, settings.inputs.max_seq_length)
                         for name, examples in splits.items()}
         with strategy.scope():
             self.model, self.feed = self._model_and_feed()
             self._compile()
+        self.trained = checkpoints.trained_variables(self.model)
         # Several replicas or workers: every batch is split into one share per replica here, once (Keras must not
         # distribute it again), and Keras' faults with such datasets are worked around (docs/distributed.md).
         self.feed.use_strategy(strategy)
@@ -136,6 +133,23 @@ class GlueTask(Task):
             from tf_transfer.models import export
 
             export.check_exportable(self.backbone)
+
+    def _data_and_backbone(self, strategy) -> dict:
+        """Reads the data (the task, its labels) and loads the backbone under the run's strategy, seed and dtype
+        policy; returns the splits' examples by name."""
+        import keras
+
+        settings = self.settings
+        self.task, train, validation, tests, self.skipped = load_data(settings)
+        self.test_names = list(tests)
+        keras.utils.set_random_seed(settings.loop.seed)
+        self.strategy = self._strategy(strategy)
+        # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
+        keras.mixed_precision.set_global_policy(settings.runtime.precision)
+        with self.strategy.scope():
+            self.loaded = self._load_backbone()
+        self.backbone = self.loaded.backbone
+        return {"train": train, "validation": validation, **tests}
 
     def _strategy(self, strategy):
         from tf_transfer.core import strategies
@@ -159,7 +173,9 @@ class GlueTask(Task):
 
         return loader.load_model(self.settings.model)
 
-    def _model_and_feed(self):
+    def _model_and_feed(self, with_feed: bool = True):
+        """`(model, feed)`: the classifier that trains (over the frozen prefix's cache with --cache_frozen) and its
+        batches; `with_feed` False: the same model and no feed (nothing to train or score: an export)."""
         from tf_transfer.data import feeds
         from tf_transfer.models import cached_prefix, heads, methods, packed
 
@@ -167,9 +183,9 @@ class GlueTask(Task):
         head = heads.pooled_head(self.task.num_labels, model.dropout, backbone)
         methods.apply(backbone, settings.method, model.trainable_layers, **methods.registry.options_of(settings))
         if settings.cache_frozen:
-            feed = self._cached_feed()
+            feed = self._cached_feed() if with_feed else None
             return cached_prefix.suffix_classifier(backbone, model.trainable_layers, head), feed
-        feed = feeds.TokenFeed(self.encoded, settings.inputs, settings.runtime.jit)
+        feed = feeds.TokenFeed(self.encoded, settings.inputs, settings.runtime.jit) if with_feed else None
         if settings.padding == "pack":
             return packed.build_classifier(backbone, head), feed
         return heads.build_classifier(backbone, self.task.num_labels, model.dropout, head=head), feed
@@ -256,13 +272,10 @@ class GlueTask(Task):
         spec = self.settings.data_spec
         if spec is None:
             return {}
-        files = {flag: path for flag, path in (("train_file", spec.train_file), ("validation_file",
-                 spec.validation_file), ("test_file", spec.test_file)) if path}
         kind = "regression" if self.task.is_regression else "binary" if self.task.num_labels == 2 else "multiclass"
         return {"dataset": {"name": spec.name, "tfds": spec.tfds, "text_columns": list(spec.text_columns),
                             "label_column": spec.label_column, "kind": kind,
-                            "files": {flag: {"path": os.path.abspath(path), "sha256": file_sha256(path)}
-                                      for flag, path in files.items()}},
+                            "files": user_data.data_files(spec)},
                 "labels": list(self.task.labels) if self.task.labels else None}
 
     def hparams(self) -> dict:
@@ -286,16 +299,24 @@ class GlueTask(Task):
             test = next(iter(test.values()))
         return scores(self.feed, self.model, self.task, "validation"), test
 
+    @property
+    def _keeps_weights(self) -> bool:
+        return bool(self.export_dir or self.keep_weights) and self.folder.chief
+
     def on_best(self, epoch: int) -> None:
         from tf_transfer.training import checkpoints
 
-        if self.export_dir and self.folder.chief:
-            checkpoints.save(self.folder.path, "best", self.model)
+        if self._keeps_weights:
+            checkpoints.save_weights(self.folder.path, self.trained)
 
     def finish(self, engine) -> None:
+        from tf_transfer.training import checkpoints
+
         summary = engine.summary
         summary["train_time_s"] = engine.epochs[-1]["train_time_s"] if engine.epochs else 0.0
         summary["constant_prediction"] = self._constant_prediction(summary)
+        if self._keeps_weights and not summary.get("best_epoch"):  # no epoch chosen: the result is the last one's
+            checkpoints.save_weights(self.folder.path, self.trained)
         if self.export_dir and self.folder.chief:
             self._export(summary)
 
@@ -320,9 +341,9 @@ class GlueTask(Task):
         from tf_transfer.training import checkpoints
 
         best = summary.get("best_epoch")
-        if best and os.path.exists(checkpoints.path(self.folder.path, "best")):
+        if os.path.exists(checkpoints.path(self.folder.path, "best")):
             with self.strategy.scope():
-                checkpoints.restore(self.folder.path, "best", self.model)
+                checkpoints.restore_weights(self.folder.path, self.trained)
         methods.get(self.settings.method).merge_for_export(self.backbone)
         export.export_classifier(self.backbone, self.loaded.tokenizer, self.model.get_layer("head"), self.task,
                                  self.settings.max_seq_length, self.export_dir, self.settings.dropout)
@@ -330,21 +351,57 @@ class GlueTask(Task):
         logging.info("exported the epoch-%s model to %s", best, self.export_dir)
 
 
+    def export_finished(self, output_dir: str) -> dict:
+        """Exports the completed run in `output_dir` to `export_dir` without training: the model built again as it
+        trained (no data encoded, no cache built), its kept best weights (`keep_weights`) assigned. Returns the run's
+        summary, its `exported` entry updated. `TransferError` for a run that kept no weights."""
+        from tf_transfer.core.errors import TransferError
+        from tf_transfer.training import checkpoints
+        from tf_transfer.training.run_folder import RunFolder
+
+        self.folder = folder = RunFolder(output_dir, self.compared_settings(), self.settings.NOT_RESULT_SETTINGS,
+                                         added=self.added_settings, data=self.data_hashes())
+        if not folder.completed:
+            raise TransferError(f"{output_dir} holds no completed run to export")
+        if not os.path.exists(checkpoints.path(output_dir, "best")):
+            raise TransferError(f"{output_dir} holds a completed run but not its trained weights (a run made before "
+                                "runs kept them, or by a grid or sweep): pass --overwrite to train it again with "
+                                "--export_dir")
+        self._data_and_backbone(None)
+        with self.strategy.scope():
+            self.model, _ = self._model_and_feed(with_feed=False)
+        self.trained = checkpoints.trained_variables(self.model)
+        from tf_transfer.models import export
+
+        export.check_exportable(self.backbone)
+        folder.summary, folder.kind = dict(folder.existing), self.summary_schema
+        self._export(folder.summary)
+        folder.write()
+        return folder.summary
+
+
 def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,
-             export_dir: Optional[str] = None) -> dict:
-    """Trains and scores one GLUE run in `output_dir` (`runner.run`); returns the final summary."""
-    return runner.run(task_for(settings, export_dir), output_dir, strategy, overwrite)
+             export_dir: Optional[str] = None, keep_weights: bool = False) -> dict:
+    """Trains and scores one GLUE run in `output_dir` (`runner.run`); returns the final summary. `keep_weights`:
+    the run keeps its best epoch's trained weights, for `export_finished`."""
+    return runner.run(task_for(settings, export_dir, keep_weights), output_dir, strategy, overwrite)
 
 
-def task_for(settings: GlueSettings, export_dir: Optional[str] = None) -> GlueTask:
+def export_finished(settings: GlueSettings, output_dir: str, export_dir: str) -> dict:
+    """Exports the completed run of `settings` in `output_dir` to `export_dir` without training
+    (`GlueTask.export_finished`); returns its summary."""
+    return task_for(settings, export_dir).export_finished(output_dir)
+
+
+def task_for(settings: GlueSettings, export_dir: Optional[str] = None, keep_weights: bool = False) -> GlueTask:
     """The task of a GLUE run: `GlueTask`, with the run's method's `trainer` mixed in before it where the method has
     one (a method decided while training)."""
     from tf_transfer.models import methods
 
     trainer = methods.get(settings.method).trainer
     if trainer is None:
-        return GlueTask(settings, export_dir)
-    return _trained_by(trainer)(settings, export_dir)
+        return GlueTask(settings, export_dir, keep_weights)
+    return _trained_by(trainer)(settings, export_dir, keep_weights)
 
 
 @functools.lru_cache(maxsize=None)

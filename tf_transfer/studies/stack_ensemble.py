@@ -53,8 +53,9 @@ ENSEMBLE_FILE = "ensemble.json"
 
 
 def _check_same_run(existing: dict, config: StackSettings, output_dir: str) -> None:
-    """See `record.refuse_other_settings`."""
+    """See `record.refuse_other_settings` and `record.refuse_other_data` (the files' SHA-256, where recorded)."""
     record.refuse_other_settings(existing, config.to_dict(), output_dir, config.NOT_RESULT_SETTINGS)
+    record.refuse_other_data(existing, stack_inputs.data_hashes(config), output_dir)
 
 
 def result_path(config: StackSettings, output_dir: str) -> str:
@@ -185,7 +186,7 @@ def _ensemble_result(config: StackSettings, output_dir: str, data, loaded, encod
     encoded = next(iter(encodings.values()))
     result = {"task": config.task, "heads": list(config.heads), "strategy": config.stack_strategy,
               "preset": config.preset, "seed": config.seed, "precision": config.precision, "metric": config.metric,
-              "members": {}, "completed": True}
+              "members": {}, "completed": True, "dataset": {"files": stack_inputs.data_files(config)}}
     for name in [n for n in ("validation", "test") if n in encoded]:
         averaged = stack_inputs.average_probabilities([probabilities[name] for _, probabilities in members.values()])
         result["val" if name == "validation" else "test"] = stack_inputs.score(encoded[name], averaged,

@@ -19,9 +19,20 @@ import numpy as np
 from tf_transfer.core import metrics as metrics_lib
 from tf_transfer.core import ner_metrics
 from tf_transfer.core.errors import TransferError
-from tf_transfer.data import stack_data
+from tf_transfer.data import examples, stack_data
 from tf_transfer.data.examples import train_validation_split
 from tf_transfer.studies.stack_settings import StackSettings
+
+
+def data_files(config: StackSettings) -> dict:
+    """`{flag: {"path", "sha256"}}` of the files the run reads (`--data`, `--test_data`): part of what a rerun in
+    its folder must match (`record.refuse_other_data`)."""
+    return examples.data_files({"data": config.data, "test_data": config.test_data})
+
+
+def data_hashes(config: StackSettings) -> dict:
+    """`{flag: SHA-256}` of `data_files`."""
+    return {flag: entry["sha256"] for flag, entry in data_files(config).items()}
 
 
 def read_data(config: StackSettings) -> types.SimpleNamespace:

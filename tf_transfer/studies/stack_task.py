@@ -245,6 +245,7 @@ class StackHeadTask(Task):
             "examples": {name: len(split) for name, split in encoded.items() if name != "train_sample"},
             "train_sample_size": len(encoded["train_sample"]),
             "skipped_rows": data.skipped,
+            "dataset": {"files": stack_inputs.data_files(settings)},
             **({"truncated_words": {n: s.truncated_words for n, s in encoded.items() if n != "train_sample"}}
                if self.tagging else {}),
             "machine": machine.describe(),
@@ -358,7 +359,8 @@ def train_head(settings: StackSettings, head_name: str, data, encoded: dict, loa
 
     task = StackHeadTask(settings, head_name, data, encoded, loaded, keep_probabilities)
     # Under a multi-worker strategy only the chief writes `output_dir`; the others a temporary folder.
-    folder = RunFolder(output_dir, settings.to_dict(), settings.NOT_RESULT_SETTINGS, overwrite, strategy=strategy)
+    folder = RunFolder(output_dir, settings.to_dict(), settings.NOT_RESULT_SETTINGS, overwrite, strategy=strategy,
+                       data=stack_inputs.data_hashes(settings))
     try:
         summary = runner.train(task, folder, strategy)
     finally:

@@ -2,7 +2,8 @@
 dropout RNG state), written to a temporary file and renamed, so a killed process leaves the previous one whole.
 
 A completed run's checkpoint is deleted (the summary holds its results; a checkpoint of BERT-base with Adam slots
-is over a gigabyte, and grids have hundreds of runs). The data order needs no state: epoch e of seed s always has the same batches (see `inputs`). The epoch records and
+is over a gigabyte, and grids have hundreds of runs); what a run keeps to be exported later is its best epoch's
+trained weights alone (`save_weights`, `BEST`). The data order needs no state: epoch e of seed s always has the same batches (see `inputs`). The epoch records and
 the early-stopping state live in `summary.json`, which is written after the checkpoint it refers to; the previous
 checkpoint is deleted only after that, so some complete pair always exists.
 
@@ -30,7 +31,9 @@ from tf_transfer.training import record
 PATTERN = "checkpoint-epoch{epoch}.npz"
 
 
-BEST = "checkpoint-best.npz"  # kept beside the latest only when the run is to be exported
+# The trained weights of the epoch a run's result is from (its best, else its last), without optimizer state: kept
+# after the run completes where asked (`glue` keeps them, so that a finished run can be exported without training).
+BEST = "checkpoint-best.npz"
 
 
 def path(output_dir: str, epoch) -> str:
@@ -51,14 +54,17 @@ def _variables(model, optimizer=None) -> list:
 
 def save(output_dir: str, epoch, model, optimizer=None) -> str:
     """Saves what changes in training for `epoch` (a number, or "best")."""
-    variables = _variables(model, optimizer)
+    target = path(output_dir, epoch)
+    _write(target, _variables(model, optimizer))
+    return target
+
+
+def _write(target: str, variables: list) -> None:
     arrays = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
     # Paths are for reading; they carry auto-numbered names (seed_generator_34) that differ between model
     # instances, so a restore matches variables by order and shape.
     arrays["paths"] = np.asarray([v.path for v in variables])
-    target = path(output_dir, epoch)
     write_npz_atomic(target, arrays)
-    return target
 
 
 def write_npz_atomic(target: str, arrays: dict) -> None:
@@ -82,17 +88,37 @@ def restore(output_dir: str, epoch, model, optimizer=None) -> None:
     if not os.path.exists(file):
         raise TransferError(f"{output_dir}: summary.json lists {epoch} epoch(s) but {os.path.basename(file)} is "
                             "missing; pass --overwrite to start afresh")
-    variables = _variables(model, optimizer)
+    _assign(file, _variables(model, optimizer), "pass --overwrite to start afresh or use another --output_dir")
+
+
+def _assign(file: str, variables: list, way_out: str) -> None:
     try:
         with np.load(file) as saved:
             shapes = [saved[f"v{i}"].shape for i in range(len(saved["paths"]))]
             if shapes != [tuple(v.shape) for v in variables]:
-                raise TransferError(f"{file} does not fit this model (different variables); pass --overwrite to "
-                                    "start afresh or use another --output_dir")
+                raise TransferError(f"{file} does not fit this model (different variables); {way_out}")
             for i, variable in enumerate(variables):  # one array at a time: a checkpoint may be gigabytes
                 variable.assign(saved[f"v{i}"])
     except UNREADABLE as e:  # truncated, empty, not a checkpoint: the run stops, so a partial assignment is moot
         raise record.UnreadableRecord(file, f"{type(e).__name__}: {e}") from None
+
+
+def trained_variables(model) -> list:
+    """The variables of `model` that training may change (its trainable ones when it is built, before any block
+    is frozen on the way): with the preset, what rebuilds the trained model. Frozen weights come from the preset."""
+    return [v for v in model.variables if v.trainable]
+
+
+def save_weights(output_dir: str, variables: list) -> str:
+    """Saves `variables` (`trained_variables` of the model) as the run's `BEST` weights, atomically."""
+    target = path(output_dir, "best")
+    _write(target, variables)
+    return target
+
+
+def restore_weights(output_dir: str, variables: list) -> None:
+    """Assigns the run's `BEST` weights to `variables` (the same model built again: matched by order and shape)."""
+    _assign(path(output_dir, "best"), variables, "pass --overwrite to train the run again")
 
 
 def check_readable(output_dir: str, epoch) -> None:

@@ -121,6 +121,36 @@ def refuse_other_settings(existing: dict, wanted: dict, output_dir: str, ignored
                             "--overwrite to replace it, or choose another --output_dir")
 
 
+def recorded_data(summary: dict) -> dict:
+    """`{flag: SHA-256}` of the data files a run's summary records (`dataset.files`); `{}` where it records none (a
+    GLUE task's data folder, a TensorFlow Datasets name)."""
+    files = (summary.get("dataset") or {}).get("files") or {}
+    return {flag: entry.get("sha256") for flag, entry in files.items() if isinstance(entry, dict)}
+
+
+def refuse_other_data(existing: dict, given: dict, output_dir: str,
+                      way_out: str = "pass --overwrite to replace it, or choose another --output_dir") -> None:
+    """Raises `TransferError` when the run in `output_dir` (its summary, `existing`) records data files whose
+    SHA-256 differs from `given` (`{flag: SHA-256}` of the files this run would read), naming both hashes and
+    `way_out`: a file of the same name with other contents is other data, and its run must never be reported as this
+    one's.
+
+    A run that records no hashes (a GLUE task's data folder, TFDS) is compared by its settings alone; so is a
+    rerun that gives no files (`given` empty).
+    """
+    from tf_transfer.core.errors import TransferError
+
+    recorded = recorded_data(existing)
+    if not recorded or not given:
+        return
+    differing = [f"--{flag}: {recorded.get(flag) or 'none'} recorded, {given.get(flag) or 'none'} given"
+                 for flag in sorted(set(recorded) | set(given)) if recorded.get(flag) != given.get(flag)]
+    if differing:
+        state = "a completed" if existing.get("completed") else "an unfinished"
+        raise TransferError(f"{output_dir} holds {state} run on other data (SHA-256 {'; '.join(differing)}): "
+                            f"{way_out}")
+
+
 def code_version():
     """`{"commit": sha, "dirty": bool}` of the checkout this package runs from (dirty: uncommitted changes to the
     code, flags or experiments), or None outside a git checkout. Results of one study made with different code

@@ -1,7 +1,7 @@
 """One run's folder: `summary.json`, per-epoch checkpoints, and what to do with a folder that holds a run already.
 
-A completed run with the same settings is returned as it is; an unfinished one resumes after its last epoch; a run
-with other settings is refused (`TransferError`, so the command exits 2) unless `overwrite`, which starts afresh.
+A completed run with the same settings and data is returned as it is; an unfinished one resumes after its last epoch;
+a run with other settings, or one that records other data files (their SHA-256), is refused (`TransferError`, so the command exits 2) unless `overwrite`, which starts afresh.
 
 Under a multi-worker strategy only the chief's folder is the run's: the chief reads it and tells the other workers
 what it holds (`distributed.from_chief`), so every worker resumes, refuses or stops alike; the others write to a
@@ -40,12 +40,13 @@ def check_resumable(path: str, summary: dict) -> None:
 
 class RunFolder:
     """`settings` (a JSON-able dict) is what a rerun must match; `ignored` settings (where data lives, speed knobs)
-    may differ; `added` settings came after some runs were made, with the value those runs had. Nothing is written
+    may differ; `added` settings came after some runs were made, with the value those runs had; `data` (`{flag:
+    SHA-256}` of the files the run reads) must match what the run records, where it records any. Nothing is written
     until `start`. `strategy`: a multi-worker strategy makes `path` the chief's alone (see above); `output_dir` is
     then the folder the command was given and `path` where this worker writes."""
 
     def __init__(self, path: str, settings: dict, ignored: tuple = (), overwrite: bool = False,
-                 added: dict = None, strategy=None):
+                 added: dict = None, strategy=None, data: Optional[dict] = None):
         from tf_transfer.core import strategies
 
         self.output_dir, self.strategy = path, strategy
@@ -55,6 +56,7 @@ class RunFolder:
             existing = None if overwrite else record.read_summary(path)
             if existing:
                 record.refuse_other_settings(existing, settings, path, ignored, added)
+                record.refuse_other_data(existing, data or {}, path)
                 check_resumable(path, existing)
             return existing
 

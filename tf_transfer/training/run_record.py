@@ -139,8 +139,9 @@ GLUE_OWN = (
           "beside the best epoch's (`{metric, score, best, prediction, beaten}`: `prediction` the class, or the mean "
           "of a numeric target; `beaten` false: the run learnt nothing a constant does not); `null` without a "
           "validation split", required=False, at_end=True, older=None),
-    Field("exported", (dict,), "with `--export_dir`: the folder the best epoch's classifier went to, and that epoch "
-          "(`{folder, epoch}`)", required=False),
+    Field("exported", (dict,), "with `--export_dir` (after training, or on the completed run): the folder the best "
+          "epoch's classifier went last, and that epoch (`{folder, epoch}`; epoch `null`: no epoch chosen, the last)",
+          required=False),
 )
 GLUE_EPOCH = (
     Field("sweep", (str,), "a sweep's trial: why it stopped there (`reference`, `pruned`, `budget`)", required=False),
@@ -157,6 +158,8 @@ STACK_OWN = (
     Field("train_sample_size", (int,), "examples of the training sample scored in phase 1"),
     Field("truncated_words", (dict,), "NER: words cut off by `--max_seq_length` per split (predicted `O`)",
           required=False),
+    Field("dataset", (dict,), "the files read, `{files: {flag: {path, sha256}}}` (`data`, `test_data`): a rerun on "
+          "other contents is refused", required=False),
 )
 STACK_EPOCH = (
     Field("phase", (int,), "1 or 2"),

@@ -2,7 +2,7 @@
 
     run(task, output_dir)
       strategy (multi-worker: the workers join first) -> lost workers become one error line
-      RunFolder: completed with these settings? return it; other settings? refuse; unfinished? resume
+      RunFolder: completed with these settings and data? return it; other ones? refuse; unfinished? resume
       train(task, folder)
         task.build(strategy)            data -> tokens -> backbone from its preset -> model, feed, optimizer
         task.parameter_table()          printed, and in the summary
@@ -44,7 +44,7 @@ def run(task, output_dir: str, strategy=None, overwrite: bool = False) -> dict:
         strategy = strategies.make_strategy(settings.distribution)
     with distributed.lost_workers(strategy):
         folder = RunFolder(output_dir, task.compared_settings(), settings.NOT_RESULT_SETTINGS, overwrite,
-                           added=task.added_settings, strategy=strategy)
+                           added=task.added_settings, strategy=strategy, data=task.data_hashes())
         try:
             if folder.completed:
                 logging.info("%s is already completed; not training again (pass --overwrite to start afresh)",

@@ -74,6 +74,11 @@ class Task:
         """What a rerun in the same folder must match (its `NOT_RESULT_SETTINGS` aside)."""
         return self.settings.to_dict()
 
+    def data_hashes(self) -> dict:
+        """`{flag: SHA-256}` of the data files the run reads, which a rerun in the same folder must match where the
+        run records them (`record.refuse_other_data`); `{}`: none (data the settings name fully)."""
+        return {}
+
     def build(self, strategy) -> None:
         """Reads the data and builds `self.model`, `self.backbone`, `self.feed` (and `self.optimizer`) under
         `strategy` (None: the one the settings name), setting `self.strategy`. Bad input raises `TransferError`."""

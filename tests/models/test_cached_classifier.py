@@ -55,7 +55,7 @@ def cached_runs(tmp_path_factory, glue_dir, two_block_preset):
 
 
 @pytest.mark.xdist_group(GROUP)
-@pytest.mark.parametrize("method, options", [("freeze", {}), ("lora", {"rank": 2})])
+@pytest.mark.parametrize("method, options", [("freeze", {}), ("lora", {"rank": 2}), ("bitfit", {})])
 def test_the_python_cache_trains_as_the_command_does(cached_runs, method, options):
     command, python, _, _ = cached_runs(method, options)
     assert len(command) == 2 and command[0] != command[1]

@@ -39,6 +39,8 @@ _PUBLIC = {
     "CachedClassifier": "tf_transfer.models.cached_classifier",
     "AutoFreeze": "tf_transfer.models.methods.adaptive.callbacks",
     "FreezeOut": "tf_transfer.models.methods.adaptive.callbacks",
+    "compare": "tf_transfer.reporting.comparison",
+    "comparison_figure": "tf_transfer.reporting.comparison",
 }
 __all__ = ["__version__", "methods", *_PUBLIC]
 

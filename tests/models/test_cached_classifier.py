@@ -7,7 +7,7 @@ import tf_transfer
 from tf_transfer.core.errors import TransferError
 
 
-def _command_and_python_losses(tmp_path, glue_dir, preset, method, options):
+def _command_and_python_losses(folder, glue_dir, preset, method, options):
     import keras
 
     from tf_transfer.models import backbones, heads
@@ -18,7 +18,7 @@ def _command_and_python_losses(tmp_path, glue_dir, preset, method, options):
     settings = GlueSettings(task="sst2", preset=preset, data_dir=glue_dir, trainable_layers=1, cache_frozen=True,
                             lr=1e-3, batch_size=4, max_epochs=2, patience=10, max_seq_length=32, dropout=0.1, seed=0,
                             max_train_examples=16, method=method, **{f"{method}_{k}": v for k, v in options.items()})
-    summary = glue_task.run_glue(settings, str(tmp_path / method))
+    summary = glue_task.run_glue(settings, str(folder))
     _, train, _, _, _ = glue_task.load_data(settings)  # the command's training texts
 
     # The same steps from Python, in the order the command takes them.
@@ -35,11 +35,36 @@ def _command_and_python_losses(tmp_path, glue_dir, preset, method, options):
     return [epoch["loss"] for epoch in summary["epochs"]], history.history["loss"], cached, train
 
 
-@pytest.mark.parametrize("method, options", [("freeze", {}), ("lora", {"rank": 2})])
-def test_the_python_cache_trains_as_the_command_does(tmp_path, glue_dir, tiny_preset, method, options):
-    command, python, cached, train = _command_and_python_losses(tmp_path, glue_dir, tiny_preset, method, options)
+# The runs are shared by the tests of this module (`cached_runs`), so they run in one test process.
+GROUP = "cached_classifier"
+
+
+@pytest.fixture(scope="module")
+def cached_runs(tmp_path_factory, glue_dir, two_block_preset):
+    """Each method's command and Python runs, made once in the module: the predict and evaluate test reads
+    freezing's. Two blocks, the last training: the cache holds the embeddings and a frozen block."""
+    done = {}
+
+    def run(method, options):
+        if method not in done:
+            done[method] = _command_and_python_losses(tmp_path_factory.mktemp(method), glue_dir, two_block_preset,
+                                                      method, options)
+        return done[method]
+
+    return run
+
+
+@pytest.mark.xdist_group(GROUP)
+@pytest.mark.parametrize("method, options", [("freeze", {}), ("lora", {"rank": 2}), ("bitfit", {})])
+def test_the_python_cache_trains_as_the_command_does(cached_runs, method, options):
+    command, python, _, _ = cached_runs(method, options)
     assert len(command) == 2 and command[0] != command[1]
     np.testing.assert_allclose(python, command, rtol=1e-5)
+
+
+@pytest.mark.xdist_group(GROUP)
+def test_the_trained_cache_predicts_and_evaluates_texts(cached_runs):
+    _, _, cached, train = cached_runs("freeze", {})
     predictions = cached.predict(train.text_a[:5])
     assert predictions.shape == (5, 2)
     loss = cached.evaluate(train.text_a, train.labels, verbose=0)

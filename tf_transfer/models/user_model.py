@@ -134,14 +134,37 @@ def apply_method(model, method: str, trainable_layers="all", **options):
     backbone = backbone_of(model)
     trainable_layers = freezing.parse_trainable_layers(trainable_layers)
     model.trainable = True  # what a previous call froze, the head included, is the rule's to set again
-    methods.apply(backbone, method, trainable_layers, **_settings_of(chosen, options))
+    methods.apply(backbone, method, trainable_layers, **method_settings(method, options))
     setattr(backbone, _METHOD_ATTRIBUTE, method)
     return parameter_table(model)
 
 
-def _settings_of(chosen, options: dict) -> dict:
-    """`options` under the names of the method's settings (`rank` -> `lora_rank`), checked as the commands check
-    them."""
+def method_settings(method: str, options: dict) -> dict:
+    """`options` of `method` under the names of its settings (`rank` -> `lora_rank`), checked as the commands check
+    them: what `apply_method` takes as keyword arguments, and `compare` in each setting's dict.
+
+    Args:
+      method: a method's name (`tf_transfer.methods()`).
+      options: its settings, with or without the method's prefix.
+
+    Returns:
+      `{setting: value}`, e.g. `{"lora_rank": 8}`.
+
+    Raises:
+      TransferError: an unknown method, an option it does not have, or a value out of its range.
+
+    Examples:
+
+    >>> from tf_transfer.models import user_model
+    >>> user_model.method_settings("lora", {"rank": 8, "lora_alpha": 16.0})
+    {'lora_rank': 8, 'lora_alpha': 16.0}
+    >>> user_model.method_settings("bitfit", {"rank": 8})
+    Traceback (most recent call last):
+    ...
+    tf_transfer.core.errors.TransferError: --method=bitfit has no setting 'rank': its settings are bitfit_layer_norm
+    """
+    settings_lib.check("method", method, methods.registry.name_check())
+    chosen = methods.get(method)
     named = {}
     for name, value in options.items():
         field = name if name in chosen.settings else f"{chosen.name}_{name}"

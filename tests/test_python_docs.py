@@ -8,12 +8,14 @@ tests/models/test_user_model.py, tests/models/test_cached_classifier.py and test
 check."""
 
 import glob
+import json
 import os
 import re
 
 from conftest import REPO
 
 PAGE = os.path.join(REPO, "docs", "python.md")
+NOTEBOOK = os.path.join(REPO, "docs", "examples", "python.ipynb")
 
 
 def _blocks() -> list:
@@ -42,6 +44,7 @@ def test_the_python_walk_through_runs(two_block_preset, tmp_path, monkeypatch, c
     _check_the_comparison(page["table"], page["again"], tmp_path)
     assert "--trainable_layers=40 exceeds the backbone's 2 encoder blocks: use 0..2 or 'all'" in out
     assert os.path.exists(tmp_path / "reviews.csv")
+    assert type(page["figure"]).__name__ == "Figure"
 
 
 def _check_the_comparison(table, again, folder) -> None:
@@ -58,3 +61,32 @@ def _check_the_comparison(table, again, folder) -> None:
     figure = folder / "score_vs_time.png"
     summaries = glob.glob(str(folder / "compare_runs" / "**" / "summary.json"), recursive=True)
     assert len(summaries) == 4 and max(map(os.path.getmtime, summaries)) <= os.path.getmtime(figure)
+
+
+def notebook() -> dict:
+    """docs/python.md as a Jupyter notebook (nbformat 4): its prose as Markdown cells, its blocks as code cells."""
+    with open(PAGE, encoding="utf-8") as f:
+        parts = re.split(r"```python\n(.*?)```\n?", f.read(), flags=re.S)
+    cells = []
+    for i, part in enumerate(parts):
+        if not part.strip():
+            continue
+        source = part.strip("\n").splitlines(keepends=True)
+        cells.append({"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+                     if i % 2 else {"cell_type": "markdown", "metadata": {}, "source": source})
+    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                        "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 4}
+
+
+def test_the_notebook_is_the_page():
+    """docs/examples/python.ipynb holds docs/python.md's blocks (run above) as its code cells; to remake it after the
+    page changes: `python tests/test_python_docs.py`."""
+    with open(NOTEBOOK, encoding="utf-8") as f:
+        assert json.load(f) == notebook()
+
+
+if __name__ == "__main__":
+    with open(NOTEBOOK, "w", encoding="utf-8") as f:
+        json.dump(notebook(), f, indent=1, ensure_ascii=False)
+        f.write("\n")

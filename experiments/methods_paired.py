@@ -12,7 +12,7 @@ The design (`DESIGN`, printed first in the report; committed before the first co
 - **Margin**: 1 point; a method "scores as full fine-tuning does" where the 95% interval of its seed-paired
   difference lies above -1 point (Holm over the tasks for the per-task verdicts; the mean over tasks once).
 - **Seeds per task** (`SEEDS`): the fewest whose expected 95% half-width is at most the margin
-  (`stats.seeds_for_margin`), at the pooled paired SD of the adaptive-freezing study's three comparisons on that task
+  (`planning.seeds_for_margin`), at the pooled paired SD of the adaptive-freezing study's three comparisons on that task
   at this protocol (`PLANNING_SD`, recomputed from the committed runs by tests/studies/test_methods_paired.py).
 - **Testable**: a task counts for a score claim only where the 95% interval of full fine-tuning's validation gain
   over the constant prediction lies wholly above 10 points, judged on the compared seeds.
@@ -49,7 +49,7 @@ import experiments.adaptive_freezing as adaptive_freezing
 import experiments.methods_paired_report as report
 from experiments.methods import best_validation, pick_rate
 from experiments.methods_full import method_named
-from tf_transfer.core import stats
+from tf_transfer.core import planning
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
@@ -62,7 +62,7 @@ MARGIN = 1.0  # points
 # study; MRPC's shows why it is left out.
 PLANNING_SD = {"sst2": 0.59, "stsb": 1.56, "mrpc": 1.85}
 MOST_SEEDS = 12  # what the budget holds on a task (about 20 core-hours on the slower kind of machine in all)
-SEEDS = {task: list(range(1, stats.seeds_for_margin(PLANNING_SD[task], MARGIN, most=MOST_SEEDS) + 1))
+SEEDS = {task: list(range(1, planning.seeds_for_margin(PLANNING_SD[task], MARGIN, most=MOST_SEEDS) + 1))
          for task in TASKS}
 SEARCHED, BEYOND_PENDING = "<searched>", "<beyond the end>"
 FULL = "full fine-tuning"

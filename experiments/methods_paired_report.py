@@ -13,7 +13,7 @@ from typing import Callable
 
 import experiments.methods_report as shared
 from experiments.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
-from tf_transfer.core import stats
+from tf_transfer.core import planning, stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
@@ -120,10 +120,10 @@ def design_section(design: Design) -> list:
     rows = []
     for task in [*design.tasks, *sorted(set(design.planning_sd) - set(design.tasks))]:
         sd = design.planning_sd[task]
-        n = stats.seeds_for_margin(sd, design.margin)
+        n = planning.seeds_for_margin(sd, design.margin)
         within = n is not None and n <= design.most_seeds
-        rows.append([task, f"{sd:.2f}", str(n), f"{stats.expected_half_width(sd, n):.2f}" if n else "n/a",
-                     f"{stats.expected_half_width(sd, n, 0.975):.2f}" if n else "n/a",
+        rows.append([task, f"{sd:.2f}", str(n), f"{planning.expected_half_width(sd, n):.2f}" if n else "n/a",
+                     f"{planning.expected_half_width(sd, n, 0.975):.2f}" if n else "n/a",
                      "run" if within else f"left out (more than {design.most_seeds} seeds)"])
     return [
         "## The design, fixed before the compared runs", "",

@@ -10,7 +10,7 @@ from experiments import adaptive_freezing, adaptive_freezing_report
 from experiments import methods_paired as study_module
 from experiments import methods_paired_report as report
 from experiments import methods_report
-from tf_transfer.core import stats
+from tf_transfer.core import planning, stats
 from tf_transfer.studies import grid as studies
 
 RUNS_DIR = "reports/runs"
@@ -38,17 +38,17 @@ def _paired_differences(task: str) -> list:
 def test_the_planning_sd_is_what_the_committed_adaptive_runs_measured(task):
     samples = _paired_differences(task)
     assert len(samples) == 3 and all(len(s) == 5 for s in samples)
-    assert round(stats.pooled_sd(samples), 2) == study_module.PLANNING_SD[task]
+    assert round(planning.pooled_sd(samples), 2) == study_module.PLANNING_SD[task]
 
 
 def test_seeds_come_from_the_power_calculation_and_mrpc_is_left_out():
     assert study_module.SEEDS == {"sst2": [1, 2, 3, 4], "stsb": list(range(1, 13))}
     assert "mrpc" not in study_module.TASKS
-    assert stats.seeds_for_margin(study_module.PLANNING_SD["mrpc"], study_module.MARGIN) > study_module.MOST_SEEDS
+    assert planning.seeds_for_margin(study_module.PLANNING_SD["mrpc"], study_module.MARGIN) > study_module.MOST_SEEDS
     for task, seeds in study_module.SEEDS.items():
         n = len(seeds)
-        assert stats.expected_half_width(study_module.PLANNING_SD[task], n) <= study_module.MARGIN
-        assert stats.expected_half_width(study_module.PLANNING_SD[task], n - 1) > study_module.MARGIN
+        assert planning.expected_half_width(study_module.PLANNING_SD[task], n) <= study_module.MARGIN
+        assert planning.expected_half_width(study_module.PLANNING_SD[task], n - 1) > study_module.MARGIN
 
 
 def test_the_grid_pickles_for_a_run_in_its_own_process():

@@ -299,7 +299,8 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     spent = core_hours(collected)
     if spent:
         lines += ["Core-hours spent so far (CPU seconds of training, scoring and cache builds, every run of the "
-                  "study, searches included): " + ", ".join(f"{shared.short_kind(k)} {v:.1f}" for k, v in spent.items()), ""]
+                  "study, searches included): "
+                  + ", ".join(f"{shared.short_kind(kind)} {hours:.1f}" for kind, hours in spent.items()), ""]
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock), "",
               reports.markdown_table(shared.METHOD_HEADER, shared.method_rows(table, tasks, summary,
                                                                               design.methods)), ""]

@@ -15,7 +15,9 @@ larger `--budget` spends the difference. `python -m tf_transfer.sweep ...` is th
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 
 from absl import flags, logging
 
@@ -29,8 +31,12 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_list("methods", list(methods.registry.in_sweep()), "The training methods whose candidates compete "
                   "(docs/methods.md).")
-flags.DEFINE_string("budget", None, "Training wall time to spend, summed over the sweep's runs: e.g. 30m, 2h, "
-                    "1h30m, 90s. A rerun with a larger budget goes on.")
+flags.DEFINE_string("budget", None, "Wall time the sweep may take on this machine, e.g. 30m, 2h, 1h30m, 90s: its "
+                    "--workers train up to that long each (the budget of training time is that times the workers, "
+                    "summed over the sweep's runs). It says first what an answer needs. A rerun with a larger budget "
+                    "goes on.")
+flags.DEFINE_integer("workers", 0, "Processes of this machine that train the sweep's trials at once, each pinned to "
+                     "a core of its own (0: one per usable core; 1: one process whose runs use every core).")
 for _flag, (_default, _help, _) in methods.registry.sweep_options().items():  # e.g. LoRA's --lora_ranks
     flags.DEFINE_list(_flag, _default, _help)
 flags.DEFINE_integer("sweep_top", 3, "How many of the best candidates run again at more seeds.")
@@ -56,6 +62,7 @@ COMMAND_FLAGS = {
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
+WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers this command starts: their number, then their deadline
 
 
 def main(argv):
@@ -73,8 +80,11 @@ def main(argv):
     if not FLAGS.budget:
         raise TransferError("the sweep needs --budget: the training time to spend, e.g. --budget=30m")
     budget_s = sweep.parse_budget(FLAGS.budget)
+    started = time.time()
     if FLAGS.sweep_heartbeat < 1:
         raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
+    if FLAGS.workers < 0:
+        raise TransferError(f"--workers={FLAGS.workers}: give 1 or more processes, or 0 for one per usable core")
     base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
     base.update(grid_flags.given_settings())
     base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
@@ -90,6 +100,9 @@ def main(argv):
     sweep_dir, name = _sweep_place(settings.dataset, identity)
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(FLAGS.storage, None)
+    cores = sorted(os.sched_getaffinity(0))
+    workers = 1 if name == sweep_storage.LEGACY_NAME else FLAGS.workers or len(cores)
+    worker = os.environ.get(WORKER)  # "<number> <deadline>" in a worker this command started
 
     def make_candidates():
         from tf_transfer.models import backbones
@@ -97,24 +110,68 @@ def main(argv):
         depth = backbones.load_preset(settings.preset).backbone.num_layers
         return sweep.candidates(FLAGS.methods, depth, lrs, options)
 
-    study, where = sweep.open_study(sweep_dir, base, make_candidates, budget_s, FLAGS.storage,
+    log = (lambda line: print(line.replace("[sweep]", f"[sweep w{worker.split()[0]}]"), flush=True)) if worker \
+        else (lambda line: print(line, flush=True))
+    study, where = sweep.open_study(sweep_dir, base, make_candidates, workers * budget_s, FLAGS.storage,
                                     settings.metric_name in metrics.LOWER_IS_BETTER, name=name, identity=identity,
                                     heartbeat_s=FLAGS.sweep_heartbeat,
                                     command=" ".join(["python -m tf_transfer.sweep", *sys.argv[1:]]),
-                                    log=lambda line: print(line, flush=True))
-    print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
+                                    log=log, workers=workers)
+    if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
+        os.sched_setaffinity(0, {cores[int(worker.split()[0]) % len(cores) if worker else 0]})
+    if worker:
+        deadline = float(worker.split()[1])
+    else:
+        deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
+        _say_what_it_needs(study, base, workers, deadline - time.time())
+        print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
+    spawned = [] if worker else [_start_worker(number, name, cores, deadline) for number in range(1, workers)]
     logging.set_verbosity(logging.INFO)
 
-    def train(*args):
-        return isolated.call(_train_trial, *args) if FLAGS.isolate_runs else _train_trial(*args)
+    def train(*args, **kwargs):
+        return isolated.call(_train_trial, *args, **kwargs) if FLAGS.isolate_runs else _train_trial(*args, **kwargs)
 
-    ended = sweep.run_sweep(study, where, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds,
-                            log=lambda line: print(line, flush=True))
+    ended = sweep.run_sweep(study, where, sweep_dir, train, FLAGS.sweep_top, FLAGS.sweep_seeds, log=log,
+                            deadline=deadline)
+    if worker:
+        return
+    for process in spawned:
+        process.wait()
     out = FLAGS.out or sweep_dir
     _, line = sweep_report.write_report(study, sweep_dir, out)
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
-          f"{sweep.spent_s(study) / 60:.1f} min of {budget_s / 60:.1f} spent; report in {out}/README.md")
+          f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
+          f"{(time.time() - started) / 60:.1f} min (--budget={FLAGS.budget}); report in {out}/README.md")
     print(line)
+
+
+def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:
+    """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
+    decides (`sweep_plan`), from a few steps of full fine-tuning on the data, timed on one worker's core. A sweep
+    that goes on (a trial has measured the machine) skips the measurement."""
+    from tf_transfer.studies import sweep, sweep_plan
+
+    if any(t.user_attrs.get("epoch_time_s") for t in study.get_trials(deepcopy=False)):
+        return
+    speed = isolated.call(sweep_plan.measure, base) if FLAGS.isolate_runs else sweep_plan.measure(base)
+    found = study.user_attrs["candidates"]
+    p = sweep_plan.plan(found, sweep.reference(found), speed, workers, int(base.get("max_epochs", 9)),
+                        int(base.get("patience") or 0), FLAGS.sweep_top, FLAGS.sweep_seeds, budget_s=left_s)
+    print(sweep_plan.first_line(p, left_s), flush=True)
+
+
+def _start_worker(number: int, name: str, cores: list, deadline: float):
+    """Another process of this sweep (this command's flags, the sweep's name), pinned to its own core; it stops
+    at `deadline` and leaves the report to this one. It dies with this process."""
+    given = [FLAGS[flag].serialize() for flag in FLAGS if FLAGS[flag].present and flag not in ("workers", "sweep_name")]
+    env = {**os.environ, WORKER: f"{number} {deadline!r}"}
+
+    def pin():
+        isolated.die_with_parent()
+        os.sched_setaffinity(0, {cores[number % len(cores)]})
+
+    return subprocess.Popen([sys.executable, "-m", "tf_transfer.sweep", *dict.fromkeys(given),
+                             f"--workers={FLAGS.workers}", f"--sweep_name={name}"], env=env, preexec_fn=pin)
 
 
 def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:
@@ -156,12 +213,12 @@ def _sweep_options() -> dict:
     return parsed
 
 
-def _train_trial(*args) -> dict:
+def _train_trial(*args, **kwargs) -> dict:
     from tf_transfer.studies import sweep_trial
 
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)
-    return sweep_trial.train_trial(*args)
+    return sweep_trial.train_trial(*args, **kwargs)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
     swept = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--data_dir={glue_dir}",
                        f"--presets={one_block_preset}", "--methods=layernorms", "--lrs=1e-2", "--max_epochs=1",
                        "--max_seq_length=32", "--batch_size=8", "--sweep_top=1", "--sweep_seeds=1",
-                       "--noisolate_runs", f"--runs_dir={tmp_path / 'sweep'}", "--budget=10m")
+                       "--noisolate_runs", "--workers=1", f"--runs_dir={tmp_path / 'sweep'}", "--budget=10m")
     assert swept.returncode == 0, swept.stderr[-3000:]
     [sweep_dir] = (tmp_path / "sweep" / "sweep").glob("rte*")  # named after its settings
     # The default candidate: every block, at the rate given (the method's default rates otherwise).

@@ -171,7 +171,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     common = ["sweep", f"--train_file={data}", "--text_columns=review", "--label_column=stars",
               f"--presets={one_block_preset}", "--methods=freeze,lora", "--lora_ranks=2", "--lrs=1e-2",
               "--max_epochs=3", "--max_seq_length=32", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs",
-              f"--runs_dir={tmp_path / 'runs'}"]
+              "--workers=1", f"--runs_dir={tmp_path / 'runs'}"]
     # A sweep killed while a trial ran: the study holds that trial RUNNING, owned by a process that is gone.
     import optuna
 
@@ -196,6 +196,9 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     assert done.returncode == 0, done.stderr[-3000:]
     final = done.stdout.strip().splitlines()[-1]
     assert final.startswith(("Recommended: ", "Nothing to recommend: ")) and done.stdout.count(final) == 1
+    # Before it trains, it says what an answer needs, measured on this machine and these data.
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("[sweep] an answer over all 2 candidates needs about ") and "--budget=10m" in first, first
     study = sweep.load(where)
     by_state = {}
     for trial in study.trials:

@@ -118,7 +118,7 @@ def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_a
     common = ["sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review", "--label_column=stars",
               f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=2",
               "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs", "--budget=10m",
-              f"--storage={postgres_url}", "--sweep_name=shared", "--sweep_heartbeat=2"]
+              f"--storage={postgres_url}", "--sweep_name=shared", "--sweep_heartbeat=2", "--workers=1"]
     other = subprocess.Popen([sys.executable, "-m", "tf_transfer.experiments", *common,
                               f"--runs_dir={tmp_path / 'other'}"], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

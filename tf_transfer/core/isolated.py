@@ -27,7 +27,8 @@ from typing import Callable
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Asks Linux to kill this process when its parent dies (`prctl(PR_SET_PDEATHSIG)`)."""
     try:
         import ctypes
 
@@ -41,7 +42,7 @@ def call(function: Callable, *args, **kwargs):
     function and plain values); an exception raised there is raised here, a child that died (killed, out of
     memory) raises `concurrent.futures.process.BrokenProcessPool`."""
     context = multiprocessing.get_context("spawn")
-    pool = futures.ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_die_with_parent)
+    pool = futures.ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=die_with_parent)
     try:
         future = pool.submit(function, *args, **kwargs)
         return future.result()

@@ -139,6 +139,7 @@ def measure(config: GlueSettings, steps: int, warmup_steps: int, repeats: int = 
         "machine": machine.describe(),
         "code": record.code_version(),
         "num_layers": int(backbone.num_layers),
+        "split_examples": {name: len(encoded) for name, encoded in prepared.encoded.items()},
         "hidden_dim": hidden,
         "intermediate_dim": intermediate,
         "preset_source": prepared.loaded.source,

@@ -116,13 +116,15 @@ def candidate_name(settings: dict) -> str:
 def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: float,
                storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None,
                name: Optional[str] = None, identity: Optional[dict] = None,
-               heartbeat_s: int = sweep_storage.HEARTBEAT_S, command: Optional[str] = None, log: Callable = print):
+               heartbeat_s: int = sweep_storage.HEARTBEAT_S, command: Optional[str] = None, log: Callable = print,
+               workers: int = 1):
     """Creates the sweep's Optuna study `name` on `storage` (default SQLite in `sweep_dir`), or joins it (a rerun,
     another process or machine): its creator queues the reference (`reference`) first where the constant
     prediction's validation score at seed 0 is known (`constant`, else `constant_prediction` of `base`), then every
     candidate of `make_candidates()` once at seed 0 (`sweep_storage.create_or_join`). A sweep keeps its settings
     and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
-    budget it had (a rerun with a larger budget goes on). Returns `(study, where)`; `where` is `(url, name)`."""
+    budget it had (a rerun with a larger budget goes on), `workers` the number of processes of this machine that
+    train its trials at once (`sweep_storage.committed_s` charges them all for the reference). Returns `(study, where)`; `where` is `(url, name)`."""
     os.makedirs(sweep_dir, exist_ok=True)
     url = sweep_storage.url_of(sweep_dir, storage)
     identity = identity or {"base": base}
@@ -152,6 +154,7 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
     if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") for t in study.trials):
         study.set_user_attr("first_rung", 1)  # a sweep from before the first rung was measured
     study.set_user_attr("budget_s", budget_s)
+    study.set_user_attr("workers", workers)
     study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
     return study, (url, study.study_name)
 
@@ -207,7 +210,7 @@ spent_s = sweep_storage.spent_s
 
 
 def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: int = 3, seeds: int = 3,
-              log: Callable = print) -> str:
+              log: Callable = print, deadline: Optional[float] = None) -> str:
     """Works through the queue until it is empty and the seed round is queued and run, or the budget is spent, and
     every trial of the sweep (other processes' too) has ended; returns why it ended ("done" or "budget").
     `train_trial(where, trial_id, settings, folder, keep_s)` trains one trial's run, leaving `keep_s` of the budget
@@ -216,7 +219,9 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
     No trial starts whose estimated cost (`estimate_s`: its first rung, or a seed-round run's whole run) does not fit
     in the budget left, what running trials (any process's) have reserved counted as spent; and once the next seed-0
     trial and the seed round of the best candidates so far would not both fit, the seed round is queued at once and
-    the candidates not reached wait behind it."""
+    the candidates not reached wait behind it. `deadline` (a `time.time()`): this process starts no trial that
+    would end after it, and its trials stop after their last epoch that ends before it (`train_trial`'s
+    `deadline`), so that a machine's workers end together within its wall-time budget."""
     found, base = study.user_attrs["candidates"], study.user_attrs["base"]
     while True:
         sweep_storage.recover(study, log)
@@ -243,11 +248,13 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
         reserve = _reserve(study, following, cost, remaining, top, seeds, log)
         if reserve is None:
             continue  # the seed round was queued ahead of the candidates not reached
-        if cost is not None and cost > remaining:
+        late = deadline is not None and cost is not None and time.time() + cost > deadline
+        if cost is not None and (cost > remaining or late):
             if running:
                 time.sleep(2)
                 continue
-            log(f"[sweep] {remaining / 60:.1f} min of the budget left: too little for the next trial "
+            left = min(remaining, deadline - time.time()) if late else remaining
+            log(f"[sweep] {max(left, 0) / 60:.1f} min of the budget left: too little for the next trial "
                 f"({cost / 60:.1f} min estimated)")
             return "budget"
         taken = sweep_storage.take(study, sorted(found))
@@ -260,11 +267,11 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             sweep_storage.give_way(study, trial)  # trials of other processes reserved the budget meanwhile
             time.sleep(1 + random.random())
             continue
-        _run_trial(study, where, sweep_dir, train_trial, taken, reserve, log)
+        _run_trial(study, where, sweep_dir, train_trial, taken, reserve, log, deadline)
 
 
 def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken: tuple, reserve: float,
-               log: Callable) -> None:
+               log: Callable, deadline: Optional[float] = None) -> None:
     """Trains one taken trial with its heartbeat on and records how it ended: told to the study with its run's
     record; queued again where its training process died; failed, its error kept, where its run failed."""
     import optuna
@@ -282,7 +289,8 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     try:
         with sweep_storage.heartbeat(study, trial):
             try:  # a seed-0 run that goes on past its first rung stops before it eats into the seed round's share
-                result = train_trial(where, trial._trial_id, settings, folder, reserve)
+                result = train_trial(where, trial._trial_id, settings, folder, reserve,
+                                     **({"deadline": deadline} if deadline is not None else {}))
                 ended = time.time()  # what follows is the sweep's record of the run, not the run
             except BrokenProcessPool as e:  # killed (the OOM killer, a signal): its checkpoint is still there
                 _keep_run(trial, folder)

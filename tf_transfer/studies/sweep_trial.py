@@ -17,10 +17,11 @@ from typing import Callable, Optional
 from tf_transfer.studies import sweep, sweep_storage
 
 
-def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s: float) -> dict:
+def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s: float,
+                deadline: Optional[float] = None) -> dict:
     """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial and stopping when the
     pruner says so or when the next epoch would not fit in the budget left (what every other trial spent or
-    reserved, and `keep_s`, counted out); the reference (`reference`) stops at the first epoch whose best validation
+    reserved, and `keep_s`, counted out) or end after `deadline` (a `time.time()`: its machine's); the reference (`reference`) stops at the first epoch whose best validation
     score beats the constant prediction by `MARGIN` (`learned_at`). A resumed run's finished epochs are reported
     again, each at its rung as an unbroken run's was (`resume_reports`). Returns the best epoch's validation score
     (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was pruned), `cut` (what cut the run
@@ -64,7 +65,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
         last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.loop.max_epochs
-        if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s) and not last:
+        if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s, deadline) and not last:
             epoch_record["sweep"] = "budget"
         return epoch_record.get("sweep") is not None
 
@@ -72,17 +73,20 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     return _trial_result(runner.run(task, folder), metric, state, done_before, start)
 
 
-def reserve_rest(study, trial, taken: float, next_epoch_s: float, epoch_s: float, keep_s: float) -> bool:
+def reserve_rest(study, trial, taken: float, next_epoch_s: float, epoch_s: float, keep_s: float,
+                 deadline: Optional[float] = None) -> bool:
     """After an epoch (its score reported): records what the trial has spent since it was taken (`taken`: the
     child's start-up too) and reserves what it will still spend, its next epoch (`next_epoch_s` and a tenth more; 0
     where the run ends here) and its tail (`sweep_storage.tail_s`; one epoch, `epoch_s`, until a trial has measured
     it), so that what the trial finally spends is what it reserved. False where that does not fit in the budget
-    less `keep_s`: the run stops here, and keeps its tail alone reserved."""
+    less `keep_s`, or would end after `deadline`: the run stops here, and keeps its tail alone reserved."""
     tail = sweep_storage.tail_s(study, epoch_s)
     spent = time.time() - taken
     trial.set_user_attr("train_s", spent)
     fits = sweep_storage.reserve(study, trial, spent + 1.1 * next_epoch_s + tail,
                                  study.user_attrs["budget_s"] - keep_s)
+    if deadline is not None and next_epoch_s and time.time() + 1.1 * next_epoch_s + tail > deadline:
+        fits = False
     if not fits and next_epoch_s:
         trial.set_user_attr("reserved_s", spent + tail)
     return fits

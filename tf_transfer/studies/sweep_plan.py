@@ -1,0 +1,167 @@
+"""What a sweep needs, said before it trains: the time an answer takes on this machine, and what a budget buys.
+
+Before the first trial, a few training steps of full fine-tuning on the user's own data (`measure`, in a process
+pinned as a worker's is) give this machine's seconds per example and a run's start-up. Every candidate's cost
+follows from its work per step (`sweep.relative_cost`: block passes), the examples it trains on and scores after
+every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks over every split, once). The
+sweep's own schedule is then played out (`plan`) on its workers: the reference alone until it learns (the other
+workers wait for the first rung), every candidate at seed 0 cheapest first, successive halving's survivors further,
+then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate
+and it would not both fit. What is not known before training is assumed and said: the reference learns in its first
+epoch, a run that is not pruned stops early at epoch `ASSUMED_BEST_EPOCH` + patience, successive halving keeps
+candidates of every cost alike (every third, by cost), and the seed round's candidates are those survivors.
+
+Example:
+
+>>> from tf_transfer.studies import sweep_plan
+>>> speed = sweep_plan.Speed(example_s=0.02, startup_s=20.0, num_layers=6, train_examples=5400,
+...                          scored_examples=600)
+>>> found = {"freeze_k2_lr0.001": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-3},
+...          "freeze_kall_lr0.0001": {"trainable_layers": "all", "lr": 1e-4}}
+>>> p = sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, workers=2, max_epochs=9, patience=2)
+>>> round(p.needed_s / 60), p.candidates
+(22, 2)
+>>> sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, 2, 9, 2, budget_s=900).reached
+1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import time
+from typing import Optional
+
+from tf_transfer.models import freezing
+from tf_transfer.studies import sweep
+
+ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) beats the constant prediction at once
+ASSUMED_BEST_EPOCH = 3  # a run that is not pruned: its best epoch, then `patience` more before it stops
+FORWARD_SHARE = 1 / 3  # scoring an example: a forward pass, a third of full fine-tuning's step (backward is twice)
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """This machine's measured speed on the sweep's data, one worker's: seconds per training example of full
+    fine-tuning (`example_s`), a run's start-up before its first step (`startup_s`: its process, TensorFlow, the
+    data, the model, compilation), the encoder's depth, and the examples a run trains on and scores each epoch."""
+
+    example_s: float
+    startup_s: float
+    num_layers: int
+    train_examples: int
+    scored_examples: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The sweep played out: `needed_s`, the wall time to its answer (every candidate at seed 0, then the seed
+    round); `training_s`, the training time that spends (summed over runs; the reference once per worker, which
+    waits for it); with a budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed
+    round fits after them (`answers`), and the wall time that spends (`spent_s`)."""
+
+    needed_s: float
+    training_s: float
+    candidates: int
+    workers: int
+    reached: Optional[int] = None
+    answers: Optional[bool] = None
+    spent_s: Optional[float] = None
+
+
+def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
+    """Times `steps` training steps of full fine-tuning at `settings` (the sweep's base: its data, preset, padding
+    and batch) after `warmup_steps`, in this process: its start-up is this call's time before the timed steps."""
+    from tf_transfer.studies import glue_benchmark
+    from tf_transfer.studies.glue_settings import GlueSettings
+
+    start = time.perf_counter()
+    full = {**settings, "trainable_layers": freezing.ALL, "cache_frozen": False, "seed": 0}
+    measured = glue_benchmark.measure(GlueSettings.from_dict(full), steps=steps, warmup_steps=warmup_steps)
+    sizes = measured["split_examples"]
+    timed_s = measured["step_time_s"] * measured["timed_steps"]
+    return Speed(example_s=1.0 / measured["train_examples_per_s"],
+                 startup_s=time.perf_counter() - start - timed_s,
+                 num_layers=measured["num_layers"], train_examples=sizes["train"],
+                 scored_examples=sum(n for name, n in sizes.items() if name != "train"))
+
+
+def run_cost(settings: dict, speed: Speed) -> tuple:
+    """`(fixed_s, epoch_s)` of a candidate's run: start-up and cache build, then each epoch (training and scoring)."""
+    layers = speed.num_layers
+    full = sweep.relative_cost({"trainable_layers": freezing.ALL}, layers)
+    k = settings["trainable_layers"]
+    trained = layers if k == freezing.ALL else int(k)
+    cached = bool(settings.get("cache_frozen"))
+    scored_blocks = trained if cached else layers
+    epoch = speed.example_s * (speed.train_examples * sweep.relative_cost(settings, layers) / full
+                               + speed.scored_examples * FORWARD_SHARE * scored_blocks / layers)
+    build = (speed.example_s * FORWARD_SHARE * (speed.train_examples + speed.scored_examples)
+             * (layers - trained) / layers if cached else 0.0)
+    return speed.startup_s + build, epoch
+
+
+def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
+         seeds: int = 3, budget_s: Optional[float] = None) -> Plan:
+    """The sweep over `found` (`sweep.candidates`, cheapest first) played out on `workers` (module docstring);
+    with `budget_s`, within it (wall time on these workers)."""
+    stop = min(max_epochs, ASSUMED_BEST_EPOCH + patience)
+    rung = min(ASSUMED_FIRST_RUNG, max_epochs)
+    costs = {name: run_cost(settings, speed) for name, settings in found.items()}
+    by_cost = sorted(found, key=lambda name: costs[name][1])
+    second_rung = set(by_cost[1::3])  # every third by cost: the best third are as costly as the rest
+    survivors = [name for name in by_cost[1::9]] or by_cost[:1]
+    epochs = {name: (stop if name in survivors else min(3 * rung, stop) if name in second_rung else rung)
+              for name in found}
+    fixed, epoch = costs[reference]
+    reference_s = fixed + rung * epoch
+    first = {name: costs[name][0] + epochs[name] * costs[name][1] for name in found}
+
+    def seed_round(among: list) -> list:
+        # The best `top` of the runs that were not pruned (assumed: the survivors), each at the further seeds.
+        chosen = [name for name in survivors if name in among][:top] or among[-top:]
+        return [costs[name][0] + stop * costs[name][1] for name in chosen for _ in range(1, seeds)]
+
+    after_first = _schedule(list(first.values()), [reference_s] * workers)
+    needed = max(_schedule(seed_round(list(found)), [max(after_first)] * workers))
+    training = reference_s * workers + sum(first.values()) + sum(seed_round(list(found)))
+    if budget_s is None:
+        return Plan(needed, training, len(found), workers)
+    # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
+    reached, free, spent = 0, [reference_s] * workers, reference_s
+    names = list(found)
+    for i, name in enumerate(names):
+        trial = _schedule([first[name]], free)
+        ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
+        if ends > budget_s:
+            break
+        free, reached, spent = trial, i + 1, ends
+    return Plan(needed, training, len(found), workers, reached, reached > 0, spent)
+
+
+def _schedule(jobs: list, free: list) -> list:
+    """When each worker is free again after `jobs` (seconds, in order), each started on the first free worker."""
+    free = list(free)
+    heapq.heapify(free)
+    for seconds in jobs:
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    return free
+
+
+def first_line(p: Plan, budget_s: float) -> str:
+    """What the sweep says before it trains: the budget an answer needs here, and what the given one decides."""
+    on = f"{p.workers} workers, one per core" if p.workers > 1 else "1 worker"
+    needed = f"an answer over all {p.candidates} candidates needs about {_minutes(p.needed_s)} on {on}"
+    if p.reached is None or budget_s >= p.needed_s:
+        return f"[sweep] {needed}; --budget={_minutes(budget_s)} is enough"
+    if not p.answers:
+        return (f"[sweep] {needed}; --budget={_minutes(budget_s)} is too little for any answer (the reference, one "
+                f"candidate and the seed round need more): give --budget={_minutes(p.needed_s, up=True)}")
+    return (f"[sweep] {needed}; --budget={_minutes(budget_s)} decides among the {p.reached} cheapest of them "
+            f"(about {_minutes(p.spent_s)}): give --budget={_minutes(p.needed_s, up=True)} for all")
+
+
+def _minutes(seconds: float, up: bool = False) -> str:
+    minutes = math.ceil(seconds / 60) if up else max(round(seconds / 60), 1)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"

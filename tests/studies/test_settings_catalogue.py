@@ -34,7 +34,7 @@ def test_a_name_several_studies_use_is_declared_once_with_its_type():
             continue
         own_meaning = name in settings_lib.OWN_MEANINGS
         if len(by_class) > 1:
-            assert name in settings_lib.SHARED or own_meaning, f"{name} is declared by several studies: add it to SHARED"
+            assert name in settings_lib.SHARED or own_meaning, f"several studies declare {name}: add it to SHARED"
         for settings_class, field in by_class.items():
             if name in settings_lib.SHARED and field.metadata.get("shared") != name:
                 assert own_meaning, f"{settings_class.__name__}.{name}: declare it with shared_setting({name!r})"

@@ -5,7 +5,8 @@ name differs from the field's, the flag's name), its type the flag's kind (str, 
 comma-separated list). So one declaration gives the command its flag (`tf_transfer.core.flags.settings_flags`), the
 study its setting, a flagfile its meaning (`read_flagfile`, the one reader every study's grid uses) and a run's
 `summary.json` its `config` entry (`to_dict`). The components of a run take the settings grouped by concern, views
-of these fields (`settings.optimizer`, `settings.loop`, ...: `tf_transfer.core.setting_groups`).
+of these fields (`settings.optimizer`, `settings.loop`, ...: `tf_transfer.core.setting_groups`). A setting that
+several studies have is declared once, in `SHARED`, and each study takes it with `shared_setting(name)`.
 
 Checks live in one table, `CHECKS`: for a setting name, the rule its value must meet and what the error line says
 (a class may change a rule in its own `CHECKS`); a settings object applies the rules of its own fields when it is

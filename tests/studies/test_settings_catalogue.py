@@ -85,3 +85,19 @@ def test_a_setting_also_named_as_not_set_is_refused():
 
     with pytest.raises(TypeError, match="names its own setting 'seed'"):
         setting_groups.check_fields(Both)
+
+
+# Group fields whose component default is not the studies' shared one, and why.
+GROUP_DEFAULTS_OF_THEIR_OWN = {
+    "validation_fraction": "a feed holds nothing out unless a study asks",
+    "dropout": "None: the preset's own rate, for a backbone loaded outside the studies",
+    "lr": "no default: every optimizer is given its rate",
+    "max_epochs": "no default: every loop is given its length",
+}
+
+
+def test_a_group_field_defaults_to_the_shared_setting_of_that_name():
+    for group in setting_groups.GROUPS:
+        for field in dataclasses.fields(group):
+            if field.name in settings_lib.SHARED and field.name not in GROUP_DEFAULTS_OF_THEIR_OWN:
+                assert field.default == settings_lib.SHARED[field.name][1], f"{group.__name__}.{field.name}"

@@ -1,4 +1,5 @@
-"""The package's layers import downwards only, and no function runs over 60 lines.
+"""The package's layers import downwards only, no function runs over 60 lines, and a command's flags come from its
+settings class or are listed in docs/layout.md with why they are not settings.
 
 Layers, lowest first: core (errors, settings, choices, machine facts), data (arrays and datasets), models (Keras
 models), training (the runner and engine), studies (what each paper does with them), reporting (tables, figures),
@@ -121,3 +122,41 @@ def test_only_the_commands_read_flags_and_only_they_load_the_experiments():
             if folder == "tf_transfer" and loads_experiments and not command:
                 wrong.append(f"{path} imports experiments/")
     assert not wrong, wrong
+
+
+def _flags_outside_settings() -> dict:
+    """`{module: {flag, ...}}` of docs/layout.md's table "Flags outside the settings"."""
+    import re
+
+    with open(os.path.join(REPO, "docs", "layout.md"), encoding="utf-8") as f:
+        section = f.read().split("## Flags outside the settings", 1)[1].split("\n## ", 1)[0]
+    listed = {}
+    for row in section.splitlines():
+        cells = row.split("|")
+        if row.startswith("| `") and len(cells) > 3:
+            module = "tf_transfer." + re.fullmatch(r" `(\w+)\.py` ", cells[1]).group(1)
+            listed.setdefault(module, set()).update(re.findall(r"`--(\w+)`", cells[2]))
+    return listed
+
+
+def test_every_flag_a_command_defines_is_a_setting_or_listed_in_the_layout():
+    """A flag defined with absl's DEFINE_* in a command (not generated from a settings class or `core/flags.py`'s
+    shared flags, nor a Hugging Face alias) is in docs/layout.md's table, with why it is not a setting."""
+    import importlib
+
+    from absl import flags
+
+    from tf_transfer.models.methods import registry
+
+    for name in sorted(os.listdir(os.path.join(REPO, "tf_transfer"))):
+        if name.endswith(".py") and name not in ("__init__.py", "__main__.py"):
+            importlib.import_module(f"tf_transfer.{name[:-3]}")
+    listed = _flags_outside_settings()
+    listed["tf_transfer.sweep"] |= set(registry.sweep_options())  # each method's, e.g. --lora_ranks
+    defined = {module: {flag.name for flag in found if type(flag).__name__ != "_FlagAlias"}
+               for module, found in flags.FLAGS.flags_by_module_dict().items()
+               if module.startswith("tf_transfer.") and module != "tf_transfer.core.flags"}
+    unlisted = {module: sorted(names - listed.get(module, set())) for module, names in defined.items()}
+    assert not {module: names for module, names in unlisted.items() if names}, unlisted
+    stale = {module: sorted(names - defined.get(module, set())) for module, names in listed.items()}
+    assert not {module: names for module, names in stale.items() if names}, stale

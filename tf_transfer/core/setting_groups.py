@@ -13,8 +13,9 @@ A study's flat settings class (`tf_transfer.core.settings.RunSettings`) stays th
 `summary.json`'s `config` and run fingerprints; each settings object gives its groups as views (`settings.inputs`,
 `settings.model`, `settings.optimizer`, `settings.loop`, `settings.runtime`), built by `view` from its fields of the
 same names. So a group changes nothing a user or an older run sees: no flag, `config` entry or folder name.
-A group's defaults are its component's own, used where a study has no such setting (the stack study has no
-`lr_schedule`: its optimizer's schedule is constant).
+A group's defaults are its component's own, used where a study has no such setting; the study names each such
+field, with why, in `GROUP_FIELDS_NOT_SET` (the stack study has no `lr_schedule`: its optimizer's schedule is
+constant), and `view` refuses a settings class with a group field neither declared nor named there.
 
 Example:
 
@@ -32,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional, Union
 
 
@@ -107,6 +109,9 @@ class RuntimeSettings:
         return {"true": True, "false": False}.get(str(self.jit_compile).lower(), "auto")
 
 
+GROUPS = (InputSettings, ModelSettings, OptimizerSettings, LoopSettings, RuntimeSettings)
+
+
 class Group:
     """A settings class's view of one group: `settings.<name>` is `view(settings, group)`."""
 
@@ -117,10 +122,30 @@ class Group:
         return self if settings is None else view(settings, self.group)
 
 
+@functools.lru_cache(maxsize=None)
+def check_fields(settings_class: type) -> None:
+    """Raises `TypeError` (a bug in a study, not bad input) unless every field of every group is a field of
+    `settings_class` or one of its `GROUP_FIELDS_NOT_SET` (`{field: why}`: the group's default applies, or the
+    study's view gives it), and none of those is a field too: a misspelt or missing setting does not silently take
+    the group's default."""
+    declared = set(settings_class.__dataclass_fields__)
+    not_set = settings_class.GROUP_FIELDS_NOT_SET
+    both = sorted(declared & set(not_set))
+    if both:
+        raise TypeError(f"{settings_class.__name__}.GROUP_FIELDS_NOT_SET names its own setting {both[0]!r}")
+    for group in GROUPS:
+        for field in dataclasses.fields(group):
+            if field.name not in declared and field.name not in not_set:
+                raise TypeError(f"{settings_class.__name__} has no setting {field.name!r} for its {group.__name__}: "
+                                "declare it, or name it in GROUP_FIELDS_NOT_SET with why the group's default "
+                                "applies")
+
+
 def view(settings, group: type, **values):
     """The `group` of `settings`: each of the group's fields from the settings' field of the same name, the group's
-    default where the settings have none, and `values` over both (a study whose setting has another name or
-    meaning: the stack study's rate per phase, sentiment's `epochs`)."""
+    default for those the settings class names in `GROUP_FIELDS_NOT_SET`, and `values` over both (a study whose
+    setting has another name or meaning: the stack study's rate per phase, sentiment's `epochs`)."""
+    check_fields(type(settings))
     own = {f.name: getattr(settings, f.name) for f in dataclasses.fields(group)
            if f.name in settings.__dataclass_fields__ and f.name not in values}
     missing = [f.name for f in dataclasses.fields(group) if f.default is dataclasses.MISSING

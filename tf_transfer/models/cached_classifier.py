@@ -21,23 +21,45 @@ import numpy as np
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import cache, examples, feeds, inputs
-from tf_transfer.models import cached_prefix, freezing, user_model
+from tf_transfer.models import cached_prefix, families, freezing, user_model
+
+
+# A keras-hub text classifier's own layers after its backbone, in the order it applies them to the vector the
+# cache's suffix pools (`cached_prefix.suffix_classifier`: the backbone's pooler output, or the first token's vector
+# where the family has no pooler), as keras-hub's `*TextClassifier` of each family builds them.
+POOLER_HEAD = ("output_dropout", "output_dense")  # BERT (and a classifier over ELECTRA's pooler)
+FIRST_TOKEN_HEAD = ("pooled_dense", "output_dropout", "output_dense")  # DistilBERT: dense+relu before the logits
+DROPOUT_FIRST_HEAD = ("pooled_dropout",) + FIRST_TOKEN_HEAD  # RoBERTa, DeBERTa-v3: dropout before that dense
 
 
 def _head_of(classifier):
-    """What `classifier` computes from the pooled vector: the project's `head` layer, or a keras-hub
-    classifier's dropout and dense layer over the pooler (BERT's and ELECTRA's classifiers)."""
+    """What `classifier` computes from the pooled vector: the project's `head` layer, or a keras-hub text
+    classifier's layers after its backbone (`POOLER_HEAD` or the first token's, by the backbone's family)."""
     try:
         return classifier.get_layer("head")
     except ValueError:
         pass
-    dropout, dense = getattr(classifier, "output_dropout", None), getattr(classifier, "output_dense", None)
     backbone = user_model.backbone_of(classifier)
-    if dense is None or dropout is None or not any(layer.name == freezing.POOLER for layer in backbone.layers):
-        raise TransferError(f"the frozen-prefix cache cannot split {type(classifier).__name__}: it takes a classifier "
-                            "whose head reads the pooler (keras-hub's BertTextClassifier, ElectraTextClassifier) or "
-                            "the project's own (a layer named 'head'); train this one with tf_transfer.freeze and fit")
-    return lambda pooled: dense(dropout(pooled))
+    family = families.of(backbone)
+    names = POOLER_HEAD if family.pooler else DROPOUT_FIRST_HEAD if family.head_hidden_dropout else FIRST_TOKEN_HEAD
+    layers = [getattr(classifier, name, None) for name in names]
+    # Anything else after the backbone would be left out of the suffix: refused rather than silently dropped.
+    others = [layer for layer in getattr(classifier, "layers", []) if layer is not backbone
+              and not isinstance(layer, keras.layers.InputLayer) and all(layer is not known for known in layers)]
+    if any(layer is None for layer in layers) or others or (family.pooler and not any(
+            layer.name == freezing.POOLER for layer in backbone.layers)):
+        built = f"keras-hub's {family.classifier}" if family.classifier else "a classifier over its pooler"
+        raise TransferError(f"the frozen-prefix cache cannot split {type(classifier).__name__} ({family.name}): it "
+                            f"takes {built} as keras-hub builds it (the layers {', '.join(names)} after the "
+                            "backbone) or the project's own (a layer named 'head'); train this one with "
+                            "tf_transfer.freeze and fit")
+
+    def head(pooled):
+        for layer in layers:
+            pooled = layer(pooled)
+        return pooled
+
+    return head
 
 
 def _examples(x, y) -> examples.Examples:
@@ -63,7 +85,9 @@ class CachedClassifier(keras.Model):
     commands': length buckets in an order seeded by `seed` and the epoch.
 
     Args:
-      classifier: a keras-hub text classifier over a pooler (BERT, ELECTRA) or the project's classifier.
+      classifier: keras-hub's text classifier of any family the commands train (`BertTextClassifier`,
+        `RobertaTextClassifier`, `DistilBertTextClassifier`, `DebertaV3TextClassifier`; ELECTRA, which keras-hub
+        has no classifier for, as a classifier over its pooler) or the project's classifier.
       trainable_layers: the top blocks that train, 0..L (the rest are cached).
       tokenizer: the classifier's tokenizer; default its preprocessor's.
       max_seq_length: tokens per text, [CLS] and [SEP] included; default the preprocessor's, else 128.

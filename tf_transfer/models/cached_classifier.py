@@ -84,6 +84,11 @@ class CachedClassifier(keras.Model):
     `trainable_layers`; nothing frozen yet: frozen here by the freezing rule). Each epoch's batches are the
     commands': length buckets in an order seeded by `seed` and the epoch.
 
+    `fit`, `evaluate` and `predict` take texts as a list, NumPy array or pandas Series (a tuple of two for sentence
+    pairs) with labels beside them, or a `tf.data.Dataset` of texts, `(texts, labels)` or `((texts_a, texts_b),
+    labels)`, batched or not: its batches are not kept (the cache batches the texts by length as the commands do),
+    so a dataset gives the numbers of the same texts in a list. Anything else is Keras' own, on cached batches.
+
     Args:
       classifier: keras-hub's text classifier of any family the commands train (`BertTextClassifier`,
         `RobertaTextClassifier`, `DistilBertTextClassifier`, `DebertaV3TextClassifier`; ELECTRA, which keras-hub
@@ -140,7 +145,9 @@ class CachedClassifier(keras.Model):
     def fit(self, x=None, y=None, epochs: int = 1, initial_epoch: Optional[int] = None, validation_data=None,
             **kwargs):
         """Trains on texts `x` and labels `y` (or a dataset of cached batches, as Keras' `fit`); each call goes on
-        from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)`."""
+        from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)` or a
+        dataset of them."""
+        x, y = _read_texts(x, y)
         if not _texts(x):
             return super().fit(x, y, epochs=epochs, validation_data=validation_data, **kwargs)
         feed = self.cached(x, y)
@@ -149,7 +156,8 @@ class CachedClassifier(keras.Model):
         for epoch in range(first + 2, epochs + 1):
             dataset = dataset.concatenate(feed.train_batches(epoch))
         if validation_data is not None:
-            validation_data = self._scored(*validation_data)
+            validation_data = self._scored(*_read_texts(*(validation_data if isinstance(validation_data, tuple)
+                                                          else (validation_data, None))))
         history = super().fit(dataset, epochs=epochs, initial_epoch=first, steps_per_epoch=feed.steps_per_epoch,
                               validation_data=validation_data, shuffle=False, **kwargs)
         self._epochs_done = epochs
@@ -163,12 +171,14 @@ class CachedClassifier(keras.Model):
 
     def evaluate(self, x=None, y=None, **kwargs):
         """Scores texts `x` with labels `y` (or a dataset of cached batches) in inference mode."""
+        x, y = _read_texts(x, y)
         if not _texts(x):
             return super().evaluate(x, y, **kwargs)
         return super().evaluate(self._scored(x, y), **kwargs)
 
     def predict(self, x, **kwargs):
         """The classifier's outputs for texts `x`, in their order (or Keras' `predict` of cached batches)."""
+        x, _ = _read_texts(x, None)
         if not _texts(x):
             return super().predict(x, **kwargs)
         return self.cached(x, split="predicted").predict(self, "predicted")
@@ -177,6 +187,44 @@ class CachedClassifier(keras.Model):
 class _Source:
     def __init__(self, backbone, tokenizer):
         self.backbone, self.tokenizer = backbone, tokenizer
+
+
+def _read_texts(x, y):
+    """`(x, y)`, with a `tf.data.Dataset` of texts (see `CachedClassifier`) read into lists of texts and labels;
+    anything else as it came."""
+    import tensorflow as tf
+
+    if not isinstance(x, tf.data.Dataset):
+        return x, y
+
+    def text(spec):
+        return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string and spec.shape.rank in (0, 1)
+
+    spec, labels_spec = x.element_spec, None
+    if isinstance(spec, tuple) and len(spec) == 2 and not (text(spec[0]) and text(spec[1])):
+        spec, labels_spec = spec
+    parts = spec if isinstance(spec, tuple) else (spec,)
+    if not any(text(part) for part in parts):
+        return x, y  # not texts: Keras' own input (cached batches)
+    ranks = {part.shape.rank for part in parts if text(part)}
+    if labels_spec is not None:
+        ranks.add(labels_spec.shape.rank if isinstance(labels_spec, tf.TensorSpec) else None)
+    if y is not None or len(parts) > 2 or not all(text(part) for part in parts) or len(ranks) > 1:
+        raise TransferError(f"CachedClassifier takes a tf.data.Dataset of texts, (texts, labels) or ((texts_a, "
+                            f"texts_b), labels), batched or not, and no separate labels; got elements {x.element_spec}"
+                            + (" and labels" if y is not None else ""))
+    if parts[0].shape.rank == 1:
+        x = x.unbatch()
+
+    def row(element) -> tuple:  # (text_a, [text_b], [label])
+        texts, label = element if labels_spec is not None else (element, ())
+        return (*(texts if len(parts) == 2 else (texts,)), *((label,) if labels_spec is not None else ()))
+
+    columns = list(zip(*(row(element) for element in x.as_numpy_iterator()))) or [()] * (
+        len(parts) + (labels_spec is not None))
+    texts = [[value.decode("utf-8") for value in column] for column in columns[:len(parts)]]
+    labels = np.asarray(columns[-1]) if labels_spec is not None else None
+    return (tuple(texts) if len(parts) == 2 else texts[0]), labels
 
 
 def _texts(x) -> bool:

@@ -85,9 +85,10 @@ class CachedClassifier(keras.Model):
     commands': length buckets in an order seeded by `seed` and the epoch.
 
     `fit`, `evaluate` and `predict` take texts as a list, NumPy array or pandas Series (a tuple of two for sentence
-    pairs) with labels beside them, or a `tf.data.Dataset` of texts, `(texts, labels)` or `((texts_a, texts_b),
-    labels)`, batched or not: its batches are not kept (the cache batches the texts by length as the commands do),
-    so a dataset gives the numbers of the same texts in a list. Anything else is Keras' own, on cached batches.
+    pairs) with labels beside them, or a `tf.data.Dataset` of texts, `(texts_a, texts_b)`, `(texts, labels)` or
+    `((texts_a, texts_b), labels)`, batched or not: its batches are not kept (the cache batches the texts by
+    length as the commands do), so a dataset gives the numbers of the same texts in a list. Anything else is Keras'
+    own, on cached batches.
 
     Args:
       classifier: keras-hub's text classifier of any family the commands train (`BertTextClassifier`,
@@ -210,8 +211,9 @@ def _read_texts(x, y):
     if labels_spec is not None:
         ranks.add(labels_spec.shape.rank if isinstance(labels_spec, tf.TensorSpec) else None)
     if y is not None or len(parts) > 2 or not all(text(part) for part in parts) or len(ranks) > 1:
-        raise TransferError(f"CachedClassifier takes a tf.data.Dataset of texts, (texts, labels) or ((texts_a, "
-                            f"texts_b), labels), batched or not, and no separate labels; got elements {x.element_spec}"
+        raise TransferError(f"CachedClassifier takes a tf.data.Dataset of texts, (texts_a, texts_b), (texts, "
+                            f"labels) or ((texts_a, texts_b), labels), batched or not, and no separate labels; got "
+                            f"elements {x.element_spec}"
                             + (" and labels" if y is not None else ""))
     if parts[0].shape.rank == 1:
         x = x.unbatch()

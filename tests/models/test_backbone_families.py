@@ -291,3 +291,44 @@ def test_roberta_run_exports_to_keras_hubs_own_classifier(loaded, rte_pairs, tmp
     np.testing.assert_allclose(outputs, np.asarray(model(features, training=False)), rtol=0, atol=1e-7)
     with pytest.raises(TransferError, match="no ELECTRA text classifier"):
         export.check_exportable(loaded["electra"].backbone)
+
+
+@pytest.mark.parametrize("key", ["roberta", "distil_bert", "deberta_v3"])
+def test_python_cache_splits_keras_hubs_own_classifier_of_the_family(key):
+    """`tf_transfer.CachedClassifier` on keras-hub's `*TextClassifier` of each family whose head reads the first
+    token (BERT's, over the pooler, is tests/models/test_cached_classifier.py's): the same logits as the classifier
+    on the same texts, and a step trains the top block and the classifier's head layers only.
+
+    The cache stores the frozen prefix's output in float16, so the logits agree to its rounding: measured on
+    2026-11-27 within 7.4e-4 of the largest logit (DistilBERT; RoBERTa 4.9e-4, DeBERTa-v3 4.0e-4), tested at 2e-3,
+    about twice float16's machine epsilon. The logits kernel is drawn at unit scale so that the logits are of order 1
+    (keras-hub draws it at 0.02: near-zero logits would pass any such tolerance)."""
+    import keras
+    import keras_hub
+
+    import tf_transfer
+    from tf_transfer.models import families
+
+    backbone, tokenizer = tiny_family(key)
+    family = families.of(backbone)
+    preprocessor = getattr(keras_hub.models, f"{family.classifier}Preprocessor")(tokenizer, sequence_length=MAX_LEN)
+    classifier = getattr(keras_hub.models, family.classifier)(backbone, num_classes=2, preprocessor=preprocessor)
+    classifier.output_dense.kernel.assign(keras.random.normal(classifier.output_dense.kernel.shape, seed=0))
+    expected = np.asarray(classifier(preprocessor(SENTENCES), training=False))
+
+    cached = tf_transfer.CachedClassifier(classifier, trainable_layers=1, batch_size=len(SENTENCES))
+    got = cached.predict(SENTENCES)
+    assert np.abs(expected).max() > 0.1
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-3 * np.abs(expected).max())
+
+    head = [layer for layer in classifier.layers if layer.weights and layer is not backbone]
+    assert [layer.name for layer in head] == ["pooled_dense", "logits"]
+    trained = {id(v) for layer in [backbone.transformer_layers[-1], *head] for v in layer.weights}
+    before = [v.numpy().copy() for v in classifier.weights]
+    cached.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    cached.fit(SENTENCES, np.arange(len(SENTENCES)) % 2, epochs=1, verbose=0)  # one batch: one step
+    changed = {id(v) for v, old in zip(classifier.weights, before) if (v.numpy() != old).any()}
+    assert changed <= trained
+    # Every kernel of the top block and the head moved (a key bias may not: softmax ignores it).
+    assert all(id(v) in changed for layer in [backbone.transformer_layers[-1], *head] for v in layer.weights
+               if len(v.shape) == 2 or layer in head)

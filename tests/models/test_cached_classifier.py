@@ -62,22 +62,45 @@ def test_the_python_cache_trains_as_the_command_does(cached_runs, method, option
     np.testing.assert_allclose(python, command, rtol=1e-5)
 
 
-@pytest.mark.xdist_group(GROUP)
-def test_the_trained_cache_predicts_and_evaluates_texts(cached_runs):
-    _, _, cached, train = cached_runs("freeze", {})
-    predictions = cached.predict(train.text_a[:5])
-    assert predictions.shape == (5, 2)
-    loss = cached.evaluate(train.text_a, train.labels, verbose=0)
-    assert np.isfinite(loss)
-
-
 def test_a_classifier_the_cache_cannot_split_is_refused(tiny_preset):
     from conftest import make_tiny_backbone
 
     backbone = make_tiny_backbone()
-    with pytest.raises(TransferError, match="the frozen-prefix cache cannot split BertBackbone"):
+    with pytest.raises(TransferError, match=r"the frozen-prefix cache cannot split BertBackbone \(BERT\): it takes "
+                       "keras-hub's BertTextClassifier as keras-hub builds it .* train this one with tf_transfer.freeze"):
         tf_transfer.CachedClassifier(backbone, trainable_layers=1, tokenizer=object())
     with pytest.raises(TransferError, match="--cache_frozen needs frozen embeddings"):
         tf_transfer.CachedClassifier(backbone, trainable_layers="all")
     with pytest.raises(TransferError, match="--trainable_layers=5 exceeds the backbone's 3 encoder blocks"):
         tf_transfer.CachedClassifier(backbone, trainable_layers=5)
+
+
+@pytest.mark.xdist_group(GROUP)
+def test_the_trained_cache_predicts_and_evaluates_texts_from_a_list_or_a_dataset(cached_runs):
+    """`fit`, `evaluate` and `predict` read a `tf.data.Dataset` of texts (batched or not) into the texts it holds:
+    the same cache, batches and numbers, bit for bit, as the texts in a list."""
+    import tensorflow as tf
+
+    _, _, cached, train = cached_runs("freeze", {})
+    texts, labels = list(train.text_a), train.labels
+    predictions = cached.predict(texts)
+    assert predictions.shape == (len(texts), 2)
+    batched = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(3)
+    np.testing.assert_array_equal(cached.predict(tf.data.Dataset.from_tensor_slices(texts)), predictions)
+    np.testing.assert_array_equal(cached.predict(batched.map(lambda x, y: x)), predictions)
+    loss = cached.evaluate(texts, labels, verbose=0)
+    assert np.isfinite(loss) and cached.evaluate(batched, verbose=0) == loss
+
+    # A third epoch from the same weights and optimizer state, once from each.
+    saved = [v.numpy() for v in cached.variables + cached.optimizer.variables]
+    trained = []
+    for x, y in (((texts, labels)), (batched, None)):
+        for variable, value in zip(cached.variables + cached.optimizer.variables, saved):
+            variable.assign(value)
+        history = cached.fit(x, y, epochs=3, initial_epoch=2, verbose=0, validation_data=batched)
+        trained.append((history.history, [v.numpy() for v in cached.trainable_variables]))
+    (list_history, list_weights), (dataset_history, dataset_weights) = trained
+    assert dataset_history == list_history and set(list_history) == {"loss", "val_loss"}
+    assert all((a == b).all() for a, b in zip(dataset_weights, list_weights))
+    with pytest.raises(TransferError, match="a tf.data.Dataset of texts, .* and no separate labels"):
+        cached.evaluate(batched, labels)

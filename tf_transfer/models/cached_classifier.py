@@ -21,23 +21,45 @@ import numpy as np
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import cache, examples, feeds, inputs
-from tf_transfer.models import cached_prefix, freezing, user_model
+from tf_transfer.models import cached_prefix, families, freezing, user_model
+
+
+# A keras-hub text classifier's own layers after its backbone, in the order it applies them to the vector the
+# cache's suffix pools (`cached_prefix.suffix_classifier`: the backbone's pooler output, or the first token's vector
+# where the family has no pooler), as keras-hub's `*TextClassifier` of each family builds them.
+POOLER_HEAD = ("output_dropout", "output_dense")  # BERT (and a classifier over ELECTRA's pooler)
+FIRST_TOKEN_HEAD = ("pooled_dense", "output_dropout", "output_dense")  # DistilBERT: dense+relu before the logits
+DROPOUT_FIRST_HEAD = ("pooled_dropout",) + FIRST_TOKEN_HEAD  # RoBERTa, DeBERTa-v3: dropout before that dense
 
 
 def _head_of(classifier):
-    """What `classifier` computes from the pooled vector: the project's `head` layer, or a keras-hub
-    classifier's dropout and dense layer over the pooler (BERT's and ELECTRA's classifiers)."""
+    """What `classifier` computes from the pooled vector: the project's `head` layer, or a keras-hub text
+    classifier's layers after its backbone (`POOLER_HEAD` or the first token's, by the backbone's family)."""
     try:
         return classifier.get_layer("head")
     except ValueError:
         pass
-    dropout, dense = getattr(classifier, "output_dropout", None), getattr(classifier, "output_dense", None)
     backbone = user_model.backbone_of(classifier)
-    if dense is None or dropout is None or not any(layer.name == freezing.POOLER for layer in backbone.layers):
-        raise TransferError(f"the frozen-prefix cache cannot split {type(classifier).__name__}: it takes a classifier "
-                            "whose head reads the pooler (keras-hub's BertTextClassifier, ElectraTextClassifier) or "
-                            "the project's own (a layer named 'head'); train this one with tf_transfer.freeze and fit")
-    return lambda pooled: dense(dropout(pooled))
+    family = families.of(backbone)
+    names = POOLER_HEAD if family.pooler else DROPOUT_FIRST_HEAD if family.head_hidden_dropout else FIRST_TOKEN_HEAD
+    layers = [getattr(classifier, name, None) for name in names]
+    # Anything else after the backbone would be left out of the suffix: refused rather than silently dropped.
+    others = [layer for layer in getattr(classifier, "layers", []) if layer is not backbone
+              and not isinstance(layer, keras.layers.InputLayer) and all(layer is not known for known in layers)]
+    if any(layer is None for layer in layers) or others or (family.pooler and not any(
+            layer.name == freezing.POOLER for layer in backbone.layers)):
+        built = f"keras-hub's {family.classifier}" if family.classifier else "a classifier over its pooler"
+        raise TransferError(f"the frozen-prefix cache cannot split {type(classifier).__name__} ({family.name}): it "
+                            f"takes {built} as keras-hub builds it (the layers {', '.join(names)} after the "
+                            "backbone) or the project's own (a layer named 'head'); train this one with "
+                            "tf_transfer.freeze and fit")
+
+    def head(pooled):
+        for layer in layers:
+            pooled = layer(pooled)
+        return pooled
+
+    return head
 
 
 def _examples(x, y) -> examples.Examples:
@@ -62,8 +84,16 @@ class CachedClassifier(keras.Model):
     `trainable_layers`; nothing frozen yet: frozen here by the freezing rule). Each epoch's batches are the
     commands': length buckets in an order seeded by `seed` and the epoch.
 
+    `fit`, `evaluate` and `predict` take texts as a list, NumPy array or pandas Series (a tuple of two for sentence
+    pairs) with labels beside them, or a `tf.data.Dataset` of texts, `(texts_a, texts_b)`, `(texts, labels)` or
+    `((texts_a, texts_b), labels)`, batched or not: its batches are not kept (the cache batches the texts by
+    length as the commands do), so a dataset gives the numbers of the same texts in a list. Anything else is Keras'
+    own, on cached batches.
+
     Args:
-      classifier: a keras-hub text classifier over a pooler (BERT, ELECTRA) or the project's classifier.
+      classifier: keras-hub's text classifier of any family the commands train (`BertTextClassifier`,
+        `RobertaTextClassifier`, `DistilBertTextClassifier`, `DebertaV3TextClassifier`; ELECTRA, which keras-hub
+        has no classifier for, as a classifier over its pooler) or the project's classifier.
       trainable_layers: the top blocks that train, 0..L (the rest are cached).
       tokenizer: the classifier's tokenizer; default its preprocessor's.
       max_seq_length: tokens per text, [CLS] and [SEP] included; default the preprocessor's, else 128.
@@ -116,7 +146,9 @@ class CachedClassifier(keras.Model):
     def fit(self, x=None, y=None, epochs: int = 1, initial_epoch: Optional[int] = None, validation_data=None,
             **kwargs):
         """Trains on texts `x` and labels `y` (or a dataset of cached batches, as Keras' `fit`); each call goes on
-        from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)`."""
+        from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)` or a
+        dataset of them."""
+        x, y = _read_texts(x, y)
         if not _texts(x):
             return super().fit(x, y, epochs=epochs, validation_data=validation_data, **kwargs)
         feed = self.cached(x, y)
@@ -125,7 +157,8 @@ class CachedClassifier(keras.Model):
         for epoch in range(first + 2, epochs + 1):
             dataset = dataset.concatenate(feed.train_batches(epoch))
         if validation_data is not None:
-            validation_data = self._scored(*validation_data)
+            validation_data = self._scored(*_read_texts(*(validation_data if isinstance(validation_data, tuple)
+                                                          else (validation_data, None))))
         history = super().fit(dataset, epochs=epochs, initial_epoch=first, steps_per_epoch=feed.steps_per_epoch,
                               validation_data=validation_data, shuffle=False, **kwargs)
         self._epochs_done = epochs
@@ -139,12 +172,14 @@ class CachedClassifier(keras.Model):
 
     def evaluate(self, x=None, y=None, **kwargs):
         """Scores texts `x` with labels `y` (or a dataset of cached batches) in inference mode."""
+        x, y = _read_texts(x, y)
         if not _texts(x):
             return super().evaluate(x, y, **kwargs)
         return super().evaluate(self._scored(x, y), **kwargs)
 
     def predict(self, x, **kwargs):
         """The classifier's outputs for texts `x`, in their order (or Keras' `predict` of cached batches)."""
+        x, _ = _read_texts(x, None)
         if not _texts(x):
             return super().predict(x, **kwargs)
         return self.cached(x, split="predicted").predict(self, "predicted")
@@ -153,6 +188,45 @@ class CachedClassifier(keras.Model):
 class _Source:
     def __init__(self, backbone, tokenizer):
         self.backbone, self.tokenizer = backbone, tokenizer
+
+
+def _read_texts(x, y):
+    """`(x, y)`, with a `tf.data.Dataset` of texts (see `CachedClassifier`) read into lists of texts and labels;
+    anything else as it came."""
+    import tensorflow as tf
+
+    if not isinstance(x, tf.data.Dataset):
+        return x, y
+
+    def text(spec):
+        return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string and spec.shape.rank in (0, 1)
+
+    spec, labels_spec = x.element_spec, None
+    if isinstance(spec, tuple) and len(spec) == 2 and not (text(spec[0]) and text(spec[1])):
+        spec, labels_spec = spec
+    parts = spec if isinstance(spec, tuple) else (spec,)
+    if not any(text(part) for part in parts):
+        return x, y  # not texts: Keras' own input (cached batches)
+    ranks = {part.shape.rank for part in parts if text(part)}
+    if labels_spec is not None:
+        ranks.add(labels_spec.shape.rank if isinstance(labels_spec, tf.TensorSpec) else None)
+    if y is not None or len(parts) > 2 or not all(text(part) for part in parts) or len(ranks) > 1:
+        raise TransferError(f"CachedClassifier takes a tf.data.Dataset of texts, (texts_a, texts_b), (texts, "
+                            f"labels) or ((texts_a, texts_b), labels), batched or not, and no separate labels; got "
+                            f"elements {x.element_spec}"
+                            + (" and labels" if y is not None else ""))
+    if parts[0].shape.rank == 1:
+        x = x.unbatch()
+
+    def row(element) -> tuple:  # (text_a, [text_b], [label])
+        texts, label = element if labels_spec is not None else (element, ())
+        return (*(texts if len(parts) == 2 else (texts,)), *((label,) if labels_spec is not None else ()))
+
+    columns = list(zip(*(row(element) for element in x.as_numpy_iterator()))) or [()] * (
+        len(parts) + (labels_spec is not None))
+    texts = [[value.decode("utf-8") for value in column] for column in columns[:len(parts)]]
+    labels = np.asarray(columns[-1]) if labels_spec is not None else None
+    return (tuple(texts) if len(parts) == 2 else texts[0]), labels
 
 
 def _texts(x) -> bool:

@@ -38,10 +38,15 @@ def command_flags(command: str) -> list:
     module = _module(command)
     sources = [command] + ([EXTENDS[command]] if command in EXTENDS else [])
     rows = {}
+    from tf_transfer.core.flags import HF_ALIASES
+
     for source in sources:
         _module(source)
+        # Aliases come from the command's own HF_ALIASES below: whichever module defined an alias first (the import
+        # order of this process) must not decide which commands list it.
         for flag in FLAGS.get_flags_for_module(f"tf_transfer.{source}"):
-            rows.setdefault(flag.name, (_type(flag), flag.default, flag.help))
+            if flag.name not in HF_ALIASES:
+                rows.setdefault(flag.name, (_type(flag), flag.default, flag.help))
     common = getattr(module, "COMMAND_FLAGS", None)
     if common is None and command in EXTENDS:
         common = _module(EXTENDS[command]).COMMAND_FLAGS
@@ -50,10 +55,8 @@ def command_flags(command: str) -> list:
         rows[name] = (_type(FLAGS[name]), default, help_text)
     # An alias (Hugging Face's name) reads its flag's default as it is now, which another command run in this process
     # may have changed: it shows its flag's row instead.
-    from tf_transfer.core.flags import HF_ALIASES
-
     # A command's aliases (its `HF_ALIASES`) are listed whichever command's module defined them first.
-    for alias in getattr(module, "HF_ALIASES", {}):
+    for alias in (alias for source in sources for alias in getattr(_module(source), "HF_ALIASES", {})):
         rows.setdefault(alias, (_type(FLAGS[alias]), FLAGS[alias].default, FLAGS[alias].help))
     for alias, name in HF_ALIASES.items():
         if alias in rows and name in rows:

@@ -126,6 +126,9 @@ def _finish(study, sweep_dir: str, ended: str, workers: int, started: float) -> 
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
           f"{(time.time() - started) / 60:.1f} min (--budget={FLAGS.budget}); report in {out}/README.md")
+    if line.startswith("Recommended: "):
+        chosen = study.user_attrs["candidates"][line[len("Recommended: "):].split(":", 1)[0]]
+        print(f"to train it for use: {sweep_report.train_command(study.user_attrs['base'], chosen)}")
     print(line)
 
 

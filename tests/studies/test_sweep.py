@@ -438,3 +438,25 @@ def test_the_sweep_takes_hugging_faces_flag_names():
     own = given("--train_file=t.csv", "--text_columns=text", "--label_column=target", "--max_epochs=3",
                 "--batch_size=8", "--regression")
     assert hugging_face == own and own["text_columns"] == ("text",) and own["max_epochs"] == 3
+
+
+def test_the_train_command_of_a_recommendation_trains_that_candidates_settings(tmp_path):
+    import shlex
+
+    from conftest import write_csv
+
+    from conftest import parsed
+    from tf_transfer import glue
+    from tf_transfer.core import settings as settings_lib
+    from tf_transfer.reporting import sweep_report
+    from tf_transfer.studies.glue_settings import GlueSettings
+
+    base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
+    data = write_csv(tmp_path / "tweets.csv", ["text", "target"], [("a b", "1"), ("c d", "0")])
+    base.update(train_file=str(data), text_columns=["text"], label_column="target", max_epochs=4)
+    for candidate in sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6).values():
+        command = shlex.split(sweep_report.train_command(base, candidate))
+        assert command[:3] == ["python", "-m", "tf_transfer.glue"] and command[-1] == "--export_dir=model"
+        trained = parsed(glue.COMMAND_FLAGS, tuple(command[3:-1]), glue.settings_from_flags)
+        assert trained == GlueSettings.from_dict({**base, **candidate, "seed": 0})
+

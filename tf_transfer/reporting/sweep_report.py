@@ -211,11 +211,15 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     # Where the runs ran (their summaries say), not where this report is written.
     hosts = sorted({f"{s['machine']['cpu']}, {s['machine']['cores']} core(s)" for rs in runs.values()
                     for _, _, s in rs if s and s.get("machine")})
+    use = train_command(base, found[decided["candidate"]]) if decided.get("candidate") else None
     lines = [f"# Sweep: what to train on {data} ({base.get('preset')})", "", line, "",
+             *([f"To train it for use (its settings at seed 0; `--export_dir` keeps the model): `{use}`", ""]
+               if use else []),
              f"Made by `{study.user_attrs.get('command', 'python -m tf_transfer.experiments sweep')}`; runs on "
              f"{'; '.join(hosts) or 'no machine recorded'} (report written {time.strftime('%Y-%m-%d %H:%M')}).",
              "",
-             f"Budget {study.user_attrs['budget_s'] / 60:.1f} min of training wall time, {spent / 60:.1f} min "
+             f"Budget {study.user_attrs['budget_s'] / 60:.1f} min of training wall time{_over_workers(study)}, "
+             f"{spent / 60:.1f} min "
              f"spent; {len(found)} candidates, {_rungs(study, metric, constant)}, then the best candidates at more "
              f"seeds (`seed_round`: {study.user_attrs.get('seed_round') or 'not reached'}). Scores are validation "
              "scores at each run's best epoch; mean ± sd over the seeds that ran to their stopping rule (runs cut by "
@@ -228,6 +232,36 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return rows, line
+
+
+def _over_workers(study) -> str:
+    workers = int(study.user_attrs.get("workers") or 1)
+    return f" over {workers} workers (--budget of wall time each)" if workers > 1 else ""
+
+
+def train_command(base: dict, candidate: dict) -> str:
+    """The `glue` command that trains `candidate` of a sweep whose runs took `base`, for use: flags/sweep.flags,
+    then every setting that differs from it.
+
+    >>> train_command({"preset": "all_minilm_l6_v2_en", "max_epochs": 9, "train_file": "tweets.csv",
+    ...                "text_columns": ["text"], "label_column": "target"},
+    ...               {"trainable_layers": 2, "cache_frozen": True, "lr": 0.001})
+    'python -m tf_transfer.glue --flagfile=flags/sweep.flags --train_file=tweets.csv --text_columns=text \
+--label_column=target --trainable_layers=2 --cache_frozen --lr=0.001 --export_dir=model'
+    """
+    from tf_transfer.core import settings as settings_lib
+    from tf_transfer.studies.glue_settings import GlueSettings
+
+    fixed = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
+    flags = ["python -m tf_transfer.glue --flagfile=flags/sweep.flags"]
+    for key, value in {**base, **candidate}.items():
+        if value is None or value == fixed.get(key) or key == "seed":
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{'' if value else 'no'}{key}")
+        else:
+            flags.append(f"--{key}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}")
+    return " ".join(flags + ["--export_dir=model"])
 
 
 def _rungs(study, metric: str, constant: dict) -> str:

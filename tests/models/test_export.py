@@ -28,7 +28,8 @@ def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir)
     assert summary["exported"]["epoch"] == summary["best_epoch"]
     classifier, meta = export.load(str(root / "model"))
     assert meta == {"task": "rte", "labels": ["entailment", "not_entailment"], "regression": False, "pair": True,
-                    "text_columns": ["sentence1", "sentence2"], "label_column": "label", "max_seq_length": 32}
+                    "text_columns": ["sentence1", "sentence2"], "label_column": "label", "max_seq_length": 32,
+                    "padding": "bucket"}
     dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
     outputs, predictions = export.predict(classifier, meta, dev.text_a, dev.text_b)
     accuracy = np.mean([meta["labels"].index(p) == y for p, y in zip(predictions, dev.labels)])
@@ -42,6 +43,40 @@ def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir)
     # (text_a, text_b) elements once gave Keras text_b as labels, and the model the first sentences alone).
     others, _ = export.predict(classifier, meta, dev.text_a, dev.text_b[1:] + dev.text_b[:1])
     assert np.abs(others - outputs).max() > 1e-6
+
+
+def test_packed_scoring_gives_the_bucketed_outputs_in_the_rows_order(exported, glue_dir, monkeypatch):
+    """Rows laid end to end (several to a row of 32 tokens: every other second sentence is one word), tokenized in
+    chunks of 5 rows and batched by 4 so that chunks, batches and rows all cut across the file: the bucketed
+    outputs, within float32 rounding (1e-5 on logits of order 0.1), so the same labels and probabilities, in the
+    rows' order."""
+    from tf_transfer.data import packing
+
+    _, _, root = exported
+    classifier, meta = export.load(str(root / "model"))
+    dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
+    text_b = [b if i % 2 else "yes" for i, b in enumerate(dev.text_b)]
+    bucketed, labels = export.predict(classifier, meta, dev.text_a, text_b, batch_size=4)
+    monkeypatch.setattr(export, "PACK_CHUNK_ROWS", 5)
+    laid_out, features = [], packing.features  # (examples, rows) of every packed batch
+
+    def recorded(*args, **kwargs):
+        packed_batch = features(*args, **kwargs)
+        laid_out.append((len(packed_batch["example_starts"]), len(packed_batch["token_ids"])))
+        return packed_batch
+
+    monkeypatch.setattr(packing, "features", recorded)
+    done = []
+    packed, packed_labels = export.predict(classifier, meta, dev.text_a, text_b, batch_size=4, progress=done.append,
+                                           bucket_step=4, padding="pack")
+    assert [examples for examples, _ in laid_out] == [4, 1, 4, 1, 2]  # chunks of 5, batches of 4
+    assert any(rows < examples for examples, rows in laid_out)  # rows shared: the packing is exercised
+    np.testing.assert_allclose(packed, bucketed, rtol=0, atol=1e-5)
+    assert packed_labels == labels
+    np.testing.assert_allclose(export.probabilities(packed), export.probabilities(bucketed), rtol=0, atol=1e-5)
+    assert done == sorted(done) and done[-1] == len(dev)
+    with pytest.raises(export.TransferError, match="--padding=fixed: predict scores with one of bucket, pack"):
+        export.predict(classifier, meta, dev.text_a, dev.text_b, padding="fixed")
 
 
 def test_predict_entry_point_scores_a_tsv(exported, glue_dir, tmp_path):
@@ -58,6 +93,18 @@ def test_predict_entry_point_scores_a_tsv(exported, glue_dir, tmp_path):
     assert {r[1] for r in rows[1:]} <= {"entailment", "not_entailment"}
     bad = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/CoLA/train.tsv")
     assert bad.returncode == 2 and "no column(s)" in bad.stderr
+    packed_out = tmp_path / "packed.tsv"
+    done = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/RTE/dev.tsv",
+                      f"--output={packed_out}", "--padding=pack")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(packed_out) as f:
+        packed_rows = list(csv.reader(f, delimiter="\t"))
+    assert [r[:2] for r in packed_rows] == [r[:2] for r in rows]  # rows, ids and labels as the bucketed scoring's
+    np.testing.assert_allclose(np.asarray([r[2:] for r in packed_rows[1:]], float),
+                               np.asarray([r[2:] for r in rows[1:]], float), rtol=0, atol=1e-5)
+    bad = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/RTE/dev.tsv",
+                     "--padding=fixed")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: --padding=fixed")
     json.loads((root / "model" / "tf_transfer_task.json").read_text())
 
 

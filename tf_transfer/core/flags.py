@@ -40,6 +40,7 @@ SHARED = {
     "export_dir": (flags.DEFINE_string, "A classifier exported by glue --export_dir (a keras-hub preset folder)."),
     "report": (flags.DEFINE_list, "Instead of training: print a Markdown table of these run folders."),
     "encoding": (flags.DEFINE_string, "Text encoding of the input files."),
+    "padding": (flags.DEFINE_string, "How batches are laid out: bucket, fixed or pack."),
 }
 
 # Hugging Face's example scripts' names (run_glue.py, run_classification.py) for the same settings: alias -> flag.

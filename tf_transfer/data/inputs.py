@@ -301,8 +301,9 @@ def prefetched(dataset, num_batches: int):
     return dataset.prefetch(PREFETCH_BATCHES).with_options(options)
 
 
-def predict(model, dataset) -> np.ndarray:
-    """`model.predict` over `dataset` (plain, or distributed by `distribute`), its step traced once.
+def predict(model, dataset, callbacks=None) -> np.ndarray:
+    """`model.predict` over `dataset` (plain, or distributed by `distribute`), its step traced once; `callbacks`
+    are Keras callbacks of the prediction (e.g. progress).
 
     Keras traces its predict step for the first batch's shapes and again for later shapes until a trace with
     relaxed dimensions serves them (bucketed padding: two or three traces; three for batches of three lengths in
@@ -324,7 +325,7 @@ def predict(model, dataset) -> np.ndarray:
             lambda spec: tf.TensorSpec([None] * len(spec.shape), spec.dtype) if spec.shape.rank else spec,
             dataset.element_spec)
         model.predict_function.get_concrete_function([relaxed])
-    return model.predict(dataset, verbose=0, steps=steps)
+    return model.predict(dataset, verbose=0, steps=steps, callbacks=callbacks)
 
 
 def train_dataset(encoded: Encoded, batch_size: int, seed: int, epoch: int, padding: str = "bucket",

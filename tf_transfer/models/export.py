@@ -38,8 +38,10 @@ def check_exportable(backbone) -> None:
                             f"{exportable} presets can be exported")
 
 
-def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, folder: str, dropout: float = 0.1):
-    """Writes the preset folder; returns the keras-hub classifier that was saved."""
+def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, folder: str, dropout: float = 0.1,
+                      padding: str = "bucket"):
+    """Writes the preset folder; returns the keras-hub classifier that was saved. `padding` (how the run was
+    trained) is recorded as the way `predict` scores with it by default."""
     import keras_hub
 
     check_exportable(backbone)
@@ -56,7 +58,8 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     classifier.save_to_preset(folder)
     meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
             "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
-            "label_column": task.label_column, "max_seq_length": max_seq_length}
+            "label_column": task.label_column, "max_seq_length": max_seq_length,
+            "padding": padding}
     with open(os.path.join(folder, META), "w") as f:
         json.dump(meta, f, indent=2)
     return classifier
@@ -88,16 +91,59 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+# How `predict` lays out rows: `bucket` pads each group of similar length to its group's length; `pack` lays the
+# rows of a batch end to end (`tf_transfer.data.packing`), each seeing only itself.
+PREDICT_PADDINGS = ("bucket", "pack")
+# Rows tokenized at a time when packing: each is padded to the full length first, so a whole file at once would hold
+# rows x sequence_length ids.
+PACK_CHUNK_ROWS = 4096
+
+
+def trained_padding(meta: dict) -> str:
+    """How `predict` scores with an exported classifier by default: packed where its run trained packed (the same
+    function on fewer tokens), else bucketed (folders exported before the padding was recorded included).
+
+    >>> trained_padding({"padding": "pack"}), trained_padding({"padding": "fixed"}), trained_padding({})
+    ('pack', 'bucket', 'bucket')
+    """
+    return "pack" if meta.get("padding") == "pack" else "bucket"
+
+
+def check_padding(padding: str) -> str:
+    """`padding` when `predict` knows it, else a `TransferError` naming the ones it knows.
+
+    >>> check_padding("pack")
+    'pack'
+    """
+    if padding not in PREDICT_PADDINGS:
+        raise TransferError(f"--padding={padding}: predict scores with one of {', '.join(PREDICT_PADDINGS)}")
+    return padding
+
+
 def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None, batch_size: int = 64,
-            progress=None, bucket_step: int = 16):
+            progress=None, bucket_step: int = 16, padding: str = "bucket"):
     """Returns `(outputs, predictions)` in the rows' order: raw logits or scores, and label values (or scores for
     regression). `progress(rows done)` is called after every batch.
 
-    Rows are scored in groups of similar length, each packed only to its group's length (the next multiple of
-    `bucket_step` above its longest row, at most the exported `sequence_length`): padding is masked out of
-    attention, so a row's outputs do not change, but short texts no longer pay for the full length (a file of
-    short texts scores several times faster).
+    `padding="bucket"`: rows are scored in groups of similar length, each packed only to its group's length (the
+    next multiple of `bucket_step` above its longest row, at most the exported `sequence_length`): padding is masked
+    out of attention, so a row's outputs do not change, but short texts no longer pay for the full length (a file
+    of short texts scores several times faster). `padding="pack"`: each batch of `batch_size` rows is laid end to
+    end in rows of the exported `sequence_length` (`packed_classifier`), which computes the same outputs on fewer
+    tokens (up to float32 rounding: tests/models/test_export.py).
     """
+    if check_padding(padding) == "pack":
+        outputs = _predict_packed(classifier, text_a, text_b, batch_size, progress, bucket_step)
+    else:
+        outputs = _predict_bucketed(classifier, text_a, text_b, batch_size, progress, bucket_step)
+    if meta.get("regression"):
+        return outputs, outputs[:, 0]
+    indices = outputs.argmax(axis=-1)
+    labels = meta.get("labels")
+    return outputs, [labels[i] for i in indices] if labels else indices.tolist()
+
+
+def _predict_bucketed(classifier, text_a: list, text_b: Optional[list], batch_size: int, progress, bucket_step: int):
     preprocessor = classifier.preprocessor
     full = preprocessor.sequence_length
     lengths = _packed_lengths(preprocessor.tokenizer, text_a, text_b)
@@ -115,11 +161,58 @@ def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None,
             done += len(rows)
     finally:
         preprocessor.sequence_length = full
-    if meta.get("regression"):
-        return outputs, outputs[:, 0]
-    indices = outputs.argmax(axis=-1)
-    labels = meta.get("labels")
-    return outputs, [labels[i] for i in indices] if labels else indices.tolist()
+    return outputs
+
+
+def packed_classifier(classifier):
+    """The packed model (`tf_transfer.models.packed`) of an exported keras-hub classifier: its backbone's layers on
+    packed rows, then the classifier's own head (its `pooled_dense` where the family has no pooler, its `logits`),
+    weights shared or copied, in inference mode the same function as `classifier`.
+
+    >>> model = packed_classifier(export.load("exported/")[0])  # doctest: +SKIP
+    >>> logits = model(packing_features)  # one row per example  # doctest: +SKIP
+    """
+    from tf_transfer.models import heads, packed
+
+    backbone, logits = classifier.backbone, classifier.get_layer("logits")
+    head = heads.pooled_head(int(logits.units), 0.0, backbone)
+    head.build((None, backbone.hidden_dim))
+    if head.hidden is not None:
+        head.hidden.set_weights(classifier.get_layer("pooled_dense").get_weights())
+    head.dense.set_weights(logits.get_weights())
+    return packed.build_classifier(backbone, head)
+
+
+def _predict_packed(classifier, text_a: list, text_b: Optional[list], batch_size: int, progress, bucket_step: int):
+    """The rows' outputs from `packed_classifier`: tokenized by the classifier's preprocessor in chunks of
+    `PACK_CHUNK_ROWS`, each chunk's rows sorted by length into batches of `batch_size`, packed, scored, and put
+    back in the rows' order."""
+    import keras
+    import tensorflow as tf
+
+    model = packed_classifier(classifier)
+    input_names = families.of(classifier.backbone).inputs
+    outputs = np.zeros((len(text_a), int(model.output.shape[-1])), np.float32)
+    for start in range(0, len(text_a), PACK_CHUNK_ROWS):
+        stop = min(start + PACK_CHUNK_ROWS, len(text_a))
+        x = (tf.constant(text_a[start:stop]) if text_b is None
+             else (tf.constant(text_a[start:stop]), tf.constant(text_b[start:stop])))
+        features = {name: np.asarray(value, np.int32) for name, value in classifier.preprocessor(x=x).items()}
+        token_ids = features["token_ids"]
+        segment_ids = features.get("segment_ids", np.zeros_like(token_ids))
+        lengths = features["padding_mask"].sum(axis=1).astype(np.int32)
+        encoded = inputs.Encoded(token_ids, segment_ids, lengths, np.zeros(len(lengths), np.int32),
+                                 input_names=input_names)
+        plan = inputs.plan_eval_batches(lengths, batch_size, "pack")
+        callbacks = []
+        if progress is not None:
+            done = np.cumsum([len(indices) for indices in plan]) + start
+            callbacks = [keras.callbacks.LambdaCallback(on_predict_batch_end=lambda batch, logs, done=done: progress(
+                int(done[batch])))]
+        scored = inputs.predict(model, inputs.to_dataset(encoded, plan, "pack", bucket_step, with_labels=False),
+                                callbacks)
+        outputs[start + np.concatenate(plan)] = scored
+    return outputs
 
 
 def _packed_lengths(tokenizer, text_a: list, text_b: Optional[list], chunk: int = 4096) -> np.ndarray:

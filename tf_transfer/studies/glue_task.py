@@ -346,7 +346,8 @@ class GlueTask(Task):
                 checkpoints.restore_weights(self.folder.path, self.trained)
         methods.get(self.settings.method).merge_for_export(self.backbone)
         export.export_classifier(self.backbone, self.loaded.tokenizer, self.model.get_layer("head"), self.task,
-                                 self.settings.max_seq_length, self.export_dir, self.settings.dropout)
+                                 self.settings.max_seq_length, self.export_dir, self.settings.dropout,
+                                 self.settings.padding)
         summary["exported"] = {"folder": os.path.abspath(self.export_dir), "epoch": best}
         logging.info("exported the epoch-%s model to %s", best, self.export_dir)
 

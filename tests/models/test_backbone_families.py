@@ -183,13 +183,27 @@ def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
     encoded = inputs.encode(rte_pairs, tokenizer, MAX_LEN)
     features = next(inputs.batches(encoded, [np.arange(len(encoded))], "bucket", 16, with_labels=False))
     head = heads.pooled_head(2, backbone=backbone)
-    expected = np.asarray(heads.build_classifier(backbone, 2, head=head)(features, training=False))
+    full = heads.build_classifier(backbone, 2, head=head)
+    expected = np.asarray(full(features, training=False))
+    # Packed (--cache_frozen --padding=pack): the prefix and the suffix on rows shared by examples of mixed lengths.
+    mixed = random_encoded(loaded[key].family, max_len=MAX_LEN)
+    everything = [np.arange(len(mixed))]
+    expected_mixed = np.asarray(full(next(inputs.batches(mixed, everything, "fixed", 16, with_labels=False)),
+                                     training=False))
+    packed = next(inputs.batches(mixed, everything, "pack", 16, with_labels=False))
+    assert len(packed["token_ids"]) < len(mixed)
+    starts = packed.pop("example_starts")
     # k = 1 as asked; k = L also starts the suffix at the embeddings (ELECTRA's after its projection).
     for trainable in (1, len(backbone.transformer_layers)):
         hidden = cached_prefix.prefix_model(backbone, trainable)(features, training=False)
         suffix = cached_prefix.suffix_classifier(backbone, trainable, head, hidden_dtype="float32")
         got = suffix({"hidden": np.asarray(hidden), "padding_mask": features["padding_mask"]}, training=False)
         np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-5)
+        rows = cached_prefix.prefix_model(backbone, trainable, packed=True)(packed, training=False)
+        suffix = cached_prefix.suffix_classifier(backbone, trainable, head, hidden_dtype="float32", packed=True)
+        got = suffix({"hidden": np.asarray(rows), "example_ids": packed["example_ids"], "example_starts": starts},
+                     training=False)
+        np.testing.assert_allclose(np.asarray(got), expected_mixed, rtol=0, atol=1e-5)
 
 
 def random_encoded(family, max_len: int, n: int = 12):
@@ -245,21 +259,22 @@ def test_packed_model_gives_the_padded_models_logits_and_gradients(key, loaded):
 
 # BERT's runs, cached and not, are tests/studies/test_glue.py's and tests/training/test_performance.py's. Each other
 # family trains one way: over the cache where its suffix differs most from BERT's (ELECTRA's projection, DeBERTa's
-# relative attention), on tokens for the other two; that every family's cached suffix gives its full model's logits
-# is `test_cached_suffix_gives_the_full_models_logits` above.
-RUN_WAYS = [("roberta", False), ("distil_bert", False), ("electra", True), ("deberta_v3", True)]
+# relative attention; DeBERTa's over a packed cache, --padding=pack), on tokens for the other two; that every family's
+# cached suffix, padded or packed, gives its full model's logits is `test_cached_suffix_gives_the_full_models_logits`.
+RUN_WAYS = [("roberta", False, "bucket"), ("distil_bert", False, "bucket"), ("electra", True, "bucket"),
+            ("deberta_v3", True, "pack")]
 
 
-@pytest.mark.parametrize("key, cache_frozen", RUN_WAYS)
-def test_glue_run_completes_with_or_without_the_cache(key, cache_frozen, presets, glue_dir, tmp_path):
+@pytest.mark.parametrize("key, cache_frozen, padding", RUN_WAYS)
+def test_glue_run_completes_with_or_without_the_cache(key, cache_frozen, padding, presets, glue_dir, tmp_path):
     from tf_transfer.data import cache
     from tf_transfer.studies import glue_task as runner
     from tf_transfer.studies.glue_settings import GlueSettings
 
-    assert {key for key, _ in RUN_WAYS} == set(FAMILY_KEYS[1:])
+    assert {key for key, _, _ in RUN_WAYS} == set(FAMILY_KEYS[1:])
     config = GlueSettings(task="rte", preset=presets[key], trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,
                           max_train_examples=8, max_seq_length=MAX_LEN, data_dir=glue_dir, cache_frozen=cache_frozen,
-                          eval_batch_size=16, validation_fraction=0, patience=0)
+                          eval_batch_size=16, validation_fraction=0, patience=0, padding=padding)
     folder = tmp_path / "run"
     summary = runner.run_glue(config, str(folder))
     with open(folder / "summary.json") as f:
@@ -268,7 +283,7 @@ def test_glue_run_completes_with_or_without_the_cache(key, cache_frozen, presets
     assert 0.0 <= summary["epochs"][0]["test"]["accuracy"] <= 1.0
     table = {row["part"]: row for row in summary["parameter_table"]}
     assert table["embeddings"]["trainable"] == 0 and table["block_0"]["trainable"] == 0
-    assert (summary["cache_time_s"] > 0) is cache_frozen
+    assert (summary["cache_time_s"] > 0) is cache_frozen and summary["config"]["padding"] == padding
     cache.clear_memory()
 
 
@@ -289,6 +304,10 @@ def test_roberta_run_exports_to_keras_hubs_own_classifier(loaded, rte_pairs, tmp
     # The tiny random model's logits differ by about 1e-5 between pairs: a tolerance that size would not see a
     # pair scored wrongly.
     np.testing.assert_allclose(outputs, np.asarray(model(features, training=False)), rtol=0, atol=1e-7)
+    # Its packed model (predict --padding=pack), through the classifier's own pooled_dense and logits: the same.
+    packed = next(inputs.batches(encoded, [np.arange(len(encoded))], "pack", 16, with_labels=False))
+    np.testing.assert_allclose(np.asarray(export.packed_classifier(classifier)(packed, training=False)), outputs,
+                               rtol=0, atol=1e-7)
     with pytest.raises(TransferError, match="no ELECTRA text classifier"):
         export.check_exportable(loaded["electra"].backbone)
 

@@ -186,6 +186,42 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     assert from_disk.build_s == pytest.approx(cached.build_s) and from_disk.build_cpu_s == cached.build_cpu_s > 0
 
 
+def test_packed_cache_keeps_the_real_tokens_and_trains_on_packed_rows(encoded_rte):
+    """`--cache_frozen --padding=pack`: the prefix run on packed rows stores what the padded prefix computes (every
+    real token, float16, to its rounding: 2**-10 relative), under a name of its own; the packed feed lays the cache
+    out in rows (some shared by several examples) and the packed suffix scores every example as the padded suffix
+    does from the same cache, to float32 rounding (1e-5), in the split's order. The models run eagerly (one call
+    per batch of a tiny model costs less than tracing it)."""
+    from tf_transfer.core.setting_groups import InputSettings
+    from tf_transfer.data import feeds
+
+    cache.clear_memory()
+    backbone, head = make_tiny_backbone(), heads.pooled_head(2)
+    # Buckets of 4 tokens: the tiny RTE pairs (10-16 tokens) then pack two or three to a row.
+    depth, settings = NUM_LAYERS - 1, InputSettings(batch_size=8, eval_batch_size=64, bucket_step=4)
+    padded_key, packed_key = (cache.Prefix("tiny", "rte", depth, packed=packed).key("train", encoded_rte)
+                              for packed in (False, True))
+    assert padded_key != packed_key and "-pack-" in packed_key
+    prefix = cached_prefix.prefix_model(backbone, 1, packed=True)
+    cached, seconds, reused = cache.build(prefix, encoded_rte, packed_key, settings, packed=True,
+                                          run=lambda features: prefix(features, training=False))
+    assert seconds > 0 and not reused and cached.build_cpu_s > 0
+    everything = [np.arange(len(encoded_rte))]
+    padded = next(inputs.batches(encoded_rte, everything, "fixed", 4, with_labels=False))
+    hidden = np.asarray(cached_prefix.prefix_model(backbone, 1)(padded, training=False))
+    real = np.concatenate([hidden[i, :n] for i, n in enumerate(encoded_rte.lengths)])
+    np.testing.assert_allclose(cached.hidden, real.astype(np.float16), rtol=2**-10, atol=1e-6)
+
+    packed_feed = feeds.CachedFeed({"train": cached}, settings, packed=True)
+    assert any(len(features["example_starts"]) > len(features["hidden"]) for features, _, _ in
+               cache.batches(cached, packed_feed.plan(1), 4, MAX_LEN, packed=True))
+    got = packed_feed.predict(cached_prefix.suffix_classifier(backbone, 1, head, packed=True), "train")
+    features = next(cache.batches(cached, everything, 4, MAX_LEN, with_labels=False))
+    expected = cached_prefix.suffix_classifier(backbone, 1, head)(features, training=False)
+    np.testing.assert_allclose(got, np.asarray(expected), rtol=0, atol=1e-5)
+    cache.clear_memory()
+
+
 def test_pipelines_prefetch_a_fixed_buffer_without_autotuning(encoded_rte):
     """Autotuning's model thread made every iterator teardown wait for its next wake-up (inputs.prefetched)."""
     plan = inputs.plan_eval_batches(encoded_rte.lengths, 16, "bucket")

@@ -14,8 +14,10 @@ Deviation from the transfer-learning paper: there, dropout stayed active inside 
 inference mode. `--cache_frozen` is therefore off by default and off in the paper's flagfiles.
 
 Caches are keyed by preset, task, split, sequence length, the exact token ids (so tokenizer and data are covered),
-frozen depth and precision; they are kept in memory for the process (a learning-rate or seed sweep pays once) and,
-with `cache_dir`, on disk as `.npy` files loaded by memory map (for tasks too large for memory).
+frozen depth, precision and, for `--padding=pack`, packing (the prefix then runs on packed rows,
+`packed.prefix_model`, and the feed lays each batch out in packed rows again for `packed.suffix_classifier`); they
+are kept in memory for the process (a learning-rate or seed sweep pays once) and, with `cache_dir`, on disk as
+`.npy` files loaded by memory map (for tasks too large for memory).
 
 The two models on either side of the cache, the frozen prefix and the trained suffix, are built in
 `tf_transfer.models.cached_prefix`; this module holds the cached arrays and their batches.
@@ -45,7 +47,7 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer.data import inputs
+from tf_transfer.data import inputs, packing
 from tf_transfer.core import machine
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.setting_groups import InputSettings
@@ -89,10 +91,13 @@ def frozen_depth(trainable_layers, num_layers: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class Prefix:
     """What a frozen prefix's outputs depend on, besides the examples: the weights (a preset or a checkpoint),
-    the data set, how many blocks deep it is, whether only [CLS] is kept, and the precision it runs in.
+    the data set, how many blocks deep it is, whether only [CLS] is kept, the precision it runs in, and whether it
+    ran on packed rows (`--padding=pack`: the same real tokens, computed in other shapes, so other float rounding).
 
     >>> Prefix("bert_tiny_en_uncased", "mrpc", depth=2).key("train", encoded)  # doctest: +SKIP
     'mrpc-train-d2-a412c8767ef58dc7'
+    >>> Prefix("bert_tiny_en_uncased", "mrpc", depth=2, packed=True).key("train", encoded)  # doctest: +SKIP
+    'mrpc-train-d2-pack-...'
     """
 
     weights: str
@@ -100,18 +105,21 @@ class Prefix:
     depth: int
     cls_only: bool = False
     precision: str = "float32"
+    packed: bool = False
 
     def key(self, split: str, encoded: inputs.Encoded) -> str:
         """The cache's name for `split` (in memory and as its folder in `cache_dir`): these settings and the exact
         token ids, so that tokenizer, sequence length and data are covered. Caches written by earlier versions
-        keep their names (tests/training/test_performance.py)."""
+        keep their names (tests/training/test_performance.py): a packed prefix's adds "pack" to what is hashed and
+        to the name, so a cache built from padded batches is never read as a packed one or the other way round."""
         digest = hashlib.sha256()
         for part in (self.weights, self.dataset, split, str(encoded.max_seq_length), str(self.depth),
-                     str(self.cls_only), self.precision):
+                     str(self.cls_only), self.precision) + (("pack",) if self.packed else ()):
             digest.update(part.encode() + b"\0")
         digest.update(np.ascontiguousarray(encoded.token_ids).tobytes())
         digest.update(np.ascontiguousarray(encoded.segment_ids).tobytes())
-        return f"{self.dataset}-{split}-d{self.depth}-{digest.hexdigest()[:16]}"
+        layout = "-pack" if self.packed else ""
+        return f"{self.dataset}-{split}-d{self.depth}{layout}-{digest.hexdigest()[:16]}"
 
 
 class _NoRetracingWarning(logging.Filter):
@@ -133,10 +141,12 @@ def _bucket_retraces_unreported():
 
 
 def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = InputSettings(), cls_only: bool = False,
-          cache_dir: Optional[str] = None, run=None):
+          cache_dir: Optional[str] = None, run=None, packed: bool = False):
     """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix` (through
     `run`, a function of a batch's features, where given: `traced_inference`, shared by several splits) over
-    batches of `batching.eval_batch_size` examples padded to `batching.bucket_step` buckets."""
+    batches of `batching.eval_batch_size` examples padded to `batching.bucket_step` buckets; `packed`: laid end to
+    end in rows (`tf_transfer.data.packing`) for a prefix on packed rows (`packed.prefix_model`), so that the build
+    computes (almost) only the real tokens it keeps."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     if cache_dir:
@@ -162,14 +172,8 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     # A traced function: calling the Keras model eagerly per batch is several times slower on CPU.
     run_prefix = run or tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
                                     autograph=False)
-    plan = inputs.plan_eval_batches(encoded.lengths, batching.eval_batch_size, "bucket")
     with _bucket_retraces_unreported():
-        for indices, features in zip(plan, inputs.batches(encoded, plan, "bucket", batching.bucket_step,
-                                                          with_labels=False)):
-            output = run_prefix(features).numpy()
-            for row, index in enumerate(indices):
-                n = lengths[index]
-                hidden[offsets[index]:offsets[index] + n] = output[row, :n]
+        _store_outputs(run_prefix, encoded, batching, packed, lengths, offsets, hidden)
     cached = CachedSplit(hidden, offsets, lengths, encoded.labels, encoded.regression)
     if cache_dir:
         hidden.flush()
@@ -187,6 +191,25 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
         cached = _load(folder, encoded) or cached
     _MEMORY[key] = cached
     return cached, cached.build_s, False
+
+
+def _store_outputs(run_prefix, encoded: inputs.Encoded, batching: InputSettings, packed: bool, lengths: np.ndarray,
+                   offsets: np.ndarray, hidden: np.ndarray) -> None:
+    """Runs the prefix over `encoded` in scoring batches (padded to buckets, or packed) and writes each example's
+    first `lengths[i]` outputs to `hidden[offsets[i]:]`."""
+    padding = "pack" if packed else "bucket"
+    plan = inputs.plan_eval_batches(encoded.lengths, batching.eval_batch_size, padding)
+    for indices, features in zip(plan, inputs.batches(encoded, plan, padding, batching.bucket_step,
+                                                      with_labels=False)):
+        # Where each example's first token is: row i's start when padded, its place in the rows when packed.
+        starts = features.pop("example_starts") if packed else None
+        output = run_prefix(features).numpy()
+        if packed:
+            output = output.reshape(-1, hidden.shape[1])
+        for row, index in enumerate(indices):
+            n = lengths[index]
+            hidden[offsets[index]:offsets[index] + n] = (output[starts[row]:starts[row] + n] if packed
+                                                         else output[row, :n])
 
 
 def traced_inference(model):
@@ -255,20 +278,17 @@ def forget(key: str) -> None:
 
 
 def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True,
-            fill_to: Optional[int] = None):
+            fill_to: Optional[int] = None, packed: bool = False):
     """Yields `({"hidden", "padding_mask"}, labels, sample_weights)` (or the features) per planned batch, padded to
-    the batch's bucket length; `fill_to` fills partial batches with zero-weight repeats (`inputs.fill_batch`)."""
+    the batch's bucket length; `fill_to` fills partial batches with zero-weight repeats (`inputs.fill_batch`).
+    `packed`: the batch's examples laid end to end in rows of at most `max_length` (`packing.place`), features
+    `{"hidden", "example_ids", "example_starts"}` for `packed.suffix_classifier`."""
     for indices in plan:
-        length = inputs.padded_length(cached.lengths[indices], "bucket", max_length, bucket_step)
         weights = None
         if with_labels:
             indices, weights = inputs.fill_batch(indices, fill_to)
-        hidden = np.zeros((len(indices), length, cached.hidden_dim), np.float16)
-        for row, index in enumerate(indices):
-            start, stop = cached.offsets[index], cached.offsets[index + 1]
-            hidden[row, :stop - start] = cached.hidden[start:stop]
-        mask = (np.arange(length)[None, :] < cached.lengths[indices, None]).astype(np.int32)
-        features = {"hidden": hidden, "padding_mask": mask}
+        features = (_packed_features(cached, indices, bucket_step, max_length) if packed
+                    else _padded_features(cached, indices, bucket_step, max_length))
         if not with_labels:
             yield features
             continue
@@ -276,14 +296,42 @@ def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, 
         yield features, (labels.astype(np.float32)[:, None] if cached.regression else labels.astype(np.int32)), weights
 
 
+def _padded_features(cached: CachedSplit, indices: np.ndarray, bucket_step: int, max_length: int) -> dict:
+    length = inputs.padded_length(cached.lengths[indices], "bucket", max_length, bucket_step)
+    hidden = np.zeros((len(indices), length, cached.hidden_dim), np.float16)
+    for row, index in enumerate(indices):
+        start, stop = cached.offsets[index], cached.offsets[index + 1]
+        hidden[row, :stop - start] = cached.hidden[start:stop]
+    mask = (np.arange(length)[None, :] < cached.lengths[indices, None]).astype(np.int32)
+    return {"hidden": hidden, "padding_mask": mask}
+
+
+def _packed_features(cached: CachedSplit, indices: np.ndarray, bucket_step: int, max_length: int) -> dict:
+    rows, width, row_of, offset_of = packing.place(cached.lengths[indices], max_length, bucket_step)
+    hidden = np.zeros((rows, width, cached.hidden_dim), np.float16)
+    example_ids = np.full((rows, width), -1, np.int32)
+    for example, index in enumerate(indices):
+        start, stop = cached.offsets[index], cached.offsets[index + 1]
+        span = slice(offset_of[example], offset_of[example] + stop - start)
+        hidden[row_of[example], span] = cached.hidden[start:stop]
+        example_ids[row_of[example], span] = example
+    return {"hidden": hidden, "example_ids": example_ids,
+            "example_starts": (row_of * width + offset_of).astype(np.int32)}
+
+
 def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True,
-               fill_to: Optional[int] = None):
+               fill_to: Optional[int] = None, packed: bool = False):
     import tensorflow as tf
 
-    features = {"hidden": tf.TensorSpec([None, None, cached.hidden_dim], tf.float16),
-                "padding_mask": tf.TensorSpec([None, None], tf.int32)}
+    features = {"hidden": tf.TensorSpec([None, None, cached.hidden_dim], tf.float16)}
+    if packed:
+        features.update(example_ids=tf.TensorSpec([None, None], tf.int32),
+                        example_starts=tf.TensorSpec([None], tf.int32))
+    else:
+        features["padding_mask"] = tf.TensorSpec([None, None], tf.int32)
     label = tf.TensorSpec([None, 1], tf.float32) if cached.regression else tf.TensorSpec([None], tf.int32)
     signature = (features, label, tf.TensorSpec([None], tf.float32)) if with_labels else features
     dataset = tf.data.Dataset.from_generator(
-        lambda: batches(cached, plan, bucket_step, max_length, with_labels, fill_to), output_signature=signature)
+        lambda: batches(cached, plan, bucket_step, max_length, with_labels, fill_to, packed),
+        output_signature=signature)
     return inputs.prefetched(dataset, len(plan))

@@ -156,15 +156,17 @@ class TokenFeed(Feed):
 
 
 class CachedFeed(Feed):
-    """Batches of cached frozen-prefix outputs (float16) and padding masks for the suffix model (always
-    bucketed: the cache holds only real tokens)."""
+    """Batches of cached frozen-prefix outputs (float16) for the suffix model: bucketed with padding masks, or
+    (`packed`: `--padding=pack`) laid end to end in rows for the packed suffix (`packed.suffix_classifier`). The
+    cache holds only real tokens either way, so it is laid out per batch as training asks."""
 
-    def __init__(self, splits: dict, settings: InputSettings, jit=False):
-        super().__init__(splits, dataclasses.replace(settings, padding="bucket"), settings.max_seq_length, jit)
+    def __init__(self, splits: dict, settings: InputSettings, jit=False, packed: bool = False):
+        super().__init__(splits, dataclasses.replace(settings, padding="pack" if packed else "bucket"),
+                         settings.max_seq_length, jit)
 
     def _to_dataset(self, split, plan, bucket_step, with_labels, fill_to):
         return cache.to_dataset(split, plan, bucket_step, self.max_seq_length, with_labels=with_labels,
-                                fill_to=fill_to)
+                                fill_to=fill_to, packed=self.padding == "pack")
 
 
 class ArrayFeed:

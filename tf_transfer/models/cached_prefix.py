@@ -16,11 +16,16 @@ from tf_transfer.data.cache import frozen_depth
 from tf_transfer.models import families
 
 
-def prefix_model(backbone, trainable_layers):
-    """A Keras model from the backbone's inputs to the output of the last frozen block (or the embeddings)."""
+def prefix_model(backbone, trainable_layers, packed: bool = False):
+    """A Keras model from the backbone's inputs to the output of the last frozen block (or the embeddings);
+    `packed`: the same on packed rows (`tf_transfer.models.packed.prefix_model`)."""
     import keras
 
     depth = frozen_depth(trainable_layers, backbone.num_layers)
+    if packed:
+        from tf_transfer.models import packed as packed_model
+
+        return packed_model.prefix_model(backbone, depth)
     if depth == 0:
         output = families.embeddings_output(backbone)
     else:
@@ -28,13 +33,18 @@ def prefix_model(backbone, trainable_layers):
     return keras.Model(backbone.input, output, name="frozen_prefix")
 
 
-def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "float16"):
+def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "float16", packed: bool = False):
     """The last k blocks, the pooler (where the family has one) and `head` as a model on cached prefix outputs
     (weights shared with `backbone`, so training it trains the backbone's own blocks). `hidden_dtype` is the
-    cache's (float16); float32 takes the prefix's output unrounded."""
+    cache's (float16); float32 takes the prefix's output unrounded. `packed`: on packed rows of the cached outputs
+    (`tf_transfer.models.packed.suffix_classifier`)."""
     import keras
 
     depth = frozen_depth(trainable_layers, backbone.num_layers)
+    if packed:
+        from tf_transfer.models import packed as packed_model
+
+        return packed_model.suffix_classifier(backbone, depth, head, hidden_dtype)
     hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden")
     mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
     x = keras.ops.cast(hidden_input, backbone.transformer_layers[0].compute_dtype)
@@ -59,13 +69,14 @@ def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16")
 
 
 def cache_splits(backbone, trainable_layers, encoded: dict, weights: str, dataset: str, batching,
-                 precision: str = "float32", cache_dir=None) -> dict:
+                 precision: str = "float32", cache_dir=None, packed: bool = False) -> dict:
     """`{split: (CachedSplit, seconds spent, reused?)}`: the frozen prefix's outputs of every encoded split
     (`cache.build`, keyed by `cache.Prefix(weights, dataset, depth, ...)`), the prefix run once for them all. The
-    commands' `--cache_frozen` and the Python API's `CachedClassifier` build their caches here."""
-    prefix = prefix_model(backbone, trainable_layers)
+    commands' `--cache_frozen` and the Python API's `CachedClassifier` build their caches here. `packed`: the
+    prefix runs on packed rows (`--padding=pack`), a cache of its own."""
+    prefix = prefix_model(backbone, trainable_layers, packed)
     depth = frozen_depth(trainable_layers, backbone.num_layers)
     cls_only = depth == backbone.num_layers
-    identity = cache.Prefix(weights, dataset, depth, cls_only, precision)
-    return {name: cache.build(prefix, split, identity.key(name, split), batching, cls_only, cache_dir)
+    identity = cache.Prefix(weights, dataset, depth, cls_only, precision, packed)
+    return {name: cache.build(prefix, split, identity.key(name, split), batching, cls_only, cache_dir, packed=packed)
             for name, split in encoded.items()}

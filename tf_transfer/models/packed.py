@@ -80,15 +80,59 @@ def first_tokens(hidden, example_starts):
     return ops.take(ops.reshape(hidden, (-1, ops.shape(hidden)[-1])), example_starts, axis=0)
 
 
+def _classify(backbone, hidden, example_starts, head):
+    """`head`'s outputs on the family's sentence vector of each example (its pooled [CLS], or its first token's
+    vector), read from packed rows."""
+    first = first_tokens(hidden, example_starts)
+    vector = backbone.get_layer("pooled_dense")(first) if families.of(backbone).pooler else first
+    return head(vector)
+
+
 def build_classifier(backbone, head) -> keras.Model:
     """A functional model from packed inputs (`packed_inputs`) to `head`'s outputs, one row per example: the
     backbone's embeddings and blocks on packed rows, then the family's sentence vector of each example (its pooled
     [CLS], or its first token's vector) and `head`."""
     check_packable(backbone)
-    family = families.of(backbone)
-    inputs = packed_inputs(family)
+    inputs = packed_inputs(families.of(backbone))
     hidden = families.run_blocks(backbone, backbone.transformer_layers, embed(backbone, inputs),
                                  attention_mask=attention_mask(inputs["example_ids"]))
-    first = first_tokens(hidden, inputs["example_starts"])
-    vector = backbone.get_layer("pooled_dense")(first) if family.pooler else first
-    return keras.Model(inputs, head(vector), name="packed_classifier")
+    return keras.Model(inputs, _classify(backbone, hidden, inputs["example_starts"], head), name="packed_classifier")
+
+
+def prefix_model(backbone, depth: int) -> keras.Model:
+    """The frozen prefix on packed rows (`--cache_frozen --padding=pack`): from packed inputs (`packed_inputs`
+    without `example_starts`) to the output of block `depth - 1` (the embeddings' for 0), `[rows, width, hidden]`,
+    each example's tokens where the packing put them. What the padded prefix (`cached_prefix.prefix_model`)
+    computes for the real tokens, on (almost) only real tokens.
+
+    >>> prefix = packed.prefix_model(backbone, depth=4)  # doctest: +SKIP
+    >>> hidden = prefix({k: v for k, v in packing_features.items() if k != "example_starts"})  # doctest: +SKIP
+    """
+    check_packable(backbone)
+    inputs = packed_inputs(families.of(backbone))
+    inputs.pop("example_starts")
+    hidden = embed(backbone, inputs)
+    if depth:
+        hidden = families.run_blocks(backbone, backbone.transformer_layers[:depth], hidden,
+                                     attention_mask=attention_mask(inputs["example_ids"]))
+    return keras.Model(inputs, hidden, name="packed_frozen_prefix")
+
+
+def suffix_classifier(backbone, depth: int, head, hidden_dtype: str = "float16") -> keras.Model:
+    """The blocks from `depth` on, the pooler (where the family has one) and `head` on packed rows of cached prefix
+    outputs (`tf_transfer.data.cache`'s packed batches): inputs `hidden` `[rows, width, hidden]` in `hidden_dtype`,
+    `example_ids` and `example_starts` as the packed inputs'; one output row per example. Weights shared with
+    `backbone`, as `cached_prefix.suffix_classifier`'s.
+
+    >>> model = packed.suffix_classifier(backbone, depth=4, head=head)  # doctest: +SKIP
+    >>> logits = model({"hidden": rows, "example_ids": ids, "example_starts": starts})  # doctest: +SKIP
+    """
+    check_packable(backbone)
+    inputs = {"hidden": keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden"),
+              "example_ids": keras.Input(shape=(None,), dtype="int32", name="example_ids"),
+              "example_starts": keras.Input(shape=(), dtype="int32", name="example_starts")}
+    hidden = ops.cast(inputs["hidden"], backbone.transformer_layers[0].compute_dtype)
+    hidden = families.run_blocks(backbone, backbone.transformer_layers[depth:], hidden,
+                                 attention_mask=attention_mask(inputs["example_ids"]))
+    return keras.Model(inputs, _classify(backbone, hidden, inputs["example_starts"], head),
+                       name="packed_cached_classifier")

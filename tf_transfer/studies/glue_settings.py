@@ -195,8 +195,6 @@ class GlueSettings(RunSettings):
             *methods.registry.method_rules(self),
             (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
              "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
-            (not (self.padding == "pack" and self.cache_frozen),
-             "--padding=pack does not feed the frozen-prefix cache yet: use --padding=bucket with --cache_frozen"),
             # XLA compiles one program per input shape, and a packed batch's row count varies with its lengths.
             (not (self.padding == "pack" and str(self.jit_compile).lower() == "true"),
              "--padding=pack gives batches of varying row counts, one XLA program each: use --jit_compile=auto or "

@@ -184,7 +184,8 @@ class GlueTask(Task):
         methods.apply(backbone, settings.method, model.trainable_layers, **methods.registry.options_of(settings))
         if settings.cache_frozen:
             feed = self._cached_feed() if with_feed else None
-            return cached_prefix.suffix_classifier(backbone, model.trainable_layers, head), feed
+            return cached_prefix.suffix_classifier(backbone, model.trainable_layers, head,
+                                                   packed=settings.padding == "pack"), feed
         feed = feeds.TokenFeed(self.encoded, settings.inputs, settings.runtime.jit) if with_feed else None
         if settings.padding == "pack":
             return packed.build_classifier(backbone, head), feed
@@ -199,7 +200,7 @@ class GlueTask(Task):
         settings = self.settings
         built = cached_prefix.cache_splits(self.backbone, settings.trainable_layers, self.encoded,
                                            settings.model.weights, settings.dataset, settings.inputs,
-                                           settings.precision, settings.cache_dir)
+                                           settings.precision, settings.cache_dir, packed=settings.padding == "pack")
         cached, self.cache_cost, self.cache_mb = {}, {"build_s": 0.0, "build_cpu_s": 0.0}, 0.0
         for name, (cached[name], spent, reused) in built.items():
             self.cache_time_s += spent
@@ -212,7 +213,7 @@ class GlueTask(Task):
                     self.cache_cost[field] + value)
             logging.info("frozen-prefix cache of %s: %s (%.1f MB)", name,
                          "reused" if reused else f"built in {spent:.1f} s", cached[name].nbytes / 1e6)
-        return feeds.CachedFeed(cached, settings.inputs, settings.runtime.jit)
+        return feeds.CachedFeed(cached, settings.inputs, settings.runtime.jit, packed=settings.padding == "pack")
 
     def _compile(self) -> None:
         import keras

@@ -70,6 +70,8 @@ for batch in 32 1; do
       for xla in off on; do
         name="bs${batch}_${part}_${precision}"; jit="--jit_compile=false"
         if [ "$xla" = on ]; then name="${name}_xla"; jit="--jit_compile=true"; fi
+        # Padded batches in every row (the benchmark packs by default, but not under XLA): XLA on and off compare.
+        jit="$jit --padding=bucket"
         add "$name" "--task=mrpc --batch_size=$batch $layers $prec $jit $timing --steps_per_execution=1"
         if [ "$batch" = 1 ]; then
           add "${name}_spe32" "--task=mrpc --batch_size=1 $layers $prec $jit $timing --steps_per_execution=32"
@@ -79,7 +81,7 @@ for batch in 32 1; do
   done
 done
 # Several replicas: one share of each batch of 32 per GPU (docs/distributed.md); XLA off (see there).
-add bs32_all_fp32_mirrored "--task=mrpc --batch_size=32 --trainable_layers=all --precision=float32 --jit_compile=false --steps=16 --warmup_steps=2 --steps_per_execution=1 --distribution=mirrored"
+add bs32_all_fp32_mirrored "--task=mrpc --batch_size=32 --trainable_layers=all --precision=float32 --jit_compile=false --padding=bucket --steps=16 --warmup_steps=2 --steps_per_execution=1 --distribution=mirrored"
 
 if [ "$list" = 1 ]; then
   for name in "${names[@]}"; do printf '%s\t%s\n' "$name" "${ROWS[$name]}"; done

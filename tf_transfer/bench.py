@@ -4,7 +4,8 @@
         --max_train_examples=512 --batch_size=32 --trainable_layers=all
     python -m tf_transfer.bench ... --trainable_layers=2 --cache_frozen --compare_naive
 
-Only training steps are timed, after --warmup_steps (which include compilation).
+Only training steps are timed, after --warmup_steps (which include compilation). Batches are packed unless
+--padding says otherwise (or --jit_compile=true asks for XLA: then bucketed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from tf_transfer.core import cli
 from tf_transfer import glue  # noqa: F401  (defines the trainer's flags, which the benchmark shares)
 
 FLAGS = flags.FLAGS
-COMMAND_FLAGS = glue.COMMAND_FLAGS  # the trainer's flags, with its defaults
+# The trainer's flags, with its defaults but for packed batches (the same model on fewer tokens; padded batches:
+# --padding=bucket, and with --jit_compile=true, whose one program per row count packing does not suit).
+COMMAND_FLAGS = {**glue.COMMAND_FLAGS,
+                 "padding": ("pack", glue.COMMAND_FLAGS["padding"][1] + " The benchmark's default: pack (bucket "
+                                                                         "with --jit_compile=true).")}
 
 flags.DEFINE_integer("steps", 16, "Training steps to time.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")
@@ -43,6 +48,8 @@ def main(argv):
 
     if FLAGS.steps < 1 or FLAGS.warmup_steps < 0 or FLAGS.repeats < 1:
         raise TransferError("--steps and --repeats must be >= 1 and --warmup_steps >= 0")
+    if str(FLAGS.jit_compile).lower() == "true" and not FLAGS["padding"].present:
+        FLAGS.padding = "bucket"
     config = glue.settings_from_flags()
     logging.set_verbosity(logging.WARNING)
     from tf_transfer.studies import glue_benchmark as benchmark

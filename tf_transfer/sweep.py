@@ -88,9 +88,11 @@ def main(argv):
 
     log = (lambda line: print(line.replace("[sweep]", f"[sweep w{worker.split()[0]}]"), flush=True)) if worker \
         else (lambda line: print(line, flush=True))
-    study, where = sweep.open_study(sweep_dir, base, make_candidates, workers * budget_s, FLAGS.storage,
-                                    settings.metric_name in metrics.LOWER_IS_BETTER, name=name, identity=identity,
-                                    heartbeat_s=FLAGS.sweep_heartbeat,
+    # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
+    # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
+    study, where = sweep.open_study(sweep_dir, {"padding": "pack", **base}, make_candidates, workers * budget_s,
+                                    FLAGS.storage, settings.metric_name in metrics.LOWER_IS_BETTER, name=name,
+                                    identity=identity, heartbeat_s=FLAGS.sweep_heartbeat,
                                     command=" ".join(["python -m tf_transfer.sweep", *sys.argv[1:]]),
                                     log=log, workers=workers)
     if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'

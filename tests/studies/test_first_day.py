@@ -60,11 +60,16 @@ def test_a_misspelt_hugging_face_name_is_suggested():
 def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
     settings, line = _first_run(f"--train_file={tweets}", "--text_column_names=text", "--label_column_name=target")
     assert (settings.preset, settings.batch_size, settings.max_epochs, settings.patience, settings.trainable_layers,
-            settings.cache_frozen) == ("all_minilm_l6_v2_en", 32, 5, 2, 2, True)
+            settings.padding, settings.cache_frozen) == ("all_minilm_l6_v2_en", 32, 5, 2, 2, "pack", True)
     assert line == ("first run on tweets: chose --preset=all_minilm_l6_v2_en, --batch_size=32, --max_epochs=5, "
-                    "--trainable_layers=2, --cache_frozen=true (early stopping after 2 epochs without improvement) "
-                    "(--trainable_layers=all fine-tunes everything); give any of these flags (or a --flagfile) to "
-                    "change them")
+                    "--trainable_layers=2, --padding=pack, --cache_frozen=true (early stopping after 2 epochs without "
+                    "improvement) (--trainable_layers=all fine-tunes everything) (--padding=pack lays each batch's "
+                    "examples end to end: the same model on fewer tokens, trained as another seed would train it); "
+                    "give any of these flags (or a --flagfile) to change them")
+    # Padding given, or XLA asked for (one program per packed row count): no packing chosen.
+    for flag, padding in (("--padding=bucket", "bucket"), ("--jit_compile=true", "bucket")):
+        settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target", flag)
+        assert settings.padding == padding and "--padding" not in line
     # What a flag gives is kept, and the line names only what it chose; nothing frozen, nothing cached.
     settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
                                 "--trainable_layers=all", "--per_device_train_batch_size=8")
@@ -82,6 +87,7 @@ def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
     settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
                                 f"--flagfile={flagfile}")
     assert line is None and settings.preset == GlueSettings.preset and not settings.cache_frozen
+    assert settings.padding == "bucket"
     # GLUE tasks keep their defaults.
     assert _first_run("--task=rte") == (GlueSettings(task="rte"), None)
 

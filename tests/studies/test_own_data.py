@@ -66,7 +66,8 @@ def test_a_sentence_pair_file_with_its_own_validation_file_and_positive_label(re
 
 
 def test_a_glue_file_read_as_a_users_file_gives_the_glue_tasks_numbers(glue_dir, one_block_preset, tmp_path):
-    glue = _train(one_block_preset, tmp_path / "glue", "--task=sst2", f"--data_dir={glue_dir}")
+    # Packed as a user's file's first run is.
+    glue = _train(one_block_preset, tmp_path / "glue", "--task=sst2", f"--data_dir={glue_dir}", "--padding=pack")
     own = _train(one_block_preset, tmp_path / "own", f"--train_file={glue_dir}/SST-2/train.tsv",
                  f"--test_file={glue_dir}/SST-2/dev.tsv", "--text_columns=sentence", "--label_column=label")
     assert [e["loss"] for e in own["epochs"]] == [e["loss"] for e in glue["epochs"]]
@@ -94,6 +95,8 @@ def test_the_exported_classifier_predicts_the_files_labels(reviews, one_block_pr
     rows = list(csv.reader(open(out), delimiter="\t"))
     assert rows[0] == ["row", "label", "prob_bad", "prob_good", "prob_ok"]
     assert len(rows) == 49 and {r[1] for r in rows[1:]} <= {"bad", "good", "ok"}
+    # The run packed (a first run's default), so predict packed too.
+    assert json.loads((tmp_path / "model" / "tf_transfer_task.json").read_text())["padding"] == "pack"
 
 
 @pytest.mark.parametrize("flags, fragment", [

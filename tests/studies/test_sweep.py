@@ -220,6 +220,8 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     assert (sweep_dir / "pareto.png").stat().st_size > 1000
     summary = json.loads((sweep_dir / "lora_r2_kall_lr0.01" / "seed0" / "summary.json").read_text())
     assert summary["method"] == "lora" and summary["lora"]["rank"] == 2
+    # A sweep begun before its runs packed by default keeps the settings it stored (and so its runs' names).
+    assert summary["config"]["padding"] == "bucket"
     # Rerun: nothing is left to run; the report and recommendation are the same.
     again = run_module("tf_transfer.experiments", *common, "--budget=10m")
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == done.stdout.strip().splitlines()[-1]
@@ -423,6 +425,23 @@ def test_a_sweep_name_given_to_other_settings_is_refused_naming_what_differs(tmp
     again, _ = sweep.open_study(str(tmp_path), {"lr": 1.0, "max_epochs": 3}, lambda: {"b": {}}, 90.0, name="mine")
     assert again.user_attrs["candidates"] == {"a": {}} and again.user_attrs["budget_s"] == 90.0  # joined, not requeued
     assert len(again.trials) == len(first.trials) == 1
+
+
+def test_a_new_sweeps_runs_pack_and_its_name_is_the_one_it_had(tmp_path, glue_dir, monkeypatch):
+    """The settings a new sweep stores for its runs pack their batches; what names the sweep (its identity) is what
+    it was before packing was the default, so a sweep begun before is joined with the settings it stored."""
+    opened = {}
+
+    def open_study(sweep_dir, base, *args, identity=None, **kwargs):
+        opened.update(base=base, identity=identity)
+        raise TransferError("opened")
+
+    monkeypatch.setattr(sweep, "open_study", open_study)
+    done = run_module("tf_transfer.sweep", "--task=rte", f"--data_dir={glue_dir}", f"--runs_dir={tmp_path}",
+                      "--budget=1m")
+    assert done.returncode == 2 and "error: opened" in done.stderr, done.stderr[-2000:]
+    assert opened["base"]["padding"] == "pack" and "padding" not in opened["identity"]["base"]
+    assert {k: v for k, v in opened["base"].items() if k != "padding"} == opened["identity"]["base"]
 
 
 def test_the_sweep_takes_hugging_faces_flag_names():

@@ -166,6 +166,7 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     summary = json.loads((sweep_dir / "bitfit_kall_lr0.01" / "seed0" / "summary.json").read_text())
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2] and summary["completed"]
     assert [r["after_epoch"] for r in summary["resumes"]] == [1]  # epoch 1 not trained twice
+    assert summary["config"]["padding"] == "pack"  # a new sweep's runs pack their batches
 
 
 def test_a_trial_whose_sweep_process_stops_heartbeating_is_retried_by_another(postgres_url, tmp_path):

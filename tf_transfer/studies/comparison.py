@@ -30,7 +30,7 @@ from tf_transfer.studies.glue_settings import FIRST_RUN, GlueSettings
 FULL = {"method": methods.DEFAULT, "trainable_layers": freezing.ALL}
 FULL_LABEL = "full fine-tuning"
 # What every run takes where neither its setting nor `compare`'s keyword arguments say: the commands' first run on
-# a user's data (a small encoder that loads offline, batch 32, up to 5 epochs stopped early).
+# a user's data (a small encoder that loads offline, batch 32, up to 5 epochs stopped early, packed batches).
 DEFAULTS = {name: value for name, value in FIRST_RUN.items() if name != "trainable_layers"}
 GRID = grid_lib.Grid(name="compare", paper="none: the settings a user compares on their own data", flagfile="",
                      axes={}, variants={}, report=None,

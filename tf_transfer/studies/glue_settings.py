@@ -45,8 +45,9 @@ class GlueSettings(RunSettings):
     train_file: Optional[str] = setting(None, "Your own data instead of --task: a .csv (standard quoting), .tsv "
                                               "(quoting off, as GLUE) or .jsonl training file with a header (JSON "
                                               "Lines: keys) naming --text_columns and --label_column. "
-                                              "--preset, --batch_size, --max_epochs, --trainable_layers and "
-                                              "--cache_frozen not given get a first run's values (docs/glue.md).")
+                                              "--preset, --batch_size, --max_epochs, --trainable_layers, "
+                                              "--padding and --cache_frozen not given get a first run's values "
+                                              "(docs/glue.md).")
     validation_file: Optional[str] = setting(None, "Validation file for early stopping, in --train_file's format; "
                                                    "without it a seeded --validation_fraction of train is held out.")
     test_file: Optional[str] = setting(None, "Test file, in --train_file's format, scored after every epoch.")
@@ -265,19 +266,25 @@ class GlueSettings(RunSettings):
 
 
 # A first run on a user's own data (--train_file or --task=tfds:...) when neither a flag nor a flagfile gives these
-# settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, and the last
-# 2 blocks trained over a cache of the frozen rest (issue 42's tweets: 0.833 accuracy against full fine-tuning's
-# 0.829, at about 30% of its time per epoch), so the run takes minutes on a CPU. The papers' settings stay in their
-# flagfiles, and GLUE tasks keep the defaults above (but for a method's own `run_defaults`, e.g. adaptive freezing's).
-FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2}
+# settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, the last 2
+# blocks trained over a cache of the frozen rest (issue 42's tweets: 0.833 accuracy against full fine-tuning's 0.829,
+# at about 30% of its time per epoch), and packed batches (the same model on fewer tokens: short texts padded to
+# their batch's longest leave much of a step computing padding), so the run takes minutes on a CPU. The papers'
+# settings stay in their flagfiles, and GLUE tasks keep the defaults above (but for a method's own `run_defaults`,
+# e.g. adaptive freezing's).
+FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2,
+             "padding": "pack"}
+PACKING_WHY = ("--padding=pack lays each batch's examples end to end: the same model on fewer tokens, trained as "
+               "another seed would train it")
 
 
 def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
     """`(settings, line)`: `settings` with the method's `run_defaults` and, on a user's data set, `FIRST_RUN` for
     each of those settings not in `given` (the flags set on the command line), the frozen prefix cached when
     something is frozen and the method is freezing (the cached run trains the same last k blocks on the frozen
-    blocks' outputs), and the line saying what was chosen, why, and how to change it; `(settings, None)` when
-    nothing was chosen (a GLUE task with a method that has no defaults of its own keeps the defaults above)."""
+    blocks' outputs), packed batches unless `--jit_compile=true` asks for XLA, and the line saying what was chosen,
+    why, and how to change it; `(settings, None)` when nothing was chosen (a GLUE task with a method that has no
+    defaults of its own keeps the defaults above)."""
     method_defaults, why = methods.get(settings.method).run_defaults
     from_method = {name: value for name, value in method_defaults.items() if name not in given}
     chosen = {}
@@ -289,6 +296,8 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
                   != freezing.ALL)
         if "cache_frozen" not in given and frozen and settings.method == methods.DEFAULT:
             chosen["cache_frozen"] = True
+        if str(settings.jit_compile).lower() == "true":  # XLA would compile a program per packed row count
+            chosen.pop("padding", None)
     chosen.update(from_method)  # the method's own, where they differ from a first run's
     if not chosen:
         return settings, None
@@ -297,10 +306,11 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
     stopping = (f" (early stopping after {settings.patience} epochs without improvement)"
                 if "max_epochs" in chosen and settings.patience else "")
     full = " (--trainable_layers=all fine-tunes everything)" if "trainable_layers" in chosen else ""
+    packing = f" ({PACKING_WHY})" if "padding" in chosen else ""
     because = f" (--method={settings.method}: {why})" if from_method else ""
     start = "first run" if settings.data_spec is not None else "run"
-    return settings, (f"{start} on {settings.dataset}: chose {', '.join(shown)}{stopping}{full}{because}; give any "
-                      "of these flags (or a --flagfile) to change them")
+    return settings, (f"{start} on {settings.dataset}: chose {', '.join(shown)}{stopping}{full}{packing}{because}; "
+                      "give any of these flags (or a --flagfile) to change them")
 
 
 def _flag_text(name: str, value) -> str:

@@ -119,7 +119,8 @@ def test_early_stopping_in_a_real_run(glue_dir, one_block_preset, tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--padding=pack", "--jit_compile=true"], "--padding=pack gives batches of varying row counts"),
+    (["--padding=pack", "--jit_compile=true"], "XLA compiles a program for each shape: use --padding=bucket with "
+                                                "--jit_compile=true"),
     (["--padding=packed"], "--padding"),
 ], ids=["xla", "misspelt"])
 def test_impossible_packing_is_one_error_line(glue_dir, tiny_preset, tmp_path, flags, message):

@@ -196,10 +196,13 @@ class GlueSettings(RunSettings):
             *methods.registry.method_rules(self),
             (not (self.cache_frozen and self.trainable_layers == freezing.ALL),
              "--cache_frozen needs frozen embeddings: use --trainable_layers=0..L, not 'all'"),
-            # XLA compiles one program per input shape, and a packed batch's row count varies with its lengths.
+            # XLA compiles one program per input shape, and a packed batch's row count and width vary with its
+            # examples' lengths (up to --batch_size rows, times the widths: dozens of programs, each compiled in
+            # seconds to minutes), where a bucketed batch has one shape per bucket.
             (not (self.padding == "pack" and str(self.jit_compile).lower() == "true"),
-             "--padding=pack gives batches of varying row counts, one XLA program each: use --jit_compile=auto or "
-             "false"),
+             "--padding=pack gives batches of varying row counts and widths, and XLA compiles a program for each "
+             "shape: use --padding=bucket with --jit_compile=true, or --jit_compile=auto (off on a CPU) or false "
+             "with packing"),
             *methods.registry.other_methods_rules(self),
         ]
 

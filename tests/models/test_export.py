@@ -93,15 +93,7 @@ def test_predict_entry_point_scores_a_tsv(exported, glue_dir, tmp_path):
     assert {r[1] for r in rows[1:]} <= {"entailment", "not_entailment"}
     bad = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/CoLA/train.tsv")
     assert bad.returncode == 2 and "no column(s)" in bad.stderr
-    packed_out = tmp_path / "packed.tsv"
-    done = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/RTE/dev.tsv",
-                      f"--output={packed_out}", "--padding=pack")
-    assert done.returncode == 0, done.stderr[-3000:]
-    with open(packed_out) as f:
-        packed_rows = list(csv.reader(f, delimiter="\t"))
-    assert [r[:2] for r in packed_rows] == [r[:2] for r in rows]  # rows, ids and labels as the bucketed scoring's
-    np.testing.assert_allclose(np.asarray([r[2:] for r in packed_rows[1:]], float),
-                               np.asarray([r[2:] for r in rows[1:]], float), rtol=0, atol=1e-5)
+    # Packed scoring from the command: tests/studies/test_own_data.py (a run that packed, so predict packs).
     bad = run_module("tf_transfer.predict", f"--model={root / 'model'}", f"--input={glue_dir}/RTE/dev.tsv",
                      "--padding=fixed")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: --padding=fixed")

@@ -266,7 +266,7 @@ def _run_in_process(module: str, args: tuple, env: dict):
     """What `python -m module args` does, in this process: the command's shared-flag defaults, absl's parsing,
     `main`, one `error:` line and exit status 2 for bad input, a traceback and status 1 for anything else. Global
     state a command leaves (flag values, the Keras session and dtype policy, in-memory caches, the working folder,
-    the environment) is put back afterwards."""
+    the environment, the CPUs it may run on) is put back afterwards."""
     import contextlib
     import importlib
     import io
@@ -283,7 +283,7 @@ def _run_in_process(module: str, args: tuple, env: dict):
 
     command = importlib.import_module(module)
     stdout, stderr = io.StringIO(), io.StringIO()
-    saved_env = dict(os.environ)
+    saved_env, saved_cores = dict(os.environ), os.sched_getaffinity(0)  # a sweep's first worker pins itself
     os.environ.pop("GLUE_DIR", None)
     os.environ.update(env)
     cwd = os.getcwd()
@@ -310,6 +310,7 @@ def _run_in_process(module: str, args: tuple, env: dict):
         for handler, stream in zip(handlers, streams):
             handler.stream = stream
         os.chdir(cwd)
+        os.sched_setaffinity(0, saved_cores)
         os.environ.clear()
         os.environ.update(saved_env)
         flags.FLAGS.unparse_flags()

@@ -19,18 +19,18 @@ def _marker(folder: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(folder)), "kill_after_epoch")
 
 
-def train_trial(where, trial_id, settings, folder, keep_s):
+def train_trial(where, trial_id, settings, folder, keep_s, deadline=None):
     from tf_transfer.core import isolated
     from tf_transfer.studies import sweep_trial
 
     marker = _marker(folder)
     chosen = open(marker).read().strip() if os.path.exists(marker) else None
     if chosen == os.path.basename(os.path.dirname(folder)):
-        return isolated.call(killed_after_its_first_epoch, where, trial_id, settings, folder, keep_s)
-    return sweep_trial.train_trial(where, trial_id, settings, folder, keep_s)
+        return isolated.call(killed_after_its_first_epoch, where, trial_id, settings, folder, keep_s, deadline)
+    return sweep_trial.train_trial(where, trial_id, settings, folder, keep_s, deadline)
 
 
-def killed_after_its_first_epoch(where, trial_id, settings, folder, keep_s):
+def killed_after_its_first_epoch(where, trial_id, settings, folder, keep_s, deadline=None):
     """In the child: the sweep's trial function, killed once its first epoch is saved."""
     from tf_transfer.studies import sweep_trial
     from tf_transfer.training.run_folder import RunFolder
@@ -43,4 +43,4 @@ def killed_after_its_first_epoch(where, trial_id, settings, folder, keep_s):
         os.kill(os.getpid(), signal.SIGKILL)
 
     RunFolder.save_epoch = save_then_killed
-    return sweep_trial.train_trial(where, trial_id, settings, folder, keep_s)
+    return sweep_trial.train_trial(where, trial_id, settings, folder, keep_s, deadline)

@@ -155,7 +155,7 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     done = run_module("tf_transfer.sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review",
                       "--label_column=stars", f"--presets={one_block_preset}", "--methods=bitfit", "--lrs=1e-2",
                       "--max_epochs=2", "--max_seq_length=16", "--sweep_seeds=1", "--budget=10m", "--noisolate_runs",
-                      f"--storage={postgres_url}", "--sweep_name=child", f"--runs_dir={tmp_path / 'runs'}")
+                      "--workers=1", f"--storage={postgres_url}", "--sweep_name=child", f"--runs_dir={tmp_path / 'runs'}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (sweep_dir / "kill_after_epoch").exists() and "its training process died" in done.stdout
     study = sweep.load((postgres_url, "child"))

@@ -253,9 +253,9 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             if running:
                 time.sleep(2)
                 continue
-            left = min(remaining, deadline - time.time()) if late else remaining
-            log(f"[sweep] {max(left, 0) / 60:.1f} min of the budget left: too little for the next trial "
-                f"({cost / 60:.1f} min estimated)")
+            left = (f"{max(deadline - time.time(), 0) / 60:.1f} min to this worker's deadline" if late else
+                    f"{remaining / 60:.1f} min of training time left")
+            log(f"[sweep] {left}: too little for the next trial ({cost / 60:.1f} min estimated)")
             return "budget"
         taken = sweep_storage.take(study, sorted(found))
         if taken is None:
@@ -283,8 +283,8 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     is_reference = bool(trial.user_attrs.get("reference"))
     folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
     remaining = study.user_attrs["budget_s"] - sweep_storage.committed_s(study, but=trial.number)
-    log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of the "
-        f"budget left -> {folder}")
+    log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of "
+        f"training time left -> {folder}")
     start = time.time()
     try:
         with sweep_storage.heartbeat(study, trial):
@@ -330,7 +330,7 @@ def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log
         return 0.0
     reserve = _seed_round_cost(study, top, seeds)
     if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
-        log(f"[sweep] {remaining / 60:.1f} min of the budget left: kept for the seed round "
+        log(f"[sweep] {remaining / 60:.1f} min of training time left: kept for the seed round "
             f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
         sweep_storage.defer_waiting(study, until="seed_round")
         return None

@@ -77,8 +77,8 @@ def main(argv):
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(FLAGS.storage, None)
     cores = sorted(os.sched_getaffinity(0))
+    worker = os.environ.get(WORKER)  # "<number> <deadline>" in a worker this command started: --workers is the count
     workers = 1 if name == sweep_storage.LEGACY_NAME else FLAGS.workers or len(cores)
-    worker = os.environ.get(WORKER)  # "<number> <deadline>" in a worker this command started
 
     def make_candidates():
         from tf_transfer.models import backbones
@@ -103,7 +103,7 @@ def main(argv):
         deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
         _say_what_it_needs(study, base, workers, deadline - time.time())
         print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
-    spawned = [] if worker else [_start_worker(number, name, cores, deadline) for number in range(1, workers)]
+    spawned = [] if worker else [_start_worker(number, workers, name, cores, deadline) for number in range(1, workers)]
     logging.set_verbosity(logging.INFO)
 
     def train(*args, **kwargs):
@@ -187,9 +187,10 @@ def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:
     print(sweep_plan.first_line(p, left_s), flush=True)
 
 
-def _start_worker(number: int, name: str, cores: list, deadline: float):
-    """Another process of this sweep (this command's flags, the sweep's name), pinned to its own core; it stops
-    at `deadline` and leaves the report to this one. It dies with this process."""
+def _start_worker(number: int, workers: int, name: str, cores: list, deadline: float):
+    """Another process of this sweep (this command's flags, the sweep's name, the count of its `workers`, which
+    its own core alone would not give), pinned to its own core; it stops at `deadline` and leaves the report to
+    this one. It dies with this process."""
     given = [FLAGS[flag].serialize() for flag in FLAGS if FLAGS[flag].present and flag not in ("workers", "sweep_name")]
     env = {**os.environ, WORKER: f"{number} {deadline!r}"}
 
@@ -198,7 +199,7 @@ def _start_worker(number: int, name: str, cores: list, deadline: float):
         os.sched_setaffinity(0, {cores[number % len(cores)]})
 
     return subprocess.Popen([sys.executable, "-m", "tf_transfer.sweep", *dict.fromkeys(given),
-                             f"--workers={FLAGS.workers}", f"--sweep_name={name}"], env=env, preexec_fn=pin)
+                             f"--workers={workers}", f"--sweep_name={name}"], env=env, preexec_fn=pin)
 
 
 def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:

@@ -14,6 +14,7 @@ larger `--budget` spends the difference. `python -m tf_transfer.sweep ...` is th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -184,7 +185,9 @@ def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:
     found = study.user_attrs["candidates"]
     p = sweep_plan.plan(found, sweep.reference(found), speed, workers, int(base.get("max_epochs", 9)),
                         int(base.get("patience") or 0), FLAGS.sweep_top, FLAGS.sweep_seeds, budget_s=left_s)
-    print(sweep_plan.first_line(p, left_s), flush=True)
+    line = sweep_plan.first_line(p, left_s)
+    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
+    print(line, flush=True)
 
 
 def _start_worker(number: int, workers: int, name: str, cores: list, deadline: float):

@@ -228,10 +228,23 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
              f"above 0), and the cheapest whose difference to the best has its interval's low bound above "
              f"-{100 * sweep.MARGIN:g} point is recommended; cost is CPU seconds to the stopping rule, the "
              "frozen-prefix cache's build included (docs/methods.md).",
-             "", tables.markdown_table(header, cells), "", "![score against time per epoch](pareto.png)", ""]
+             *_planned(study, spent), "", tables.markdown_table(header, cells), "",
+             "![score against time per epoch](pareto.png)", ""]
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return rows, line
+
+
+def _planned(study, spent_s: float) -> list:
+    """What the sweep said before it trained (`sweep_plan`), beside what it then spent: the plan's check."""
+    planned = study.user_attrs.get("plan")
+    if not planned:
+        return []
+    speed = planned["speed"]
+    return ["", f"Before training it said: {planned['line'].removeprefix('[sweep] ')} (measured: "
+                f"{1 / speed['example_s']:.1f} examples/s of full fine-tuning on one worker, {speed['startup_s']:.0f} s "
+                f"of start-up; planned {planned['training_s'] / 60:.1f} min of training for an answer over all "
+                f"candidates). It spent {spent_s / 60:.1f} min of training."]
 
 
 def _over_workers(study) -> str:

@@ -5,11 +5,11 @@ pinned as a worker's is) give this machine's seconds per example and a run's sta
 follows from its work per step (`sweep.relative_cost`: block passes), the examples it trains on and scores after
 every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks over every split, once). The
 sweep's own schedule is then played out (`plan`) on its workers: the reference alone until it learns (the other
-workers wait for the first rung), every candidate at seed 0 cheapest first, successive halving's survivors further,
+workers wait for the first rung), every candidate at seed 0 cheapest first, successive halving's promoted further,
 then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate
 and it would not both fit. What is not known before training is assumed and said: the reference learns in its first
-epoch, a run that is not pruned stops early at epoch `ASSUMED_BEST_EPOCH` + patience, successive halving keeps
-candidates of every cost alike (every third, by cost), and the seed round's candidates are those survivors.
+epoch, a run that is not pruned stops early at epoch `ASSUMED_BEST_EPOCH` + patience, and the scores at a rung come
+in random order, so that a candidate goes on by its place in the queue alone (`promoted`).
 
 Example:
 
@@ -20,7 +20,7 @@ Example:
 ...          "freeze_kall_lr0.0001": {"trainable_layers": "all", "lr": 1e-4}}
 >>> p = sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, workers=2, max_epochs=9, patience=2)
 >>> round(p.needed_s / 60), p.candidates
-(22, 2)
+(17, 2)
 >>> sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, 2, 9, 2, budget_s=900).reached
 1
 """
@@ -105,39 +105,54 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
 def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
          seeds: int = 3, budget_s: Optional[float] = None) -> Plan:
     """The sweep over `found` (`sweep.candidates`, cheapest first) played out on `workers` (module docstring);
-    with `budget_s`, within it (wall time on these workers)."""
+    with `budget_s`, within it (wall time on these workers). Each run's duration is its expected one: where
+    successive halving would stop it, by `promoted` at each rung; the seed round's runs, the mean run to the stopping
+    rule of the candidates weighted by how likely each gets there."""
     stop = min(max_epochs, ASSUMED_BEST_EPOCH + patience)
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
     costs = {name: run_cost(settings, speed) for name, settings in found.items()}
-    by_cost = sorted(found, key=lambda name: costs[name][1])
-    second_rung = set(by_cost[1::3])  # every third by cost: the best third are as costly as the rest
-    survivors = [name for name in by_cost[1::9]] or by_cost[:1]
-    epochs = {name: (stop if name in survivors else min(3 * rung, stop) if name in second_rung else rung)
-              for name in found}
+    names = list(found)
+    first = promoted(len(names))  # at the first rung, by place in the queue
+    second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
+    goes_on = {name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
+               for i, name in enumerate(names)}
+    middle = min(3 * rung, stop)
+    first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
+                  for name, (p1, p2) in goes_on.items()}
     fixed, epoch = costs[reference]
     reference_s = fixed + rung * epoch
-    first = {name: costs[name][0] + epochs[name] * costs[name][1] for name in found}
 
     def seed_round(among: list) -> list:
-        # The best `top` of the runs that were not pruned (assumed: the survivors), each at the further seeds.
-        chosen = [name for name in survivors if name in among][:top] or among[-top:]
-        return [costs[name][0] + stop * costs[name][1] for name in chosen for _ in range(1, seeds)]
+        # The best `top` of the runs that ran to their stopping rule: one of them, on average, by how likely each is.
+        weights = [goes_on[name][1] for name in among]
+        mean = sum(w * (costs[n][0] + stop * costs[n][1]) for w, n in zip(weights, among)) / (sum(weights) or 1)
+        return [mean] * (min(top, len(among)) * (seeds - 1))
 
-    after_first = _schedule(list(first.values()), [reference_s] * workers)
-    needed = max(_schedule(seed_round(list(found)), [max(after_first)] * workers))
-    training = reference_s * workers + sum(first.values()) + sum(seed_round(list(found)))
+    after_first = _schedule(list(first_runs.values()), [reference_s] * workers)
+    needed = max(_schedule(seed_round(names), [max(after_first)] * workers))
+    training = reference_s * workers + sum(first_runs.values()) + sum(seed_round(names))
     if budget_s is None:
         return Plan(needed, training, len(found), workers)
     # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
     reached, free, spent = 0, [reference_s] * workers, reference_s
-    names = list(found)
     for i, name in enumerate(names):
-        trial = _schedule([first[name]], free)
+        trial = _schedule([first_runs[name]], free)
         ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
         if ends > budget_s:
             break
         free, reached, spent = trial, i + 1, ends
     return Plan(needed, training, len(found), workers, reached, reached > 0, spent)
+
+
+def promoted(trials: int, reduction_factor: int = 3) -> list:
+    """The chance that the i-th of `trials` to reach a rung goes on, by Optuna's successive-halving rule with scores
+    in random order: the best `i // reduction_factor` of the `i` that have reached it so far, or the best alone
+    while that is 0 (the first always goes on). The cheap candidates, queued first, go on more often.
+
+    >>> [round(p, 2) for p in promoted(6)]
+    [1.0, 0.5, 0.33, 0.25, 0.2, 0.33]
+    """
+    return [max(i // reduction_factor, 1) / i for i in range(1, trials + 1)]
 
 
 def _schedule(jobs: list, free: list) -> list:

@@ -63,6 +63,7 @@ OUTSIDE_ENVIRONMENT = (
     "TF_CONFIG",  # --distribution=multi_worker's cluster
     "TF_TRANSFER_WORKER_TIMEOUT",  # how long multi-worker training waits for its peers
     "TF_TRANSFER_QUIET",  # the quiet start's marker
+    "TF_TRANSFER_SWEEP_WORKER",  # a worker the sweep started: its number and deadline
     "SWEEP_FAKE_EPOCH_S",  # tests/sweep_fakes.py's epoch
 )
 

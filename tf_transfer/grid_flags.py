@@ -35,7 +35,7 @@ flags.DEFINE_list("lrs", None, "Learning rates of every setting, instead of the 
 OVERRIDABLE = ("task", "train_file", "validation_file", "test_file", "text_columns", "label_column", "regression",
                "positive_label", "train_split", "validation_split", "test_split", "metric", "max_train_examples",
                "max_epochs", "batch_size", "patience", "max_seq_length", "precision", "cache_frozen",
-               "allow_many_labels", "encoding")
+               "allow_many_labels", "encoding", "padding")
 COMMAND_FLAGS = flags_lib.common(
     runs_dir=("runs", "Root folder of the runs."),
     data_dir=(None, "Data folder for every run: GLUE's (default $GLUE_DIR), or the CS224N files (multitask; "

@@ -60,6 +60,8 @@ COMMAND_FLAGS = {
     "lrs": (None, "Learning rates every method tries, instead of each method's own (e.g. 1e-4,1e-3)."),
     "isolate_runs": (True, "Train each trial in a fresh process (its memory is returned when it ends, and a trial "
                            "whose process dies is retried)."),
+    "padding": ("pack", "How a new sweep's runs lay out their batches: pack (end to end, the same model on fewer "
+                        "tokens), bucket or fixed (padded; docs/glue.md#padding)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
@@ -212,7 +214,9 @@ def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:
     from tf_transfer.data import user_data
 
     hashes = user_data.file_hashes(settings.data_spec)
-    return {"base": base, "methods": sorted(FLAGS.methods), "lrs": lrs, **options,
+    # Packing is a new sweep's own default (`main`): --padding=pack given or not names the same sweep.
+    named = {k: v for k, v in base.items() if (k, v) != ("padding", "pack")}
+    return {"base": named, "methods": sorted(FLAGS.methods), "lrs": lrs, **options,
             **({"data_sha256": hashes} if hashes else {})}
 
 

@@ -385,7 +385,7 @@ def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path
 def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     from tf_transfer.studies import sweep_plan
 
-    speed = sweep_plan.Speed(example_s=0.05, startup_s=30.0, num_layers=6, train_examples=5400, scored_examples=600)
+    speed = sweep_plan.Speed(example_s=0.05, block_s=0.0025, startup_s=30.0, num_layers=6, train_examples=5400, scored_examples=600)
     found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6)
     reference = sweep.reference(found)
     whole = sweep_plan.plan(found, reference, speed, workers=2, max_epochs=9, patience=2)
@@ -428,9 +428,8 @@ def test_a_sweep_name_given_to_other_settings_is_refused_naming_what_differs(tmp
     assert len(again.trials) == len(first.trials) == 1
 
 
-def test_a_new_sweeps_runs_pack_and_its_name_is_the_one_it_had(tmp_path, glue_dir, monkeypatch):
-    """The settings a new sweep stores for its runs pack their batches; what names the sweep (its identity) is what
-    it was before packing was the default, so a sweep begun before is joined with the settings it stored."""
+def _opened_sweep(monkeypatch, tmp_path, glue_dir, *flags) -> dict:
+    """The settings and identity the sweep command opens its study with, for `flags`."""
     opened = {}
 
     def open_study(sweep_dir, base, *args, identity=None, **kwargs):
@@ -439,10 +438,23 @@ def test_a_new_sweeps_runs_pack_and_its_name_is_the_one_it_had(tmp_path, glue_di
 
     monkeypatch.setattr(sweep, "open_study", open_study)
     done = run_module("tf_transfer.sweep", "--task=rte", f"--data_dir={glue_dir}", f"--runs_dir={tmp_path}",
-                      "--budget=1m")
+                      "--budget=1m", *flags)
     assert done.returncode == 2 and "error: opened" in done.stderr, done.stderr[-2000:]
+    return opened
+
+
+def test_a_new_sweeps_runs_pack_and_its_name_is_the_one_it_had(tmp_path, glue_dir, monkeypatch):
+    """The settings a new sweep stores for its runs pack their batches; what names the sweep (its identity) is what
+    it was before packing was the default, so a sweep begun before is joined with the settings it stored."""
+    opened = _opened_sweep(monkeypatch, tmp_path, glue_dir)
     assert opened["base"]["padding"] == "pack" and "padding" not in opened["identity"]["base"]
     assert {k: v for k, v in opened["base"].items() if k != "padding"} == opened["identity"]["base"]
+    assert _opened_sweep(monkeypatch, tmp_path, glue_dir, "--padding=pack") == opened  # the default, given
+
+
+def test_padding_given_to_the_sweep_is_its_runs_and_names_another_sweep(tmp_path, glue_dir, monkeypatch):
+    opened = _opened_sweep(monkeypatch, tmp_path, glue_dir, "--padding=bucket")
+    assert opened["base"]["padding"] == opened["identity"]["base"]["padding"] == "bucket"
 
 
 def test_the_sweep_takes_hugging_faces_flag_names():

@@ -1,9 +1,12 @@
 """What a sweep needs, said before it trains: the time an answer takes on this machine, and what a budget buys.
 
-Before the first trial, a few training steps of full fine-tuning on the user's own data (`measure`, in a process
-pinned as a worker's is) give this machine's seconds per example and a run's start-up. Every candidate's cost
-follows from its work per step (`sweep.relative_cost`: block passes), the examples it trains on and scores after
-every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks over every split, once). The
+Before the first trial, a few training steps on the user's own data (`measure`, in a process pinned as a worker's
+is) give this machine's seconds per example of full fine-tuning and a run's start-up; a few steps that train the last
+block alone give the seconds of one block's forward pass (the step's forward through every block and backward
+through one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients
+and update included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over
+the examples it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the
+frozen blocks over every split, once). The
 sweep's own schedule is then played out (`plan`) on its workers: the reference alone until it learns (the other
 workers wait for the first rung), every candidate at seed 0 cheapest first, successive halving's promoted further,
 then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate
@@ -14,7 +17,7 @@ in random order, so that a candidate goes on by its place in the queue alone (`p
 Example:
 
 >>> from tf_transfer.studies import sweep_plan
->>> speed = sweep_plan.Speed(example_s=0.02, startup_s=20.0, num_layers=6, train_examples=5400,
+>>> speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
 ...                          scored_examples=600)
 >>> found = {"freeze_k2_lr0.001": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-3},
 ...          "freeze_kall_lr0.0001": {"trainable_layers": "all", "lr": 1e-4}}
@@ -38,16 +41,17 @@ from tf_transfer.studies import sweep
 
 ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) beats the constant prediction at once
 ASSUMED_BEST_EPOCH = 3  # a run that is not pruned: its best epoch, then `patience` more before it stops
-FORWARD_SHARE = 1 / 3  # scoring an example: a forward pass, a third of full fine-tuning's step (backward is twice)
 
 
 @dataclasses.dataclass(frozen=True)
 class Speed:
     """This machine's measured speed on the sweep's data, one worker's: seconds per training example of full
-    fine-tuning (`example_s`), a run's start-up before its first step (`startup_s`: its process, TensorFlow, the
-    data, the model, compilation), the encoder's depth, and the examples a run trains on and scores each epoch."""
+    fine-tuning (`example_s`) and of one encoder block's forward pass (`block_s`), a run's start-up before its first
+    step (`startup_s`: its process, TensorFlow, the data, the model, compilation), the encoder's depth, and the
+    examples a run trains on and scores each epoch."""
 
     example_s: float
+    block_s: float
     startup_s: float
     num_layers: int
     train_examples: int
@@ -72,33 +76,42 @@ class Plan:
 
 def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
     """Times `steps` training steps of full fine-tuning at `settings` (the sweep's base: its data, preset, padding
-    and batch) after `warmup_steps`, in this process: its start-up is this call's time before the timed steps."""
+    and batch) after `warmup_steps`, then as many training the last block alone, in this process: its start-up is
+    this call's time before the first timed steps."""
     from tf_transfer.studies import glue_benchmark
     from tf_transfer.studies.glue_settings import GlueSettings
 
     start = time.perf_counter()
-    full = {**settings, "trainable_layers": freezing.ALL, "cache_frozen": False, "seed": 0}
-    measured = glue_benchmark.measure(GlueSettings.from_dict(full), steps=steps, warmup_steps=warmup_steps)
-    sizes = measured["split_examples"]
-    timed_s = measured["step_time_s"] * measured["timed_steps"]
-    return Speed(example_s=1.0 / measured["train_examples_per_s"],
-                 startup_s=time.perf_counter() - start - timed_s,
-                 num_layers=measured["num_layers"], train_examples=sizes["train"],
+
+    def timed(trainable_layers) -> dict:
+        one = {**settings, "trainable_layers": trainable_layers, "cache_frozen": False, "seed": 0}
+        return glue_benchmark.measure(GlueSettings.from_dict(one), steps=steps, warmup_steps=warmup_steps)
+
+    full = timed(freezing.ALL)
+    startup_s = time.perf_counter() - start - full["step_time_s"] * full["timed_steps"]
+    # Measured rather than assumed: full fine-tuning's step is more than its block passes (the embeddings' gradients
+    # and the update of their 12 million weights), and a forward pass less than a third of it.
+    last = timed(1)
+    layers, sizes = full["num_layers"], full["split_examples"]
+    return Speed(example_s=1.0 / full["train_examples_per_s"],
+                 block_s=1.0 / last["train_examples_per_s"] / sweep.relative_cost({"trainable_layers": 1}, layers),
+                 startup_s=startup_s, num_layers=layers, train_examples=sizes["train"],
                  scored_examples=sum(n for name, n in sizes.items() if name != "train"))
 
 
 def run_cost(settings: dict, speed: Speed) -> tuple:
     """`(fixed_s, epoch_s)` of a candidate's run: start-up and cache build, then each epoch (training and scoring)."""
     layers = speed.num_layers
-    full = sweep.relative_cost({"trainable_layers": freezing.ALL}, layers)
     k = settings["trainable_layers"]
     trained = layers if k == freezing.ALL else int(k)
     cached = bool(settings.get("cache_frozen"))
+    passes = sweep.relative_cost(settings, layers)
+    # Full fine-tuning (every block's weights' gradients, with no cache) is the step that was timed.
+    full = passes == sweep.relative_cost({"trainable_layers": freezing.ALL}, layers) and not cached
+    trained_s = speed.example_s if full else speed.block_s * passes
     scored_blocks = trained if cached else layers
-    epoch = speed.example_s * (speed.train_examples * sweep.relative_cost(settings, layers) / full
-                               + speed.scored_examples * FORWARD_SHARE * scored_blocks / layers)
-    build = (speed.example_s * FORWARD_SHARE * (speed.train_examples + speed.scored_examples)
-             * (layers - trained) / layers if cached else 0.0)
+    epoch = speed.train_examples * trained_s + speed.scored_examples * speed.block_s * scored_blocks
+    build = speed.block_s * (speed.train_examples + speed.scored_examples) * (layers - trained) if cached else 0.0
     return speed.startup_s + build, epoch
 
 

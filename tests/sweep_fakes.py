@@ -94,7 +94,7 @@ def main(url: str, name: str, runs_dir: str, budget_s: float) -> None:
     study.set_user_attr("constant", {str(seed): CONSTANT for seed in range(3)})
 
     ended = sweep.run_sweep(study, where, sweep_dir, train, top=1, seeds=2, log=lambda line: print(line, flush=True))
-    _, line = sweep_report.write_report(study, sweep_dir, sweep_dir)
+    _, line, _ = sweep_report.write_report(study, sweep_dir, sweep_dir)
     print(f"ended: {ended}", flush=True)
     print(line, flush=True)
 

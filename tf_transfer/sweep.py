@@ -80,7 +80,7 @@ def main(argv):
     if FLAGS.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(FLAGS.storage, None)
     cores = sorted(os.sched_getaffinity(0))
-    worker = os.environ.get(WORKER)  # "<number> <deadline>" in a worker this command started: --workers is the count
+    worker, deadline = _worker_of_environment()  # (None, None) in the process the user started
     workers = 1 if name == sweep_storage.LEGACY_NAME else FLAGS.workers or len(cores)
 
     def make_candidates():
@@ -89,7 +89,7 @@ def main(argv):
         depth = backbones.load_preset(settings.preset).backbone.num_layers
         return sweep.candidates(FLAGS.methods, depth, lrs, options)
 
-    log = (lambda line: print(line.replace("[sweep]", f"[sweep w{worker.split()[0]}]"), flush=True)) if worker \
+    log = (lambda line: print(line.replace("[sweep]", f"[sweep w{worker}]"), flush=True)) if worker \
         else (lambda line: print(line, flush=True))
     # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
     # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
@@ -99,10 +99,8 @@ def main(argv):
                                     command=" ".join(["python -m tf_transfer.sweep", *sys.argv[1:]]),
                                     log=log, workers=workers)
     if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
-        os.sched_setaffinity(0, {cores[int(worker.split()[0]) % len(cores) if worker else 0]})
-    if worker:
-        deadline = float(worker.split()[1])
-    else:
+        os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
+    if not worker:
         deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
         _say_what_it_needs(study, base, workers, deadline - time.time())
         print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
@@ -127,13 +125,12 @@ def _finish(study, sweep_dir: str, ended: str, workers: int, started: float) -> 
     from tf_transfer.studies import sweep
 
     out = FLAGS.out or sweep_dir
-    _, line = sweep_report.write_report(study, sweep_dir, out)
+    _, line, use = sweep_report.write_report(study, sweep_dir, out)
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
           f"{(time.time() - started) / 60:.1f} min (--budget={FLAGS.budget}); report in {out}/README.md")
-    if line.startswith("Recommended: "):
-        chosen = study.user_attrs["candidates"][line[len("Recommended: "):].split(":", 1)[0]]
-        print(f"to train it for use: {sweep_report.train_command(study.user_attrs['base'], chosen)}")
+    if use:
+        print(f"to train it for use: {use}")
     print(line)
 
 
@@ -177,7 +174,7 @@ def _settings_of_flags() -> tuple:
 
 def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:
     """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
-    decides (`sweep_plan`), from a few steps of full fine-tuning on the data, timed on one worker's core. A sweep
+    decides (`sweep_plan`), from a few training steps on the data, timed on one worker's core. A sweep
     that goes on (a trial has measured the machine) skips the measurement."""
     from tf_transfer.studies import sweep, sweep_plan
 
@@ -190,6 +187,15 @@ def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:
     line = sweep_plan.first_line(p, left_s)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)
+
+
+def _worker_of_environment() -> tuple:
+    """`(number, deadline)` of a worker this command started (`_start_worker`), else `(None, None)`."""
+    given = os.environ.get(WORKER)
+    if not given:
+        return None, None
+    number, deadline = given.split()
+    return int(number), float(deadline)
 
 
 def _start_worker(number: int, workers: int, name: str, cores: list, deadline: float):

@@ -9,7 +9,7 @@ where there is one). Times are this machine's: compare them within one sweep.
 Example:
 
 >>> from tf_transfer.reporting import sweep_report
->>> rows, line = sweep_report.write_report(study, "runs/sweep/mrpc", "runs/sweep/mrpc")  # doctest: +SKIP
+>>> rows, line, use = sweep_report.write_report(study, "runs/sweep/mrpc", "runs/sweep/mrpc")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -184,7 +184,8 @@ def _candidate(config: dict) -> str:
 
 
 def write_report(study, sweep_dir: str, out: str) -> tuple:
-    """Writes README.md, candidates.csv and pareto.png to `out`; returns `(rows, recommendation line)`."""
+    """Writes README.md, candidates.csv and pareto.png to `out`; returns `(rows, recommendation line, the glue
+    command that trains the recommended candidate or None)`."""
     base, found = study.user_attrs["base"], study.user_attrs["candidates"]
     runs = _runs(study, sweep_dir)
     metric = next((s["metric"] for rs in runs.values() for _, _, s in rs if s), "accuracy")
@@ -232,7 +233,7 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
              "![score against time per epoch](pareto.png)", ""]
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    return rows, line
+    return rows, line, use
 
 
 def _planned(study, spent_s: float) -> list:

@@ -149,6 +149,10 @@ class CachedClassifier(keras.Model):
         from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)` or a
         dataset of them."""
         x, y = _read_texts(x, y)
+        if self.optimizer is not None and not self.optimizer.built:
+            # Keras would build it while tracing the first step, and tf.function traces a step that created
+            # variables a second time.
+            self.optimizer.build(self.trainable_variables)
         if not _texts(x):
             return super().fit(x, y, epochs=epochs, validation_data=validation_data, **kwargs)
         feed = self.cached(x, y)

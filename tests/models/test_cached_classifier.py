@@ -73,6 +73,34 @@ def test_a_classifier_the_cache_cannot_split_is_refused(tiny_preset):
         tf_transfer.CachedClassifier(backbone, trainable_layers="all")
     with pytest.raises(TransferError, match="--trainable_layers=5 exceeds the backbone's 3 encoder blocks"):
         tf_transfer.CachedClassifier(backbone, trainable_layers=5)
+    with pytest.raises(TransferError, match="--padding must be one of bucket, pack, got 'fixed'"):
+        tf_transfer.CachedClassifier(backbone, trainable_layers=1, padding="fixed")
+
+
+def test_packed_rows_give_the_bucketed_logits_and_loss(two_block_preset):
+    """`padding="pack"` (the commands' `--cache_frozen --padding=pack`): the prefix and the suffix on rows of
+    several texts each, a cache of their own, the same classifier's outputs as bucketed batches'."""
+    import keras
+    import keras_hub
+
+    from conftest import SENTENCES
+
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor.from_preset(two_block_preset, sequence_length=16)
+    classifier = keras_hub.models.BertTextClassifier.from_preset(two_block_preset, num_classes=2,
+                                                                 preprocessor=preprocessor)
+    texts, labels = SENTENCES, np.arange(len(SENTENCES)) % 2
+    outputs, losses, inputs = {}, {}, {}
+    for padding in ("bucket", "pack"):
+        cached = tf_transfer.CachedClassifier(classifier, trainable_layers=1, batch_size=4, padding=padding)
+        cached.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        outputs[padding], losses[padding] = cached.predict(texts, verbose=0), cached.evaluate(texts, labels, verbose=0)
+        inputs[padding] = {tensor.name for tensor in cached.inputs}
+    assert "example_ids" in inputs["pack"] and "padding_mask" in inputs["bucket"]
+    assert outputs["pack"].shape == (len(texts), 2)
+    feed = cached.cached(texts, labels)  # packed: rows of 16 tokens hold several of these short texts
+    assert all(feed.computed_shape(batch)[0] < len(batch) for batch in feed.plan(1))
+    np.testing.assert_allclose(outputs["pack"], outputs["bucket"], rtol=1e-5, atol=1e-7)
+    assert losses["pack"] == pytest.approx(losses["bucket"], rel=1e-5)
 
 
 @pytest.mark.xdist_group(GROUP)

@@ -78,6 +78,10 @@ def test_autofreeze_in_fit_gives_the_commands_freezes_losses_and_scores(one_devi
     steps = feed.steps_per_epoch
     classifier.compile(optimizer=optimizers.build_optimizer(settings.optimizer, steps * settings.max_epochs),
                        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # Built before `fit`, as the command's warm-up builds it: Keras would create its variables while tracing the
+    # step, and tf.function traces a step that created variables twice (this test: 5.7 -> 3.7 CPU s). The
+    # FreezeOut test above and docs/python.md's AutoFreeze train with an optimizer `fit` builds.
+    classifier.optimizer.build(classifier.trainable_variables)
     autofreeze = tf_transfer.AutoFreeze(interval_steps=settings.freeze_interval_steps,
                                         percentile=settings.freeze_percentile)
     block_0, at_freeze = backbone.transformer_layers[0], []

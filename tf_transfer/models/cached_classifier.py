@@ -1,7 +1,7 @@
 """The frozen-prefix cache from Python: a Keras model of a user's classifier above its frozen blocks, whose `fit`,
 `evaluate` and `predict` take texts; the frozen embeddings and blocks run once per set of texts (the commands'
-`--cache_frozen`, with the same cache, batches and suffix model: `cached_prefix.cache_splits`, `feeds.CachedFeed`,
-`cached_prefix.suffix_classifier`).
+`--cache_frozen`, bucketed or packed as `--padding` says, with the same cache, batches and suffix model:
+`cached_prefix.cache_splits`, `feeds.CachedFeed`, `cached_prefix.suffix_classifier`).
 
 Example:
 
@@ -18,10 +18,11 @@ from typing import Optional
 import keras
 import numpy as np
 
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.setting_groups import InputSettings
 from tf_transfer.data import cache, examples, feeds, inputs
-from tf_transfer.models import cached_prefix, families, freezing, user_model
+from tf_transfer.models import cached_prefix, families, freezing, packed, user_model
 
 
 # A keras-hub text classifier's own layers after its backbone, in the order it applies them to the vector the
@@ -30,6 +31,9 @@ from tf_transfer.models import cached_prefix, families, freezing, user_model
 POOLER_HEAD = ("output_dropout", "output_dense")  # BERT (and a classifier over ELECTRA's pooler)
 FIRST_TOKEN_HEAD = ("pooled_dense", "output_dropout", "output_dense")  # DistilBERT: dense+relu before the logits
 DROPOUT_FIRST_HEAD = ("pooled_dropout",) + FIRST_TOKEN_HEAD  # RoBERTa, DeBERTa-v3: dropout before that dense
+
+# The cache holds real tokens only: its batches are padded to their length bucket or packed, never to a fixed length.
+PADDINGS = ("bucket", "pack")
 
 
 def _head_of(classifier):
@@ -82,7 +86,7 @@ class CachedClassifier(keras.Model):
     the prefix's cached outputs (the weights are the classifier's own: training this trains it). The classifier's
     embeddings and lower blocks must be frozen (`tf_transfer.freeze` or `apply_method` with the same
     `trainable_layers`; nothing frozen yet: frozen here by the freezing rule). Each epoch's batches are the
-    commands': length buckets in an order seeded by `seed` and the epoch.
+    commands': length buckets (or packed rows) in an order seeded by `seed` and the epoch.
 
     `fit`, `evaluate` and `predict` take texts as a list, NumPy array or pandas Series (a tuple of two for sentence
     pairs) with labels beside them, or a `tf.data.Dataset` of texts, `(texts_a, texts_b)`, `(texts, labels)` or
@@ -99,10 +103,13 @@ class CachedClassifier(keras.Model):
       max_seq_length: tokens per text, [CLS] and [SEP] included; default the preprocessor's, else 128.
       batch_size: training batch size.
       seed: the order of the batches.
+      padding: `"bucket"`: each batch padded to its length bucket; `"pack"`: each batch's examples laid end to end
+        in rows of `max_seq_length` tokens, each attending only to itself (the commands' `--padding=pack`: the
+        same function on fewer tokens, with a cache of its own; dropout draws differ from bucket's).
 
     Raises:
       TransferError: a classifier the cache cannot split, `trainable_layers` beyond the depth or `"all"`, a
-        prefix with weights that still train.
+        prefix with weights that still train, a `padding` other than the two, a family that cannot pack.
 
     Examples:
 
@@ -114,9 +121,12 @@ class CachedClassifier(keras.Model):
     """
 
     def __init__(self, classifier, trainable_layers: int, tokenizer=None, max_seq_length: Optional[int] = None,
-                 batch_size: int = 32, seed: int = 0, **kwargs):
+                 batch_size: int = 32, seed: int = 0, padding: str = "bucket", **kwargs):
         backbone = user_model.backbone_of(classifier)
         trainable_layers = freezing.parse_trainable_layers(trainable_layers)
+        settings_lib.check("padding", padding, settings_lib.one_of(PADDINGS))
+        if padding == "pack":
+            packed.check_packable(backbone)  # refused before anything is frozen
         freezing.check_trainable_layers(trainable_layers, backbone.num_layers)
         depth = cache.frozen_depth(trainable_layers, backbone.num_layers)
         head = _head_of(classifier)
@@ -125,13 +135,14 @@ class CachedClassifier(keras.Model):
         if tokenizer is None:
             raise TransferError("CachedClassifier needs the classifier's tokenizer: pass tokenizer=")
         _freeze_prefix(classifier, backbone, depth, trainable_layers)
-        suffix = cached_prefix.suffix_classifier(backbone, trainable_layers, head)
+        self.packed = padding == "pack"
+        suffix = cached_prefix.suffix_classifier(backbone, trainable_layers, head, packed=self.packed)
         super().__init__(suffix.inputs, suffix.outputs, name=kwargs.pop("name", "cached_classifier"), **kwargs)
         # Outside Keras' tracking: the backbone's and tokenizer's weights are not this model's own as well.
         self._source = _Source(backbone, tokenizer)
         self.trainable_layers = trainable_layers
-        self.batching = InputSettings(batch_size=batch_size, seed=seed, max_seq_length=max_seq_length or getattr(
-            preprocessor, "sequence_length", None) or 128)
+        self.batching = InputSettings(batch_size=batch_size, seed=seed, padding=padding, max_seq_length=(
+            max_seq_length or getattr(preprocessor, "sequence_length", None) or 128))
         self._epochs_done = 0
 
     def cached(self, x, y=None, split: str = "train"):
@@ -140,8 +151,9 @@ class CachedClassifier(keras.Model):
         backbone = self._source.backbone
         encoded = inputs.encode(_examples(x, y), self._source.tokenizer, self.batching.max_seq_length)
         built = cached_prefix.cache_splits(backbone, self.trainable_layers, {split: encoded}, f"model{id(backbone)}",
-                                           "python", self.batching)
-        return feeds.CachedFeed({"train": built[split][0], split: built[split][0]}, self.batching)
+                                           "python", self.batching, packed=self.packed)
+        return feeds.CachedFeed({"train": built[split][0], split: built[split][0]}, self.batching,
+                                packed=self.packed)
 
     def fit(self, x=None, y=None, epochs: int = 1, initial_epoch: Optional[int] = None, validation_data=None,
             **kwargs):
@@ -149,6 +161,10 @@ class CachedClassifier(keras.Model):
         from the epochs before it, in the commands' order of batches. `validation_data`: `(texts, labels)` or a
         dataset of them."""
         x, y = _read_texts(x, y)
+        if self.optimizer is not None and not self.optimizer.built:
+            # Keras would build it while tracing the first step, and tf.function traces a step that created
+            # variables a second time.
+            self.optimizer.build(self.trainable_variables)
         if not _texts(x):
             return super().fit(x, y, epochs=epochs, validation_data=validation_data, **kwargs)
         feed = self.cached(x, y)
@@ -167,8 +183,9 @@ class CachedClassifier(keras.Model):
     def _scored(self, x, y):
         feed = self.cached(x, y, "scored")
         split = feed.splits["scored"]
-        plan = inputs.plan_eval_batches(split.lengths, self.batching.eval_batch_size, "bucket")
-        return cache.to_dataset(split, plan, self.batching.bucket_step, self.batching.max_seq_length)
+        plan = inputs.plan_eval_batches(split.lengths, self.batching.eval_batch_size, self.batching.padding)
+        return cache.to_dataset(split, plan, self.batching.bucket_step, self.batching.max_seq_length,
+                                packed=self.packed)
 
     def evaluate(self, x=None, y=None, **kwargs):
         """Scores texts `x` with labels `y` (or a dataset of cached batches) in inference mode."""

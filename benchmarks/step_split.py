@@ -195,8 +195,8 @@ def split_table(ours: dict, peer: dict, peak: dict, steps: int, trained: str = "
     if "profile_products" in ours:
         forward, backward = (ours["profile_products"][key] / steps for key in ("forward", "backward"))
         lines.append(f"ours: the dense layers' products per step: {forward:.0f} forward, {backward:.0f} backward "
-                     f"({backward / forward:.2f} per forward one: 1 is the activations' gradient alone, 2 every "
-                     "kernel's gradient too)")
+                     f"({backward / forward:.2f} per forward one: each forward product costs one for the "
+                     "activations' gradient, and one more where its kernel trains, LoRA's factors included)")
     per_cpu = ours["gflop_per_s"] / ours["cpu_utilization"]
     square = peak["float32"]["square_2048"]["gflop_per_cpu_s"]
     lines.append(f"ours, timed (untraced) steps: {ours['step_time_s']:.3f} s a step, {per_cpu:.1f} GFLOP per CPU "

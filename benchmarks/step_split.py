@@ -27,7 +27,10 @@ values, and BERT-base's own weights need the network.
 frozen-prefix cache (`--trainable_layers=2 --cache_frozen`: the step runs the 2 blocks only), the peer's with the
 blocks below frozen (its step runs them forward); the table then also says what the step math allows: the ratio of
 the two steps' FLOPs, i.e. how much faster ours is at equal GFLOP per second, before and after the train split's
-cache build is charged over 3 epochs.
+cache build is charged over 3 epochs. `--setting=lora8` and `--setting=bitfit`: LoRA r8 on query and value (the
+peer's: PEFT) and BitFit, every block, as fair.py runs them; the table then also counts the dense layers' products
+our step ran (`profiling.product_counts`): one backward product per forward one is the activations' gradient, a
+second one a kernel's gradient, which a method that freezes the kernels must not compute.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ REPO = fair.REPO
 MODELS = ("all_minilm_l6_v2", "bert_base_random")
 # keras-hub's BertBackbone and transformers' BertConfig at BERT-base's shape (Devlin et al., Table 1: BERT-base).
 BERT_BASE = dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072, max_sequence_length=512)
-SETTINGS = {"all": "all", "last2": "2"}  # --setting: the blocks trained (both sides' --trainable_layers)
+# --setting: fair.py's settings of one batch-32 step (each side's flags are fair.SETTINGS'), and the blocks trained
+SETTINGS = {"all": "all", "last2": "2", "lora8": "all", "bitfit": "all"}
 PARTS = ("matmul", "attention", "GELU", "dropout", "optimizer", "layer norm", "embeddings", "other")
 
 
@@ -57,7 +61,7 @@ def parse_args(argv=None):
     parser.add_argument("--model", default=MODELS[0], help=f"One of {', '.join(MODELS)}.")
     parser.add_argument("--model_dir", default="/tmp/step_split_models",
                         help="Where --model=bert_base_random's two random-weight folders are written (once).")
-    parser.add_argument("--setting", default="all", help=f"One of {', '.join(SETTINGS)}: the blocks trained.")
+    parser.add_argument("--setting", default="all", help=f"One of {', '.join(SETTINGS)}: what trains.")
     parser.add_argument("--steps", type=int, default=4, help="Steps traced on each side.")
     parser.add_argument("--threads", type=int, default=1, help="Threads a side (intra- and inter-op).")
     parser.add_argument("--peer_python", default=sys.executable, help="Python with torch and transformers.")
@@ -77,7 +81,7 @@ def parse_args(argv=None):
     if args.model not in MODELS:
         problems.append(f"--model={args.model}: choose {' or '.join(MODELS)}")
     if args.setting not in SETTINGS:
-        problems.append(f"--setting={args.setting}: choose {' or '.join(SETTINGS)}")
+        problems.append(f"--setting={args.setting}: choose {', '.join(list(SETTINGS)[:-1])} or {list(SETTINGS)[-1]}")
     if args.steps < 1 or args.threads < 1:
         problems.append("--steps and --threads must be 1 or more")
     if problems:
@@ -137,11 +141,10 @@ def model_folders(args, env: dict) -> tuple:
 def commands(args, ours_preset: str, peer_model) -> list:
     """`[(name, command)]`: ours traced, the peer traced, the matmul peak."""
     common = f"--data_dir={args.data_dir} --max_train_examples=512 --batch_size=32"
-    trained = SETTINGS[args.setting]
-    ours = (f"-m tf_transfer.bench --task=mrpc --preset={ours_preset} {common} --trainable_layers={trained} "
-            + ("--cache_frozen " if trained != "all" else "") +
+    _, ours_flags, peer_flags = fair.SETTINGS[args.setting]
+    ours = (f"-m tf_transfer.bench --task=mrpc --preset={ours_preset} {common} {ours_flags} "
             f"--steps={args.steps} --warmup_steps=2 --repeats=1 --profile_dir={tempfile.mkdtemp(prefix='step_split_')}")
-    peer = (f"benchmarks/hf_baseline.py {common} --trainable_layers={trained} --sampling=group_by_length --steps=2 "
+    peer = (f"benchmarks/hf_baseline.py {common} {peer_flags} --sampling=group_by_length --steps=2 "
             f"--rounds=1 --warmup_steps=2 --profile_steps={args.steps} --threads={args.threads}"
             + (f" --model={peer_model}" if peer_model else ""))
     return [("ours", [sys.executable, *ours.split()]), ("peer", [args.peer_python, *peer.split()]),
@@ -176,9 +179,9 @@ def step_math(num_layers: int, trained: int, epochs: int = 3) -> tuple:
 
 
 def split_table(ours: dict, peer: dict, peak: dict, steps: int, trained: str = "all") -> list:
-    """The Markdown lines: each part's share of op busy time on both sides, then the traced step's times, then our
-    executed GFLOP per CPU second against the float32 product's peak on this core; for the last blocks over the
-    cache, what the step math allows."""
+    """The Markdown lines: each part's share of op busy time on both sides, then the traced step's times, our dense
+    layers' products forward and backward, then our executed GFLOP per CPU second against the float32 product's
+    peak on this core; for the last blocks over the cache, what the step math allows."""
     mine, theirs = shares(ours), shares(peer)
     lines = ["| part of the step | ours (TensorFlow) | the peer (PyTorch) |", "|---|---|---|"]
     for part in sorted(set(mine) | set(theirs), key=lambda p: (PARTS.index(p) if p in PARTS else len(PARTS), p)):
@@ -189,6 +192,11 @@ def split_table(ours: dict, peer: dict, peak: dict, steps: int, trained: str = "
         lines.append(f"\n{label}: a traced step {wall:.3f} s wall, {cpu:.3f} CPU s; the ops busy {busy:.3f} s; "
                      f"the framework's own time (wall minus op busy) {wall - busy:.3f} s, "
                      f"{100 * (wall - busy) / wall:.1f}% of the step")
+    if "profile_products" in ours:
+        forward, backward = (ours["profile_products"][key] / steps for key in ("forward", "backward"))
+        lines.append(f"ours: the dense layers' products per step: {forward:.0f} forward, {backward:.0f} backward "
+                     f"({backward / forward:.2f} per forward one: each forward product costs one for the "
+                     "activations' gradient, and one more where its kernel trains, LoRA's factors included)")
     per_cpu = ours["gflop_per_s"] / ours["cpu_utilization"]
     square = peak["float32"]["square_2048"]["gflop_per_cpu_s"]
     lines.append(f"ours, timed (untraced) steps: {ours['step_time_s']:.3f} s a step, {per_cpu:.1f} GFLOP per CPU "
@@ -231,7 +239,7 @@ def main(argv=None) -> None:
             f.flush()
     print(f"Step split, {head['date']}, commit {head['commit']}, {cpu['model']} ({head['cores']} core(s) usable; "
           f"{', '.join(cpu['flags']) or 'no AVX2'}), speed_s {head['speed_s_before']}, {args.threads} thread(s) a "
-          f"side, MRPC 512 examples, batch 32, {'all layers' if args.setting == 'all' else 'the last 2 blocks'}, "
+          f"side, MRPC 512 examples, batch 32, {fair.SETTINGS[args.setting][0]}, "
           f"float32, {args.model}, {args.steps} traced steps a side. "
           f"Raw lines: {out}\n")
     print("\n".join(split_table(results["ours"], results["peer"], results["matmul_peak"], args.steps,

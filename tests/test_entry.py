@@ -95,6 +95,8 @@ def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
     parts = {row["category"]: row["share"] for row in result["profile_categories"]}
     assert parts["matmul"] > 0 and parts["optimizer"] > 0 and sum(parts.values()) == pytest.approx(1, abs=1e-3)
     assert 0 < result["profile_op_busy_s"] and 0 < result["profile_traced_s"]
+    # The trained block's kernels: a backward product for each one's gradient besides the activations'.
+    assert result["profile_products"]["backward"] > result["profile_products"]["forward"] > 0
     # The cache's build is charged per split it built (the fair table amortises the training split's).
     assert set(result["cache_cost_by_split"]) == {"train", "validation", "dev"}
     assert result["cache_time_s"] == pytest.approx(sum(c["s"] for c in result["cache_cost_by_split"].values()))

@@ -124,6 +124,23 @@ def test_both_profiles_split_a_step_into_the_same_parts():
     assert part_of(["aten::add"]) == "other"
 
 
+def test_the_dense_layers_products_are_counted_per_pass_without_attentions_own():
+    """A frozen kernel's layer runs one backward product (the activations' gradient), a trained one two; attention's
+    products and element-wise ops are not counted."""
+    from tf_transfer.training.profiling import _count_products
+
+    block = "StatefulPartitionedCall/model/transformer_layer_0"
+    events = [(f"{block}/self_attention_layer/query/einsum/Einsum", "_MklEinsum", 0.1),
+              (f"gradient_tape/{block}/self_attention_layer/query/einsum/Einsum", "_MklEinsum", 0.1),
+              (f"{block}/feedforward_output_dense/Tensordot/MatMul", "_MklMatMul", 0.1),
+              (f"gradient_tape/{block}/feedforward_output_dense/Tensordot/MatMul/MatMul", "_MklMatMul", 0.1),
+              (f"gradient_tape/{block}/feedforward_output_dense/Tensordot/MatMul/MatMul_1", "_MklMatMul", 0.1),
+              (f"{block}/self_attention_layer/MatMul", "_MklBatchMatMulV2", 0.1),
+              (f"gradient_tape/{block}/self_attention_layer/MatMul/MatMul", "_MklBatchMatMulV2", 0.1),
+              (f"{block}/feedforward_intermediate_dense/Gelu/mul", "Mul", 0.1)]
+    assert _count_products(events) == {"forward": 2, "backward": 3}
+
+
 def test_the_ab_runner_refuses_a_missing_glue_folder():
     done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "ab.py"), "--data_dir=/nowhere"],
                           capture_output=True, text=True, timeout=60)

@@ -57,4 +57,15 @@ def test_an_unknown_setting_is_refused(tmp_path):
     (tmp_path / "MRPC" / "train.tsv").write_text("")
     done = subprocess.run([sys.executable, "benchmarks/step_split.py", f"--data_dir={tmp_path}", "--setting=last3"],
                           cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr == "error: --setting=last3: choose all or last2\n"
+    assert done.returncode == 2 and done.stderr == "error: --setting=last3: choose all, last2, lora8 or bitfit\n"
+
+
+def test_the_table_counts_our_products_per_step_forward_and_backward():
+    """BitFit over 4 steps: 38 products forward a step, 39 backward (the activations' gradients and the head's
+    kernel): no frozen kernel's gradient."""
+    ours = {**profile({"matmul": 1.0}, 4.0, 4.0, 3.6), "gflop_per_s": 30.0, "cpu_utilization": 1.0,
+            "step_time_s": 0.9, "profile_products": {"forward": 152, "backward": 156}}
+    peak = {"float32": {"square_2048": {"gflop_per_cpu_s": 80.0}, "feedforward_bs32": {"gflop_per_cpu_s": 70.0}}}
+    lines = step_split.split_table(ours, profile({"matmul": 1.0}, 4.0, 4.0, 3.8), peak, steps=4)
+    assert lines[-2].startswith("ours: the dense layers' products per step: 38 forward, 39 backward (1.03 per ")
+    assert step_split.SETTINGS["bitfit"] == "all" and "--method=bitfit" in step_split.fair.SETTINGS["bitfit"][1]

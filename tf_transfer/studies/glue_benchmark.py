@@ -170,7 +170,8 @@ def wait_for_go(repeat: int) -> None:
 def _profile(train_fit, timed: list, profile_dir: str) -> dict:
     """One more fit call traced apart (tracing slows the steps, so it never counts in the timed figures): the 25 op
     types that took the most time (`profile`), op busy time per part of the step (`profile_categories`:
-    `profiling.category`), and the traced call's wall seconds beside the ops' summed busy seconds (with one
+    `profiling.category`), the dense layers' products run forward and backward (`profile_products`:
+    `profiling.product_counts`), and the traced call's wall seconds beside the ops' summed busy seconds (with one
     thread on an idle machine, their difference is the framework's own time: the executor, Python, the input
     pipeline; on a shared core, preemption inflates both, and the process's CPU seconds are beside them)."""
     from tf_transfer.training import profiling
@@ -184,6 +185,7 @@ def _profile(train_fit, timed: list, profile_dir: str) -> dict:
                         for phase, op, s, share in profiling.op_time_table(profile_dir)[:25]],
             "profile_categories": [{"category": name, "seconds": round(s, 4), "share": round(share, 4)}
                                    for name, s, share in categories],
+            "profile_products": profiling.product_counts(profile_dir),
             "profile_traced_s": traced_s, "profile_traced_cpu_s": traced_cpu_s,
             "profile_op_busy_s": sum(s for _, s, _ in categories)}
 

@@ -108,6 +108,26 @@ def category(path: str, op_type: str) -> str:
     return "other"
 
 
+def product_counts(logdir: str) -> dict:
+    """`{"forward": n, "backward": m}`: how many products of the dense layers (`category` "matmul": the projections,
+    not attention's own) the trace ran in the forward and in the backward pass. The backward pass runs one per
+    forward product for the activations' gradient and one more for each kernel that trains, so a step whose kernels
+    are all frozen (BitFit; LoRA's base weights) runs no more backward products than forward ones.
+
+    >>> profiling.product_counts("/tmp/profile")  # doctest: +SKIP
+    {'forward': 152, 'backward': 144}
+    """
+    return _count_products(_op_events(logdir))
+
+
+def _count_products(events) -> dict:
+    counts = {"forward": 0, "backward": 0}
+    for path, op_type, _ in events:
+        if category(path, op_type) == "matmul" and any(name in op_type for name in _PRODUCTS):
+            counts["backward" if _phase(path, op_type) == "backward" else "forward"] += 1
+    return counts
+
+
 def category_table(logdir: str) -> list:
     """`(category, seconds, share)` rows, largest first (`category`), over the trace's op busy time."""
     seconds = collections.Counter()

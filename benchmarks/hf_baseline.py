@@ -21,7 +21,8 @@ default), or a separate venv to keep them apart (then `fair.py --peer_python=/tm
     PYTHONPATH=. /tmp/hf/bin/python benchmarks/hf_baseline.py --data_dir=$GLUE_DIR --method=bitfit
 
 `--method=lora` is PEFT's `LoraConfig(r, lora_alpha=8, target_modules=query,value, task_type="SEQ_CLS")` with
-`init_lora_weights="gaussian"`, as `tf_transfer.glue --method=lora` initialises A; `--method=bitfit` trains every
+`init_lora_weights="gaussian"` (as `tf_transfer.glue --method=lora --lora_init=gaussian` draws A; how A is drawn does
+not change a step's time); `--method=bitfit` trains every
 parameter named "bias" (BitFit's own rule, LayerNorm biases included) and the classifier, as
 `tf_transfer.glue --method=bitfit` does. `peak_memory_mb` is the process's peak resident set over the timed steps
 (reset when they start, as `tf_transfer.bench` measures it).

@@ -145,8 +145,8 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix` (through
     `run`, a function of a batch's features, where given: `traced_inference`, shared by several splits) over
     batches of `batching.eval_batch_size` examples padded to `batching.bucket_step` buckets; `packed`: laid end to
-    end in rows (`tf_transfer.data.packing`) for a prefix on packed rows (`packed.prefix_model`), so that the build
-    computes (almost) only the real tokens it keeps."""
+    end in rows (`tf_transfer.data.packing`, widths in multiples of `packing.ROW_STEP`) for a prefix on packed rows
+    (`packed.prefix_model`), so that the build computes (almost) only the real tokens it keeps."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     if cache_dir:
@@ -199,8 +199,8 @@ def _store_outputs(run_prefix, encoded: inputs.Encoded, batching: InputSettings,
     first `lengths[i]` outputs to `hidden[offsets[i]:]`."""
     padding = "pack" if packed else "bucket"
     plan = inputs.plan_eval_batches(encoded.lengths, batching.eval_batch_size, padding)
-    for indices, features in zip(plan, inputs.batches(encoded, plan, padding, batching.bucket_step,
-                                                      with_labels=False)):
+    step = packing.ROW_STEP if packed else batching.bucket_step
+    for indices, features in zip(plan, inputs.batches(encoded, plan, padding, step, with_labels=False)):
         # Where each example's first token is: row i's start when padded, its place in the rows when packed.
         starts = features.pop("example_starts") if packed else None
         output = run_prefix(features).numpy()

@@ -21,7 +21,7 @@ def test_packed_features_keep_each_examples_tokens_positions_segments_and_first_
         token_ids[i, :n] = 100 * (i + 1) + np.arange(n)
         segment_ids[i, n // 2:n] = 1
     features = packing.features(token_ids, segment_ids, lengths, ("token_ids", "segment_ids", "padding_mask"),
-                                bucket_step=4)
+                                row_step=4)
     assert list(features) == ["token_ids", "segment_ids", "position_ids", "example_ids", "example_starts"]
     # Rows of at most 8 tokens: [6, 2] and [4, 3]; width 8 (the fullest row, a multiple of 4).
     assert features["token_ids"].shape == (2, 8)

@@ -68,7 +68,7 @@ def test_packed_scoring_gives_the_bucketed_outputs_in_the_rows_order(exported, g
     monkeypatch.setattr(packing, "features", recorded)
     done = []
     packed, packed_labels = export.predict(classifier, meta, dev.text_a, text_b, batch_size=4, progress=done.append,
-                                           bucket_step=4, padding="pack")
+                                           padding="pack")
     assert [examples for examples, _ in laid_out] == [4, 1, 4, 1, 2]  # chunks of 5, batches of 4
     assert any(rows < examples for examples, rows in laid_out)  # rows shared: the packing is exercised
     np.testing.assert_allclose(packed, bucketed, rtol=0, atol=1e-5)

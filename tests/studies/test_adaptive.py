@@ -118,7 +118,10 @@ def test_layer_rates_anneal_each_layers_updates():
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(after_one, b0.trainable_variables))
 
 
-def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs(tiny_preset):
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs(tiny_preset, packed):
+    """Padded, or packed (`--padding=pack`: built, extended and compared on packed rows, two or three of these
+    sentences to a row of 16 tokens)."""
     from tf_transfer.core.setting_groups import InputSettings
     from tf_transfer.data import cache, inputs
     from tf_transfer.data.examples import Examples
@@ -130,15 +133,17 @@ def test_an_extended_cache_is_the_deeper_prefix_computed_from_the_stored_outputs
     encoded = inputs.encode(examples, loaded.tokenizer, 16)
     backbone = loaded.backbone
     batching = InputSettings(max_seq_length=16, eval_batch_size=3)
-    one, _, _ = cache.build(cached_prefix.prefix_model(backbone, 2), encoded, "ext-test-d1", batching)
-    extended, seconds, reused = cache.extend(cached_prefix.blocks_model(backbone, 1, 3), one, "ext-test-d1+3",
-                                             batching)
-    at_once, _, _ = cache.build(cached_prefix.prefix_model(backbone, 0), encoded, "ext-test-d3", batching)
+    keys = [f"ext-test-{packed}-{depth}" for depth in ("d1", "d1+3", "d3")]
+    one, _, _ = cache.build(cached_prefix.prefix_model(backbone, 2, packed), encoded, keys[0], batching,
+                            packed=packed)
+    extended, seconds, reused = cache.extend(cached_prefix.blocks_model(backbone, 1, 3, packed=packed), one, keys[1],
+                                             batching, packed=packed)
+    at_once, _, _ = cache.build(cached_prefix.prefix_model(backbone, 0), encoded, keys[2], batching)
     assert not reused and seconds > 0
     assert extended.hidden.shape == at_once.hidden.shape
     # The same blocks on the same inputs; only the float16 rounding of the stored depth-1 outputs differs.
     np.testing.assert_allclose(extended.hidden.astype("float32"), at_once.hidden.astype("float32"), atol=2e-2)
-    for key in ("ext-test-d1", "ext-test-d1+3", "ext-test-d3"):
+    for key in keys:
         cache.forget(key)
 
 
@@ -191,6 +196,61 @@ def test_autofreeze_records_its_freezes_and_resumes_after_one_with_the_same_numb
         {k: v for k, v in e.items() if k not in timings} for e in events]
     assert resumed["freezing"]["decisions"] == freezing["decisions"]
     for a, b in zip(straight["epochs"], resumed["epochs"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+        assert b["val"] == pytest.approx(a["val"])
+
+
+def test_a_packed_autofreeze_run_trains_as_the_padded_one_and_resumes_to_its_numbers(glue_dir, two_block_preset,
+                                                                                     tmp_path, monkeypatch):
+    """`--padding=pack` after a freeze: the cache is built on packed rows and the suffix trains on packed rows (the
+    cache's and the suffix model's kind recorded below), so `summary.json`'s padding efficiency is the packed
+    layout's. Against `--padding=fixed`, whose batches are pack's (bucket batches by length), dropout 0: the same
+    decisions and freezes at the same steps, from every block's gradient sums within 1e-5 relative (1e-7 seen),
+    before the freeze and after it (the suffix's): float32 sums in other shapes, which the float16 cache may round to
+    a neighbouring value (2**-11 relative; 2 of 4,224 cached values here); the same scores. Not the epoch loss: Keras
+    weights each step's loss by its first input's leading dimension, packed rows in one run and examples in the
+    other. Killed after epoch 1 (after the freeze), the rerun ends with the unbroken packed run's numbers."""
+    from tf_transfer.data import cache
+    from tf_transfer.models import cached_prefix
+
+    runs = {padding: _settings(glue_dir, two_block_preset, max_epochs=2, dropout=0.0, padding=padding)
+            for padding in ("pack", "fixed")}
+    built, suffixes = [], []  # each cache built: packed?; each suffix model trained: its name
+    build, suffix_classifier = cache.build, cached_prefix.suffix_classifier
+
+    def recorded_suffix(*args, **kwargs):
+        model = suffix_classifier(*args, **kwargs)
+        suffixes.append(model.name)
+        return model
+
+    monkeypatch.setattr(cache, "build", lambda *args, **kwargs: built.append(kwargs.get("packed")) or build(
+        *args, **kwargs))
+    monkeypatch.setattr(cached_prefix, "suffix_classifier", recorded_suffix)
+    straight_dir, killed_dir = tmp_path / "pack", tmp_path / "resumed"
+    copy_when_saved(monkeypatch, lambda folder, epoch: epoch == 1 and folder.path == str(straight_dir),
+                    straight_dir, killed_dir)
+    summaries = {padding: glue_task.run_glue(settings, str(tmp_path / padding)) for padding, settings in runs.items()}
+    packed, padded = summaries["pack"], summaries["fixed"]
+    # The packed run first: its splits' caches packed, then the padded run's not; one suffix model per freeze.
+    assert built == sorted(built, reverse=True) and built.count(True) == built.count(False) > 0
+    assert suffixes == ["packed_cached_classifier"] * (len(suffixes) // 2) + ["cached_classifier"] * (
+        len(suffixes) // 2), suffixes
+    assert packed["config"]["padding"] == "pack" and packed["padding_efficiency"] > padded["padding_efficiency"]
+    events = packed["freezing"]["events"]
+    assert events and events[0]["epoch"] == 1, "the kill below must come after the first freeze"
+    decisions = packed["freezing"]["decisions"]
+    assert decisions[-1]["step"] > events[-1]["step"] and len(decisions) == len(padded["freezing"]["decisions"])
+    for a, b in zip(padded["freezing"]["decisions"], decisions):
+        assert (b["step"], b["frozen_blocks"]) == (a["step"], a["frozen_blocks"])
+        assert b["norms"] == pytest.approx(a["norms"], rel=1e-5)
+    assert [(e["step"], e["frozen_blocks"]) for e in events] == [
+        (e["step"], e["frozen_blocks"]) for e in padded["freezing"]["events"]]
+    assert [e["val"] for e in packed["epochs"]] == [e["val"] for e in padded["epochs"]]
+
+    resumed = glue_task.run_glue(runs["pack"], str(killed_dir))
+    assert [r["after_epoch"] for r in resumed["resumes"]] == [1]
+    assert resumed["freezing"]["decisions"] == packed["freezing"]["decisions"]
+    for a, b in zip(packed["epochs"], resumed["epochs"]):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
         assert b["val"] == pytest.approx(a["val"])
 

@@ -197,7 +197,8 @@ def test_packed_cache_keeps_the_real_tokens_and_trains_on_packed_rows(encoded_rt
 
     cache.clear_memory()
     backbone, head = make_tiny_backbone(), heads.pooled_head(2)
-    # Buckets of 4 tokens: the tiny RTE pairs (10-16 tokens) then pack two or three to a row.
+    # Packed rows in multiples of 4 tokens (`packing.ROW_STEP`), buckets too: the tiny RTE pairs (10-16 tokens) then
+    # pack two or three to a row.
     depth, settings = NUM_LAYERS - 1, InputSettings(batch_size=8, eval_batch_size=64, bucket_step=4)
     padded_key, packed_key = (cache.Prefix("tiny", "rte", depth, packed=packed).key("train", encoded_rte)
                               for packed in (False, True))

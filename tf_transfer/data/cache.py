@@ -145,8 +145,8 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     """Returns `(CachedSplit, seconds spent building, reused?)`, from memory, disk or by running `prefix` (through
     `run`, a function of a batch's features, where given: `traced_inference`, shared by several splits) over
     batches of `batching.eval_batch_size` examples padded to `batching.bucket_step` buckets; `packed`: laid end to
-    end in rows (`tf_transfer.data.packing`) for a prefix on packed rows (`packed.prefix_model`), so that the build
-    computes (almost) only the real tokens it keeps."""
+    end in rows (`tf_transfer.data.packing`, widths in multiples of `packing.ROW_STEP`) for a prefix on packed rows
+    (`packed.prefix_model`), so that the build computes (almost) only the real tokens it keeps."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     if cache_dir:
@@ -199,17 +199,22 @@ def _store_outputs(run_prefix, encoded: inputs.Encoded, batching: InputSettings,
     first `lengths[i]` outputs to `hidden[offsets[i]:]`."""
     padding = "pack" if packed else "bucket"
     plan = inputs.plan_eval_batches(encoded.lengths, batching.eval_batch_size, padding)
-    for indices, features in zip(plan, inputs.batches(encoded, plan, padding, batching.bucket_step,
-                                                      with_labels=False)):
-        # Where each example's first token is: row i's start when padded, its place in the rows when packed.
+    step = packing.ROW_STEP if packed else batching.bucket_step
+    for indices, features in zip(plan, inputs.batches(encoded, plan, padding, step, with_labels=False)):
         starts = features.pop("example_starts") if packed else None
-        output = run_prefix(features).numpy()
-        if packed:
-            output = output.reshape(-1, hidden.shape[1])
-        for row, index in enumerate(indices):
-            n = lengths[index]
-            hidden[offsets[index]:offsets[index] + n] = (output[starts[row]:starts[row] + n] if packed
-                                                         else output[row, :n])
+        _store_batch(run_prefix(features).numpy(), starts, indices, offsets, lengths, hidden)
+
+
+def _store_batch(output: np.ndarray, starts, indices: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
+                 hidden: np.ndarray) -> None:
+    """Writes each of a batch's examples' first `lengths[i]` output vectors to `hidden[offsets[i]:]`: read from its
+    place in the packed rows (`starts`: flat index of its first token) or from its own padded row (`starts` None)."""
+    if starts is not None:
+        output = output.reshape(-1, hidden.shape[1])
+    for row, index in enumerate(indices):
+        n = lengths[index]
+        hidden[offsets[index]:offsets[index] + n] = (output[starts[row]:starts[row] + n] if starts is not None
+                                                     else output[row, :n])
 
 
 def traced_inference(model):
@@ -232,25 +237,26 @@ def traced_inference(model):
     return run
 
 
-def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = InputSettings(), run=None):
+def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = InputSettings(), run=None,
+           packed: bool = False):
     """Returns `(CachedSplit, seconds spent, reused?)`: `cached` (a prefix's outputs, every real token) run through
     `blocks` (a model from `{"hidden", "padding_mask"}` to the next blocks' output, `cached_prefix.blocks_model`) in
     inference mode, for a deeper frozen prefix, without running the embeddings and the earlier blocks again. Kept in
     memory under `key` (which must name the whole sequence of depths: the stored float16 outputs are rounded at each
     depth, so an extended cache differs from one built at once in the last float16 bits). Batched as `build`
-    batches, up to `batching.max_seq_length`."""
+    batches, up to `batching.max_seq_length`; `packed`: in packed rows, for `blocks` on packed rows
+    (`{"hidden", "example_ids"}`, `cached_prefix.blocks_model(..., packed=True)`), as `build(..., packed=True)`."""
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     start, cpu_start = time.perf_counter(), machine.cpu_seconds()
     run_blocks = run or traced_inference(blocks)
     hidden = np.empty((int(cached.offsets[-1]), int(blocks.output.shape[-1])), np.float16)
-    plan = inputs.plan_eval_batches(cached.lengths, batching.eval_batch_size, "bucket")
-    for indices, features in zip(plan, batches(cached, plan, batching.bucket_step, batching.max_seq_length,
-                                               with_labels=False)):
-        output = run_blocks(features).numpy()
-        for row, index in enumerate(indices):
-            begin, end = cached.offsets[index], cached.offsets[index + 1]
-            hidden[begin:end] = output[row, :end - begin]
+    plan = inputs.plan_eval_batches(cached.lengths, batching.eval_batch_size, "pack" if packed else "bucket")
+    step = packing.ROW_STEP if packed else batching.bucket_step
+    for indices, features in zip(plan, batches(cached, plan, step, batching.max_seq_length, with_labels=False,
+                                               packed=packed)):
+        starts = features.pop("example_starts") if packed else None
+        _store_batch(run_blocks(features).numpy(), starts, indices, cached.offsets, cached.lengths, hidden)
     extended = CachedSplit(hidden, cached.offsets, cached.lengths, cached.labels, cached.regression)
     extended.build_s, extended.build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
     _MEMORY[key] = extended

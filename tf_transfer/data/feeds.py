@@ -51,9 +51,11 @@ class Feed:
     def __init__(self, splits: dict, settings: InputSettings, max_seq_length: int, jit=False):
         self.splits = splits
         self.batch_size, self.seed, self.padding = settings.batch_size, settings.seed, settings.padding
-        self.bucket_step = (train_bucket_step(settings.batch_size, settings.bucket_step, jit)
-                            if settings.padding in ("bucket", "pack") else settings.bucket_step)
-        self.eval_bucket_step = settings.bucket_step
+        # What a batch's length is rounded up to: a multiple of --bucket_step when bucketed, of the packing's own
+        # step when packed (`packing.ROW_STEP`: finer, since a packed row's rounding is all the padding it has).
+        self.eval_width_step = packing.ROW_STEP if settings.padding == "pack" else settings.bucket_step
+        self.width_step = (train_bucket_step(settings.batch_size, self.eval_width_step, jit)
+                           if settings.padding in ("bucket", "pack") else settings.bucket_step)
         self.max_seq_length = max_seq_length
         self.eval_batch_size = settings.eval_batch_size
         self.jit = jit
@@ -87,7 +89,7 @@ class Feed:
 
     def plan(self, epoch: int) -> list:
         return inputs.plan_train_batches(self.train.lengths, self.batch_size, self.seed, epoch, self.padding,
-                                         self.max_seq_length, self.bucket_step)
+                                         self.max_seq_length, self.width_step)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -95,13 +97,13 @@ class Feed:
 
     def padded_length(self, indices) -> int:
         return inputs.padded_length(self.train.lengths[indices], self.padding, self.max_seq_length,
-                                    self.bucket_step)
+                                    self.width_step)
 
     def computed_shape(self, indices) -> tuple:
         """`(rows, width)` of the token grid the training step computes for this batch: its examples by their
         padded length, or the rows and width of its packed layout (`--padding=pack`)."""
         if self.padding == "pack":
-            rows, width = packing.layout(self.train.lengths[indices], self.max_seq_length, self.bucket_step)
+            rows, width = packing.layout(self.train.lengths[indices], self.max_seq_length, self.width_step)
             return len(rows), width
         return len(indices), self.padded_length(indices)
 
@@ -121,11 +123,11 @@ class Feed:
 
     def dataset(self, plan: list):
         """Training batches of `plan` (lists of example indices), with sample weights."""
-        return self._planned(self.train, plan, self.bucket_step, True, self.fill_to)
+        return self._planned(self.train, plan, self.width_step, True, self.fill_to)
 
     def warmup_plan(self) -> list:
         if self.jit is True:
-            return inputs.one_per_bucket(self.train.lengths, self.padding, self.max_seq_length, self.bucket_step)
+            return inputs.one_per_bucket(self.train.lengths, self.padding, self.max_seq_length, self.width_step)
         first = {}
         for indices in self.plan(1):
             first.setdefault((len(indices), *self.computed_shape(indices)), indices)
@@ -138,7 +140,7 @@ class Feed:
     def predict(self, model, split: str) -> np.ndarray:
         data = self.splits[split]
         plan = inputs.plan_eval_batches(data.lengths, self.eval_batch_size, self.padding)
-        dataset = self._planned(data, plan, self.eval_bucket_step, False, None)
+        dataset = self._planned(data, plan, self.eval_width_step, False, None)
         return _unsort(inputs.predict(model, dataset), plan)
 
     def labels(self, split: str) -> np.ndarray:

@@ -14,6 +14,8 @@ Padding:
   * `bucket`: examples grouped by length; each batch is padded to its bucket's boundary, a multiple of
     `bucket_step`, so compiled programs see a bounded handful of shapes. Grouping changes which examples share a
     batch, never what the model computes for an example (padding is masked out of attention).
+  * `pack`: the batches of `fixed`, each laid end to end in rows (`tf_transfer.data.packing`); the step these functions
+    take is then the rows' width step (`packing.ROW_STEP` from the feeds), not `bucket_step`.
 
 Example:
 

@@ -91,7 +91,7 @@ class StackFeed(feeds.Feed):
         results = [None] * len(split)
         predict = self._predictor(model)
         for indices in plan:
-            length = self._length(split, indices, self.eval_bucket_step)
+            length = self._length(split, indices, self.eval_width_step)
             logits = np.asarray(predict(self.features(split, indices, length)), np.float64)
             probabilities = np.exp(logits - logits.max(axis=-1, keepdims=True))
             probabilities /= probabilities.sum(axis=-1, keepdims=True)

@@ -184,7 +184,7 @@ class CachedClassifier(keras.Model):
         feed = self.cached(x, y, "scored")
         split = feed.splits["scored"]
         plan = inputs.plan_eval_batches(split.lengths, self.batching.eval_batch_size, self.batching.padding)
-        return cache.to_dataset(split, plan, self.batching.bucket_step, self.batching.max_seq_length,
+        return cache.to_dataset(split, plan, feed.eval_width_step, self.batching.max_seq_length,
                                 packed=self.packed)
 
     def evaluate(self, x=None, y=None, **kwargs):

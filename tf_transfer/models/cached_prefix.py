@@ -55,11 +55,17 @@ def suffix_classifier(backbone, trainable_layers, head, hidden_dtype: str = "flo
     return keras.Model({"hidden": hidden_input, "padding_mask": mask_input}, outputs, name="cached_classifier")
 
 
-def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16"):
+def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16", packed: bool = False):
     """Blocks `start..stop-1` of the backbone as a model on a cached prefix's outputs (`{"hidden", "padding_mask"}`,
     the output of block start-1 or of the embeddings): extends a frozen-prefix cache by the blocks that froze next
-    (`cache.extend`), weights shared with `backbone`."""
+    (`cache.extend`), weights shared with `backbone`. `packed`: the same on packed rows
+    (`tf_transfer.models.packed.blocks_model`)."""
     import keras
+
+    if packed:
+        from tf_transfer.models import packed as packed_model
+
+        return packed_model.blocks_model(backbone, start, stop, hidden_dtype)
 
     hidden_input = keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden")
     mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")

@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer.data import inputs
+from tf_transfer.data import inputs, packing
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import families
 
@@ -129,11 +129,12 @@ def predict(classifier, meta: dict, text_a: list, text_b: Optional[list] = None,
     next multiple of `bucket_step` above its longest row, at most the exported `sequence_length`): padding is masked
     out of attention, so a row's outputs do not change, but short texts no longer pay for the full length (a file
     of short texts scores several times faster). `padding="pack"`: each batch of `batch_size` rows is laid end to
-    end in rows of the exported `sequence_length` (`packed_classifier`), which computes the same outputs on fewer
-    tokens (up to float32 rounding: tests/models/test_export.py).
+    end in rows of the exported `sequence_length` (`packed_classifier`; widths in multiples of `packing.ROW_STEP`,
+    not of `bucket_step`), which computes the same outputs on fewer tokens (up to float32 rounding:
+    tests/models/test_export.py).
     """
     if check_padding(padding) == "pack":
-        outputs = _predict_packed(classifier, text_a, text_b, batch_size, progress, bucket_step)
+        outputs = _predict_packed(classifier, text_a, text_b, batch_size, progress)
     else:
         outputs = _predict_bucketed(classifier, text_a, text_b, batch_size, progress, bucket_step)
     if meta.get("regression"):
@@ -183,7 +184,7 @@ def packed_classifier(classifier):
     return packed.build_classifier(backbone, head)
 
 
-def _predict_packed(classifier, text_a: list, text_b: Optional[list], batch_size: int, progress, bucket_step: int):
+def _predict_packed(classifier, text_a: list, text_b: Optional[list], batch_size: int, progress):
     """The rows' outputs from `packed_classifier`: tokenized by the classifier's preprocessor in chunks of
     `PACK_CHUNK_ROWS`, each chunk's rows sorted by length into batches of `batch_size`, packed, scored, and put
     back in the rows' order."""
@@ -209,7 +210,7 @@ def _predict_packed(classifier, text_a: list, text_b: Optional[list], batch_size
             done = np.cumsum([len(indices) for indices in plan]) + start
             callbacks = [keras.callbacks.LambdaCallback(on_predict_batch_end=lambda batch, logs, done=done: progress(
                 int(done[batch])))]
-        scored = inputs.predict(model, inputs.to_dataset(encoded, plan, "pack", bucket_step, with_labels=False),
+        scored = inputs.predict(model, inputs.to_dataset(encoded, plan, "pack", packing.ROW_STEP, with_labels=False),
                                 callbacks)
         outputs[start + np.concatenate(plan)] = scored
     return outputs

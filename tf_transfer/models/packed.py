@@ -118,6 +118,24 @@ def prefix_model(backbone, depth: int) -> keras.Model:
     return keras.Model(inputs, hidden, name="packed_frozen_prefix")
 
 
+def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16") -> keras.Model:
+    """Blocks `start..stop-1` on packed rows of cached prefix outputs (`{"hidden", "example_ids"}`, as
+    `suffix_classifier`'s inputs without `example_starts`) to their output `[rows, width, hidden]`: extends a packed
+    frozen-prefix cache by the blocks that froze next (`cache.extend(..., packed=True)`), as
+    `cached_prefix.blocks_model` extends a padded one; weights shared with `backbone`.
+
+    >>> blocks = packed.blocks_model(backbone, 1, 3)  # doctest: +SKIP
+    >>> deeper = blocks({"hidden": rows, "example_ids": ids})  # doctest: +SKIP
+    """
+    check_packable(backbone)
+    inputs = {"hidden": keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden"),
+              "example_ids": keras.Input(shape=(None,), dtype="int32", name="example_ids")}
+    hidden = ops.cast(inputs["hidden"], backbone.transformer_layers[0].compute_dtype)
+    hidden = families.run_blocks(backbone, backbone.transformer_layers[start:stop], hidden,
+                                 attention_mask=attention_mask(inputs["example_ids"]))
+    return keras.Model(inputs, hidden, name=f"packed_blocks_{start}_{stop}")
+
+
 def suffix_classifier(backbone, depth: int, head, hidden_dtype: str = "float16") -> keras.Model:
     """The blocks from `depth` on, the pooler (where the family has one) and `head` on packed rows of cached prefix
     outputs (`tf_transfer.data.cache`'s packed batches): inputs `hidden` `[rows, width, hidden]` in `hidden_dtype`,

@@ -8,7 +8,9 @@ FreezeOut), each segment one Keras `fit` over that part of the epoch's batches. 
 prefix's stored outputs through the newly frozen blocks only, in inference mode), and training goes on with the
 suffix model (blocks j+1.., pooler, head) on the cache, with the same optimizer (its Adam slots and step counter
 continue) and the same weights. Each switch traces the new model's step once per warm-up shape; nothing else
-retraces.
+retraces. With `--padding=pack` the caches are built and extended on packed rows and the suffix trains on packed
+rows of the same batches, as the tokens did before the first freeze (and as `--cache_frozen` packs), so every step
+computes the layout whose padding efficiency `summary.json` records.
 
 What the run records (`summary.json` "freezing", TensorBoard, the final line): each freeze (step, epoch, blocks, the
 statistic that decided it, trainable weights after it, the seconds its cache and compilation took), every AutoFreeze
@@ -212,7 +214,7 @@ class GrowingPrefixRun:
         cache_s = time.perf_counter() - start
         with self.strategy.scope():
             model = cached_prefix.suffix_classifier(self.backbone, self.num_blocks - frozen,
-                                                    self.model.get_layer("head"))
+                                                    self.model.get_layer("head"), packed=self._packed)
         self.frozen, self.current = frozen, model
         self._compile_suffix()
         self._count_traces(model)
@@ -230,27 +232,35 @@ class GrowingPrefixRun:
         from tf_transfer.data import cache, feeds
         from tf_transfer.models import cached_prefix
 
-        settings, backbone = self.settings, self.backbone
+        settings, backbone, packed = self.settings, self.backbone, self._packed
         if before < 0:
-            prefix = cached_prefix.prefix_model(backbone, self.num_blocks - frozen)
+            prefix = cached_prefix.prefix_model(backbone, self.num_blocks - frozen, packed)
             run = cache.traced_inference(prefix)  # one trace for every split
             caches, keys = {}, {}
-            identity = cache.Prefix(settings.model.weights, settings.dataset, frozen, precision=settings.precision)
+            identity = cache.Prefix(settings.model.weights, settings.dataset, frozen, precision=settings.precision,
+                                    packed=packed)
             for name, split in self.encoded.items():
                 keys[name] = identity.key(name, split) + f"-run{id(self)}"
-                caches[name], _, _ = cache.build(prefix, split, keys[name], settings.inputs, run=run)
+                caches[name], _, _ = cache.build(prefix, split, keys[name], settings.inputs, run=run, packed=packed)
         else:
-            blocks = cached_prefix.blocks_model(backbone, before, frozen)
+            blocks = cached_prefix.blocks_model(backbone, before, frozen, packed=packed)
             run = cache.traced_inference(blocks)
             caches, keys = {}, {}
             for name, cached in self.caches.items():
                 keys[name] = f"{self.cache_keys[name]}+{frozen}"
-                caches[name], _, _ = cache.extend(blocks, cached, keys[name], settings.inputs, run=run)
+                caches[name], _, _ = cache.extend(blocks, cached, keys[name], settings.inputs, run=run,
+                                                  packed=packed)
         for name in self.caches or {}:
             cache.forget(self.cache_keys[name])  # the shallower prefix is not needed again
         self.caches, self.cache_keys = caches, keys
-        self.current_feed = feeds.CachedFeed(caches, settings.inputs, settings.runtime.jit)
+        self.current_feed = feeds.CachedFeed(caches, settings.inputs, settings.runtime.jit, packed=packed)
         self.current_feed.use_strategy(self.strategy)
+
+    @property
+    def _packed(self) -> bool:
+        """`--padding=pack`: the cache is built and extended on packed rows and the suffix trains on them, as the
+        tokens trained before the first freeze (and as `--cache_frozen` packs)."""
+        return self.settings.padding == "pack"
 
     def _compile_suffix(self) -> None:
         # In the strategy's scope, as every model here: the loss tracker `compile` creates is then the strategy's

@@ -192,7 +192,7 @@ def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
                                      training=False))
     packed = next(inputs.batches(mixed, everything, "pack", 16, with_labels=False))
     assert len(packed["token_ids"]) < len(mixed)
-    starts = packed.pop("example_starts")
+    starts = packed.pop("cls_positions")
     # k = 1 as asked; k = L also starts the suffix at the embeddings (ELECTRA's after its projection).
     for trainable in (1, len(backbone.transformer_layers)):
         hidden = cached_prefix.prefix_model(backbone, trainable)(features, training=False)
@@ -201,7 +201,7 @@ def test_cached_suffix_gives_the_full_models_logits(key, loaded, rte_pairs):
         np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-5)
         rows = cached_prefix.prefix_model(backbone, trainable, packed=True)(packed, training=False)
         suffix = cached_prefix.suffix_classifier(backbone, trainable, head, hidden_dtype="float32", packed=True)
-        got = suffix({"hidden": np.asarray(rows), "example_ids": packed["example_ids"], "example_starts": starts},
+        got = suffix({"hidden": np.asarray(rows), "example_ids": packed["example_ids"], "cls_positions": starts},
                      training=False)
         np.testing.assert_allclose(np.asarray(got), expected_mixed, rtol=0, atol=1e-5)
 

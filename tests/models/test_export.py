@@ -62,7 +62,7 @@ def test_packed_scoring_gives_the_bucketed_outputs_in_the_rows_order(exported, g
 
     def recorded(*args, **kwargs):
         packed_batch = features(*args, **kwargs)
-        laid_out.append((len(packed_batch["example_starts"]), len(packed_batch["token_ids"])))
+        laid_out.append((len(packed_batch["cls_positions"]), len(packed_batch["token_ids"])))
         return packed_batch
 
     monkeypatch.setattr(packing, "features", recorded)

@@ -214,7 +214,7 @@ def test_packed_cache_keeps_the_real_tokens_and_trains_on_packed_rows(encoded_rt
     np.testing.assert_allclose(cached.hidden, real.astype(np.float16), rtol=2**-10, atol=1e-6)
 
     packed_feed = feeds.CachedFeed({"train": cached}, settings, packed=True)
-    assert any(len(features["example_starts"]) > len(features["hidden"]) for features, _, _ in
+    assert any(len(features["cls_positions"]) > len(features["hidden"]) for features, _, _ in
                cache.batches(cached, packed_feed.plan(1), 4, MAX_LEN, packed=True))
     got = packed_feed.predict(cached_prefix.suffix_classifier(backbone, 1, head, packed=True), "train")
     features = next(cache.batches(cached, everything, 4, MAX_LEN, with_labels=False))

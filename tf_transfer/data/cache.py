@@ -201,7 +201,7 @@ def _store_outputs(run_prefix, encoded: inputs.Encoded, batching: InputSettings,
     plan = inputs.plan_eval_batches(encoded.lengths, batching.eval_batch_size, padding)
     step = packing.ROW_STEP if packed else batching.bucket_step
     for indices, features in zip(plan, inputs.batches(encoded, plan, padding, step, with_labels=False)):
-        starts = features.pop("example_starts") if packed else None
+        starts = features.pop("cls_positions") if packed else None
         _store_batch(run_prefix(features).numpy(), starts, indices, offsets, lengths, hidden)
 
 
@@ -255,7 +255,7 @@ def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = Inpu
     step = packing.ROW_STEP if packed else batching.bucket_step
     for indices, features in zip(plan, batches(cached, plan, step, batching.max_seq_length, with_labels=False,
                                                packed=packed)):
-        starts = features.pop("example_starts") if packed else None
+        starts = features.pop("cls_positions") if packed else None
         _store_batch(run_blocks(features).numpy(), starts, indices, cached.offsets, cached.lengths, hidden)
     extended = CachedSplit(hidden, cached.offsets, cached.lengths, cached.labels, cached.regression)
     extended.build_s, extended.build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
@@ -288,7 +288,7 @@ def batches(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, 
     """Yields `({"hidden", "padding_mask"}, labels, sample_weights)` (or the features) per planned batch, padded to
     the batch's bucket length; `fill_to` fills partial batches with zero-weight repeats (`inputs.fill_batch`).
     `packed`: the batch's examples laid end to end in rows of at most `max_length` (`packing.place`), features
-    `{"hidden", "example_ids", "example_starts"}` for `packed.suffix_classifier`."""
+    `{"hidden", "example_ids", "cls_positions"}` for `packed.suffix_classifier`."""
     for indices in plan:
         weights = None
         if with_labels:
@@ -322,7 +322,7 @@ def _packed_features(cached: CachedSplit, indices: np.ndarray, bucket_step: int,
         hidden[row_of[example], span] = cached.hidden[start:stop]
         example_ids[row_of[example], span] = example
     return {"hidden": hidden, "example_ids": example_ids,
-            "example_starts": (row_of * width + offset_of).astype(np.int32)}
+            "cls_positions": (row_of * width + offset_of).astype(np.int32)}
 
 
 def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: int, with_labels: bool = True,
@@ -332,7 +332,7 @@ def to_dataset(cached: CachedSplit, plan: list, bucket_step: int, max_length: in
     features = {"hidden": tf.TensorSpec([None, None, cached.hidden_dim], tf.float16)}
     if packed:
         features.update(example_ids=tf.TensorSpec([None, None], tf.int32),
-                        example_starts=tf.TensorSpec([None], tf.int32))
+                        cls_positions=tf.TensorSpec([None], tf.int32))
     else:
         features["padding_mask"] = tf.TensorSpec([None, None], tf.int32)
     label = tf.TensorSpec([None, 1], tf.float32) if cached.regression else tf.TensorSpec([None], tf.int32)

@@ -190,7 +190,7 @@ def _signature(encoded: Encoded, with_labels: bool, padding: str):
     names = encoded.input_names
     if padding == "pack":
         names = [name for name in names if name != "padding_mask"] + list(packing.PACKED_INPUTS)
-    features = {name: tf.TensorSpec([None] if name == "example_starts" else [None, None], tf.int32)
+    features = {name: tf.TensorSpec([None] if name == "cls_positions" else [None, None], tf.int32)
                 for name in names}
     if not with_labels:
         return features

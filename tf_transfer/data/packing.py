@@ -14,8 +14,10 @@ compiled step meets few widths.
 What the packed model (`tf_transfer.models.packed`) needs besides the tokens, all per row position:
 `position_ids` (0 at each example's first token), `example_ids` (the example's place in the batch, -1 on padding:
 tokens attend only to tokens with the same id) and `segment_ids` (each example's own); and per example
-`example_starts`, the flat index (row * width + offset) of its first token, where its [CLS] vector is read. The
-model's outputs, labels and sample weights are per example, in the batch's order.
+`cls_positions`, the flat index (row * width + offset) of its first token, where its [CLS] vector is read. The
+model's outputs, labels and sample weights are per example, in the batch's order. `cls_positions` is named to come
+first among the inputs in sorted order: Keras weights each step's loss in the epoch's mean by the leading dimension
+of the first input it flattens (dictionaries flatten by sorted key), which must count examples, not rows.
 
 Example:
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-PACKED_INPUTS = ("position_ids", "example_ids", "example_starts")
+PACKED_INPUTS = ("position_ids", "example_ids", "cls_positions")
 
 # Packed rows are rounded to multiples of 4 tokens, not of `--bucket_step` (16, which bucketed batches keep): the
 # rounding is all the padding packing leaves. On the bench's MRPC batches (all-MiniLM, batch 32) 16 left a padding
@@ -118,6 +120,6 @@ def features(token_ids: np.ndarray, segment_ids: np.ndarray, lengths: np.ndarray
         packed["segment_ids"][r, span] = segment_ids[example, :n]
         packed["position_ids"][r, span] = np.arange(n)
         packed["example_ids"][r, span] = example
-    packed["example_starts"] = (row_of * width + offset_of).astype(np.int32)
+    packed["cls_positions"] = (row_of * width + offset_of).astype(np.int32)
     names = [name for name in input_names if name != "padding_mask"] + list(PACKED_INPUTS)
     return {name: packed[name] for name in names}

@@ -49,7 +49,7 @@ def check_packable(backbone) -> None:
 def packed_inputs(family: families.Family) -> dict:
     """The packed model's inputs: the family's token inputs without `padding_mask`, and `packing.PACKED_INPUTS`."""
     names = [name for name in family.inputs if name != "padding_mask"] + list(packing.PACKED_INPUTS)
-    return {name: keras.Input(shape=() if name == "example_starts" else (None,), dtype="int32", name=name)
+    return {name: keras.Input(shape=() if name == "cls_positions" else (None,), dtype="int32", name=name)
             for name in names}
 
 
@@ -75,15 +75,15 @@ def attention_mask(example_ids):
     return ops.cast(ops.equal(ops.expand_dims(example_ids, 2), ops.expand_dims(example_ids, 1)), "int32")
 
 
-def first_tokens(hidden, example_starts):
+def first_tokens(hidden, cls_positions):
     """`[examples, hidden]`: each example's first token's vector, read at its flat index in the rows."""
-    return ops.take(ops.reshape(hidden, (-1, ops.shape(hidden)[-1])), example_starts, axis=0)
+    return ops.take(ops.reshape(hidden, (-1, ops.shape(hidden)[-1])), cls_positions, axis=0)
 
 
-def _classify(backbone, hidden, example_starts, head):
+def _classify(backbone, hidden, cls_positions, head):
     """`head`'s outputs on the family's sentence vector of each example (its pooled [CLS], or its first token's
     vector), read from packed rows."""
-    first = first_tokens(hidden, example_starts)
+    first = first_tokens(hidden, cls_positions)
     vector = backbone.get_layer("pooled_dense")(first) if families.of(backbone).pooler else first
     return head(vector)
 
@@ -96,21 +96,21 @@ def build_classifier(backbone, head) -> keras.Model:
     inputs = packed_inputs(families.of(backbone))
     hidden = families.run_blocks(backbone, backbone.transformer_layers, embed(backbone, inputs),
                                  attention_mask=attention_mask(inputs["example_ids"]))
-    return keras.Model(inputs, _classify(backbone, hidden, inputs["example_starts"], head), name="packed_classifier")
+    return keras.Model(inputs, _classify(backbone, hidden, inputs["cls_positions"], head), name="packed_classifier")
 
 
 def prefix_model(backbone, depth: int) -> keras.Model:
     """The frozen prefix on packed rows (`--cache_frozen --padding=pack`): from packed inputs (`packed_inputs`
-    without `example_starts`) to the output of block `depth - 1` (the embeddings' for 0), `[rows, width, hidden]`,
+    without `cls_positions`) to the output of block `depth - 1` (the embeddings' for 0), `[rows, width, hidden]`,
     each example's tokens where the packing put them. What the padded prefix (`cached_prefix.prefix_model`)
     computes for the real tokens, on (almost) only real tokens.
 
     >>> prefix = packed.prefix_model(backbone, depth=4)  # doctest: +SKIP
-    >>> hidden = prefix({k: v for k, v in packing_features.items() if k != "example_starts"})  # doctest: +SKIP
+    >>> hidden = prefix({k: v for k, v in packing_features.items() if k != "cls_positions"})  # doctest: +SKIP
     """
     check_packable(backbone)
     inputs = packed_inputs(families.of(backbone))
-    inputs.pop("example_starts")
+    inputs.pop("cls_positions")
     hidden = embed(backbone, inputs)
     if depth:
         hidden = families.run_blocks(backbone, backbone.transformer_layers[:depth], hidden,
@@ -120,7 +120,7 @@ def prefix_model(backbone, depth: int) -> keras.Model:
 
 def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16") -> keras.Model:
     """Blocks `start..stop-1` on packed rows of cached prefix outputs (`{"hidden", "example_ids"}`, as
-    `suffix_classifier`'s inputs without `example_starts`) to their output `[rows, width, hidden]`: extends a packed
+    `suffix_classifier`'s inputs without `cls_positions`) to their output `[rows, width, hidden]`: extends a packed
     frozen-prefix cache by the blocks that froze next (`cache.extend(..., packed=True)`), as
     `cached_prefix.blocks_model` extends a padded one; weights shared with `backbone`.
 
@@ -139,18 +139,18 @@ def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16")
 def suffix_classifier(backbone, depth: int, head, hidden_dtype: str = "float16") -> keras.Model:
     """The blocks from `depth` on, the pooler (where the family has one) and `head` on packed rows of cached prefix
     outputs (`tf_transfer.data.cache`'s packed batches): inputs `hidden` `[rows, width, hidden]` in `hidden_dtype`,
-    `example_ids` and `example_starts` as the packed inputs'; one output row per example. Weights shared with
+    `example_ids` and `cls_positions` as the packed inputs'; one output row per example. Weights shared with
     `backbone`, as `cached_prefix.suffix_classifier`'s.
 
     >>> model = packed.suffix_classifier(backbone, depth=4, head=head)  # doctest: +SKIP
-    >>> logits = model({"hidden": rows, "example_ids": ids, "example_starts": starts})  # doctest: +SKIP
+    >>> logits = model({"hidden": rows, "example_ids": ids, "cls_positions": starts})  # doctest: +SKIP
     """
     check_packable(backbone)
     inputs = {"hidden": keras.Input(shape=(None, backbone.hidden_dim), dtype=hidden_dtype, name="hidden"),
               "example_ids": keras.Input(shape=(None,), dtype="int32", name="example_ids"),
-              "example_starts": keras.Input(shape=(), dtype="int32", name="example_starts")}
+              "cls_positions": keras.Input(shape=(), dtype="int32", name="cls_positions")}
     hidden = ops.cast(inputs["hidden"], backbone.transformer_layers[0].compute_dtype)
     hidden = families.run_blocks(backbone, backbone.transformer_layers[depth:], hidden,
                                  attention_mask=attention_mask(inputs["example_ids"]))
-    return keras.Model(inputs, _classify(backbone, hidden, inputs["example_starts"], head),
+    return keras.Model(inputs, _classify(backbone, hidden, inputs["cls_positions"], head),
                        name="packed_cached_classifier")

@@ -207,9 +207,9 @@ def test_a_packed_autofreeze_run_trains_as_the_padded_one_and_resumes_to_its_num
     layout's. Against `--padding=fixed`, whose batches are pack's (bucket batches by length), dropout 0: the same
     decisions and freezes at the same steps, from every block's gradient sums within 1e-5 relative (1e-7 seen),
     before the freeze and after it (the suffix's): float32 sums in other shapes, which the float16 cache may round to
-    a neighbouring value (2**-11 relative; 2 of 4,224 cached values here); the same scores. Not the epoch loss: Keras
-    weights each step's loss by its first input's leading dimension, packed rows in one run and examples in the
-    other. Killed after epoch 1 (after the freeze), the rerun ends with the unbroken packed run's numbers."""
+    a neighbouring value (2**-11 relative; 2 of 4,224 cached values here); the same scores and epoch losses (each a
+    mean over examples: tf_transfer/data/packing.py on `cls_positions`). Killed after epoch 1 (after the freeze), the
+    rerun ends with the unbroken packed run's numbers."""
     from tf_transfer.data import cache
     from tf_transfer.models import cached_prefix
 
@@ -246,6 +246,7 @@ def test_a_packed_autofreeze_run_trains_as_the_padded_one_and_resumes_to_its_num
     assert [(e["step"], e["frozen_blocks"]) for e in events] == [
         (e["step"], e["frozen_blocks"]) for e in padded["freezing"]["events"]]
     assert [e["val"] for e in packed["epochs"]] == [e["val"] for e in padded["epochs"]]
+    assert [e["loss"] for e in packed["epochs"]] == pytest.approx([e["loss"] for e in padded["epochs"]], rel=1e-5)
 
     resumed = glue_task.run_glue(runs["pack"], str(killed_dir))
     assert [r["after_epoch"] for r in resumed["resumes"]] == [1]

@@ -228,7 +228,29 @@ SCORE_CLAIMS = (
 
 def claims_of(table: dict, tasks: list, gains: dict, design: Design) -> list:
     """The claims decided on the design, as `Claim`s: each score claim on the mean over the testable tasks, and
-    LoRA r8's time claim."""
+    LoRA r8's time claim; while a claim's planned seeds have not all run, what is known so far, without a verdict."""
+    rows = [_interim(claim, design, table) for claim in _claims_of(table, tasks, gains, design)]
+    return rows
+
+
+def _interim(claim: Claim, design: Design, table: dict) -> Claim:
+    """`claim` as it stands while some of its compared runs have not run: its figures so far, marked so, and no
+    verdict yet ("not run yet"): a task still to come can make a task testable, and Holm then corrects over more
+    tasks, so a verdict read before the last run could change."""
+    method = next((m for m, text, _ in SCORE_CLAIMS if text == claim.claim), "LoRA r8")
+    missing = [f"{task} {len(_paired(table, method, task))} of {len(design.seeds[task])} seeds"
+               for task in design.tasks if len(_paired(table, method, task)) < len(design.seeds[task])]
+    if not missing or claim.verdict == stats.NOT_RUN:
+        return claim
+    return Claim(claim.claim, claim.paper, f"so far, no verdict until every planned seed has run "
+                 f"({', '.join(missing)}): {claim.ours}", stats.NOT_RUN, claim.basis, claim.results)
+
+
+def _paired(table: dict, method: str, task: str) -> list:
+    return [s for s in (table.get((method, task)) or {}).get("summaries") or [] if s]
+
+
+def _claims_of(table: dict, tasks: list, gains: dict, design: Design) -> list:
     rows = []
     testable_tasks = [t for t in tasks if claims.testable_on_interval(gains.get(t))]
     for method, claim, paper in SCORE_CLAIMS:

@@ -157,3 +157,18 @@ def test_named_modules_and_files_exist(page):
                 missing.append(path)
     assert not missing, f"{page} names what does not exist: {sorted(set(missing))}"
 
+
+
+def test_no_file_carries_a_merge_conflicts_markers():
+    """A merge resolved in one file and committed with another still conflicted left git's markers in
+    benchmarks/LOG.md once; every text file of the project is read for them."""
+    marker = re.compile(r"^(<{7} |={7}$|>{7} )", re.M)
+    found = []
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("runs", "__pycache__")]
+        for name in files:
+            if name.endswith((".py", ".md", ".cfg", ".flags", ".sh", ".toml", ".txt", ".csv")):
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                    if marker.search(f.read()):
+                        found.append(os.path.relpath(os.path.join(folder, name), REPO))
+    assert not found

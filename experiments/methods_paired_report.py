@@ -229,15 +229,13 @@ SCORE_CLAIMS = (
 def claims_of(table: dict, tasks: list, gains: dict, design: Design) -> list:
     """The claims decided on the design, as `Claim`s: each score claim on the mean over the testable tasks, and
     LoRA r8's time claim; while a claim's planned seeds have not all run, what is known so far, without a verdict."""
-    rows = [_interim(claim, design, table) for claim in _claims_of(table, tasks, gains, design)]
-    return rows
+    return [_interim(method, claim, design, table) for method, claim in _claims_of(table, tasks, gains, design)]
 
 
-def _interim(claim: Claim, design: Design, table: dict) -> Claim:
-    """`claim` as it stands while some of its compared runs have not run: its figures so far, marked so, and no
-    verdict yet ("not run yet"): a task still to come can make a task testable, and Holm then corrects over more
-    tasks, so a verdict read before the last run could change."""
-    method = next((m for m, text, _ in SCORE_CLAIMS if text == claim.claim), "LoRA r8")
+def _interim(method: str, claim: Claim, design: Design, table: dict) -> Claim:
+    """`claim` (about `method`) as it stands while some of its compared runs have not run: its figures so far,
+    marked so, and no verdict yet ("not run yet"): a task still to come can make a task testable, and Holm then
+    corrects over more tasks, so a verdict read before the last run could change."""
     missing = [f"{task} {len(_paired(table, method, task))} of {len(design.seeds[task])} seeds"
                for task in design.tasks if len(_paired(table, method, task)) < len(design.seeds[task])]
     if not missing or claim.verdict == stats.NOT_RUN:
@@ -251,6 +249,7 @@ def _paired(table: dict, method: str, task: str) -> list:
 
 
 def _claims_of(table: dict, tasks: list, gains: dict, design: Design) -> list:
+    """`[(method, Claim)]`: each claim with the method it is about."""
     rows = []
     testable_tasks = [t for t in tasks if claims.testable_on_interval(gains.get(t))]
     for method, claim, paper in SCORE_CLAIMS:
@@ -260,15 +259,15 @@ def _claims_of(table: dict, tasks: list, gains: dict, design: Design) -> list:
         intervals = {t: shared.difference(table, method, t, "score") if t in testable_tasks else None for t in tasks
                      if table.get((method, t)) and table[(method, t)]["summaries"]}
         if not intervals:
-            rows.append(claims.not_run(claim, paper, basis))
+            rows.append((method, claims.not_run(claim, paper, basis)))
             continue
         per_task = claims.as_good_as(intervals, design.margin)
         # No mean (so not testable) while a testable task that ran has no interval: `_mean_interval` needs them all.
         mean = shared._mean_interval([intervals[t] for t in testable_tasks if t in intervals])
         kind = claims.as_good_as(mean, design.margin).verdict if mean is not None else stats.NOT_TESTABLE
-        rows.append(Claim(claim, paper, "mean of the testable tasks " + (mean.text() if mean is not None else "none")
-                          + "; " + per_task.cells(), kind, basis, per_task.results))
-    return rows + [faster_claim(table, tasks, "LoRA r8")]
+        rows.append((method, Claim(claim, paper, "mean of the testable tasks " + (
+            mean.text() if mean is not None else "none") + "; " + per_task.cells(), kind, basis, per_task.results)))
+    return rows + [("LoRA r8", faster_claim(table, tasks, "LoRA r8"))]
 
 
 def answer_section(collected: list, table: dict, tasks: list, gains: dict, design: Design) -> list:

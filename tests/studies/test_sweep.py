@@ -385,7 +385,8 @@ def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path
 def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     from tf_transfer.studies import sweep_plan
 
-    speed = sweep_plan.Speed(example_s=0.05, block_s=0.0025, startup_s=30.0, num_layers=6, train_examples=5400, scored_examples=600)
+    speed = sweep_plan.Speed(example_s=0.05, block_s=0.0025, startup_s=30.0, num_layers=6, train_examples=5400,
+                             scored_examples=600, steps_per_epoch=169)
     found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6)
     reference = sweep.reference(found)
     whole = sweep_plan.plan(found, reference, speed, workers=2, max_epochs=9, patience=2)
@@ -402,6 +403,21 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     assert 0 < some.reached < len(found) and some.spent_s <= 3600
     assert f"--budget=1h00m decides among the {some.reached} cheapest of them" in sweep_plan.first_line(some, 3600)
     assert sweep_plan.first_line(whole, whole.needed_s + 60).endswith("is enough")
+
+
+def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_epochs():
+    """A run's best epoch is planned after `ASSUMED_BEST_STEPS` optimizer steps: at 1, 2 and 9 epochs' worth of
+    them, the same candidates' planned training grows; past `max_epochs` it stays."""
+    from tf_transfer.studies import sweep_plan
+
+    found = sweep.candidates(["freeze", "lora"], num_layers=6)
+    training = []
+    for epochs_to_best in (1, 2, 9, 20):
+        steps = -(-sweep_plan.ASSUMED_BEST_STEPS // epochs_to_best)
+        speed = sweep_plan.Speed(example_s=0.05, block_s=0.0025, startup_s=30.0, num_layers=6, train_examples=1350,
+                                 scored_examples=150, steps_per_epoch=steps)
+        training.append(sweep_plan.plan(found, sweep.reference(found), speed, 2, 9, 2).training_s)
+    assert training[0] < training[1] < training[2] == training[3]
 
 
 @pytest.mark.parametrize("flags, fragment", [

@@ -64,6 +64,7 @@ COMMAND_FLAGS = {
                         "tokens), bucket or fixed (padded; docs/glue.md#padding)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
+DEFAULT_PADDING = COMMAND_FLAGS["padding"][0]  # a new sweep's, where neither --padding nor its flagfile says one
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
 WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers this command starts: their number, then their deadline
 
@@ -93,9 +94,9 @@ def main(argv):
         else (lambda line: print(line, flush=True))
     # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
     # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
-    study, where = sweep.open_study(sweep_dir, {"padding": "pack", **base}, make_candidates, workers * budget_s,
-                                    FLAGS.storage, settings.metric_name in metrics.LOWER_IS_BETTER, name=name,
-                                    identity=identity, heartbeat_s=FLAGS.sweep_heartbeat,
+    study, where = sweep.open_study(sweep_dir, {"padding": DEFAULT_PADDING, **base}, make_candidates,
+                                    workers * budget_s, FLAGS.storage, settings.metric_name in metrics.LOWER_IS_BETTER,
+                                    name=name, identity=identity, heartbeat_s=FLAGS.sweep_heartbeat,
                                     command=" ".join(["python -m tf_transfer.sweep", *sys.argv[1:]]),
                                     log=log, workers=workers)
     if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
@@ -221,7 +222,7 @@ def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:
 
     hashes = user_data.file_hashes(settings.data_spec)
     # Packing is a new sweep's own default (`main`): --padding=pack given or not names the same sweep.
-    named = {k: v for k, v in base.items() if (k, v) != ("padding", "pack")}
+    named = {k: v for k, v in base.items() if (k, v) != ("padding", DEFAULT_PADDING)}
     return {"base": named, "methods": sorted(FLAGS.methods), "lrs": lrs, **options,
             **({"data_sha256": hashes} if hashes else {})}
 

@@ -7,7 +7,7 @@ import tf_transfer
 from tf_transfer.core.errors import TransferError
 
 
-def _command_and_python_losses(folder, glue_dir, preset, method, options):
+def _command_and_python_losses(folder, glue_dir, preset, method, options, padding):
     import keras
 
     from tf_transfer.models import backbones, heads
@@ -17,7 +17,8 @@ def _command_and_python_losses(folder, glue_dir, preset, method, options):
 
     settings = GlueSettings(task="sst2", preset=preset, data_dir=glue_dir, trainable_layers=1, cache_frozen=True,
                             lr=1e-3, batch_size=4, max_epochs=2, patience=10, max_seq_length=32, dropout=0.1, seed=0,
-                            max_train_examples=16, method=method, **{f"{method}_{k}": v for k, v in options.items()})
+                            max_train_examples=16, method=method, padding=padding,
+                            **{f"{method}_{k}": v for k, v in options.items()})
     summary = glue_task.run_glue(settings, str(folder))
     _, train, _, _, _ = glue_task.load_data(settings)  # the command's training texts
 
@@ -27,7 +28,7 @@ def _command_and_python_losses(folder, glue_dir, preset, method, options):
     classifier = heads.build_classifier(loaded.backbone, 2, 0.1, head=heads.pooled_head(2, 0.1, loaded.backbone))
     tf_transfer.apply_method(classifier, method, trainable_layers=1, **options)
     cached = tf_transfer.CachedClassifier(classifier, trainable_layers=1, tokenizer=loaded.tokenizer,
-                                          max_seq_length=32, batch_size=4, seed=0)
+                                          max_seq_length=32, batch_size=4, seed=0, padding=padding)
     steps = cached.cached(train.text_a, train.labels).steps_per_epoch
     cached.compile(optimizer=optimizers.build_optimizer(settings.optimizer, steps * 2),
                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -45,20 +46,26 @@ def cached_runs(tmp_path_factory, glue_dir, two_block_preset):
     freezing's. Two blocks, the last training: the cache holds the embeddings and a frozen block."""
     done = {}
 
-    def run(method, options):
-        if method not in done:
-            done[method] = _command_and_python_losses(tmp_path_factory.mktemp(method), glue_dir, two_block_preset,
-                                                      method, options)
-        return done[method]
+    def run(method, options, padding="bucket"):
+        if (method, padding) not in done:
+            done[method, padding] = _command_and_python_losses(tmp_path_factory.mktemp(method), glue_dir,
+                                                               two_block_preset, method, options, padding)
+        return done[method, padding]
 
     return run
 
 
 @pytest.mark.xdist_group(GROUP)
-@pytest.mark.parametrize("method, options", [("freeze", {}), ("lora", {"rank": 2}), ("bitfit", {})])
-def test_the_python_cache_trains_as_the_command_does(cached_runs, method, options):
-    command, python, _, _ = cached_runs(method, options)
+@pytest.mark.parametrize("method, options, padding", [("freeze", {}, "bucket"), ("lora", {"rank": 2}, "bucket"),
+                                                     ("bitfit", {}, "bucket"), ("freeze", {}, "pack")])
+def test_the_python_cache_trains_as_the_command_does(cached_runs, method, options, padding):
+    """`fit` gives the command's epoch losses: each method over bucketed batches, and freezing over packed rows
+    (`padding="pack"`, the command's `--cache_frozen --padding=pack`)."""
+    command, python, cached, train = cached_runs(method, options, padding)
     assert len(command) == 2 and command[0] != command[1]
+    if padding == "pack":  # rows that hold several of the texts
+        feed = cached.cached(train.text_a, train.labels)
+        assert any(feed.computed_shape(batch)[0] < len(batch) for batch in feed.plan(1))
     np.testing.assert_allclose(python, command, rtol=1e-5)
 
 

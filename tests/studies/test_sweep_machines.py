@@ -113,8 +113,12 @@ def test_two_processes_spend_the_budget_once(postgres_url, tmp_path):
 
 
 def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_and_reports_alike(
-        postgres_url, tmp_path, one_block_preset):
-    """The real command, one process started apart and one in this test's process, each with its own --runs_dir."""
+        postgres_url, tmp_path, one_block_preset, monkeypatch):
+    """The real command, one process started apart and one in this test's process, each with its own --runs_dir
+    (this one with a made-up measurement of the machine: `sweep_fakes.measured`)."""
+    from tf_transfer.studies import sweep_plan
+
+    monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     common = ["sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review", "--label_column=stars",
               f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=2",
               "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs", "--budget=10m",
@@ -142,13 +146,16 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
                                                                                     one_block_preset, monkeypatch):
     """kill -9 of a trial's trainer child (a child process training the one-block BERT with the command's own trial
     function: tests/sweep_children.py) right after its first epoch's checkpoint: the trial is failed and queued
-    again once, and its run resumes from that epoch (not trained twice) and completes."""
+    again once, and its run resumes from that epoch (not trained twice) and completes. The machine's measurement is
+    made up (`sweep_fakes.measured`)."""
     import json
 
     import sweep_children
     import tf_transfer.sweep
+    from tf_transfer.studies import sweep_plan
 
     monkeypatch.setattr(tf_transfer.sweep, "_train_trial", sweep_children.train_trial)
+    monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     sweep_dir = tmp_path / "runs" / "sweep" / "child"
     sweep_dir.mkdir(parents=True)
     (sweep_dir / "kill_after_epoch").write_text("bitfit_kall_lr0.01")

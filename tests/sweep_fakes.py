@@ -21,6 +21,17 @@ EPOCH_S = float(os.environ.get("SWEEP_FAKE_EPOCH_S", "0.25"))  # a test of the b
 CONSTANT = {"score": 0.5, "predicts": "0", "examples": 10}
 
 
+def measured(settings: dict, *args, **kwargs):
+    """A made-up `sweep_plan.measure` of the one-block preset on a few dozen examples, for tests of the sweep command
+    that check nothing of its plan: measuring builds and trains two models for a few steps (about 3 s of a test) and
+    gives only the sweep's first line and its report's plan. tests/studies/test_sweep.py's command test measures."""
+    from tf_transfer.studies import sweep_plan
+
+    train = 36
+    return sweep_plan.Speed(example_s=0.002, block_s=0.0005, startup_s=2.0, num_layers=1, train_examples=train,
+                            scored_examples=4, steps_per_epoch=-(-train // int(settings["batch_size"])))
+
+
 def candidates() -> dict:
     return {name: {"trainable_layers": "all", "lr": 1e-3 * (i + 1)} for i, name in enumerate(CURVES)}
 

@@ -8,10 +8,11 @@ import pytest
 from conftest import run_module
 
 
-def test_glue_entry_point_with_paper_flagfile(tmp_path, glue_dir, tiny_preset):
+def test_glue_entry_point_with_paper_flagfile(tmp_path, glue_dir, two_block_preset):
+    """On the two-block preset: the fewest blocks the flagfile's `--trainable_layers=2` fits."""
     output_dir = tmp_path / "run"
     done = run_module("tf_transfer.glue", "--flagfile=flags/wang_transfer_k2.flags", "--task=mrpc",
-                      f"--preset={tiny_preset}", f"--data_dir={glue_dir}", "--max_epochs=1", "--batch_size=8",
+                      f"--preset={two_block_preset}", f"--data_dir={glue_dir}", "--max_epochs=1", "--batch_size=8",
                       "--max_train_examples=16", f"--output_dir={output_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trainable parameters per block" in done.stdout
@@ -23,8 +24,9 @@ def test_glue_entry_point_with_paper_flagfile(tmp_path, glue_dir, tiny_preset):
     assert set(summary["epochs"][0]["test"]) == {"f1", "accuracy"}
 
 
-def test_default_output_dir_is_named_after_the_settings(tmp_path, glue_dir, tiny_preset):
-    done = run_module("tf_transfer.glue", "--task=wnli", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+def test_default_output_dir_is_named_after_the_settings(tmp_path, glue_dir, one_block_preset):
+    """The folder's name comes from the settings, whatever the depth: the one-block preset."""
+    done = run_module("tf_transfer.glue", "--task=wnli", f"--preset={one_block_preset}", f"--data_dir={glue_dir}",
                       "--max_epochs=1", "--batch_size=8", "--trainable_layers=0", "--lr=1e-3", "--seed=3",
                       f"--runs_dir={tmp_path}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -46,11 +48,12 @@ def test_offline_preset_falls_back_to_installed_package():
 
 
 def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
+    """A one-block checkpoint: its block count read back from bert_config.json shows the depth came from the file."""
     from tf_transfer.models import tf1_checkpoint
 
     from conftest import VOCAB, make_tiny_backbone
 
-    tf1_checkpoint.save_tf1_bert(make_tiny_backbone(), str(tmp_path / "bert" / "bert_model.ckpt"),
+    tf1_checkpoint.save_tf1_bert(make_tiny_backbone(num_layers=1), str(tmp_path / "bert" / "bert_model.ckpt"),
                                  vocab=list(VOCAB))
     bert = tmp_path / "bert"
     done = run_module("tf_transfer.glue", "--task=rte", "--trainable_layers=1", "--lr=1e-3", "--max_epochs=1",
@@ -60,7 +63,7 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     with open(tmp_path / "run" / "summary.json") as f:
         summary = json.load(f)
-    assert summary["completed"] and summary["num_layers"] == 3
+    assert summary["completed"] and summary["num_layers"] == 1
     assert summary["preset"].endswith("bert_model.ckpt") and "bert_model.ckpt" in summary["preset_source"]
     missing = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}",
                          f"--init_checkpoint={bert / 'nothing.ckpt'}", f"--bert_config_file={bert / 'bert_config.json'}",
@@ -69,8 +72,9 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
     assert len([l for l in missing.stderr.splitlines() if l.startswith("error:")]) == 1
 
 
-def test_bench_prints_one_json_object_last(glue_dir, tiny_preset, tmp_path):
-    done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={tiny_preset}", f"--data_dir={glue_dir}",
+def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path):
+    """On the two-block preset: a frozen block for the cache and the trained one above it, as on any depth."""
+    done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={two_block_preset}", f"--data_dir={glue_dir}",
                       "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1",
                       "--repeats=2", f"--profile_dir={tmp_path / 'profile'}", "--matmul_peak")
     assert done.returncode == 0, done.stderr[-3000:]

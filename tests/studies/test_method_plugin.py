@@ -83,7 +83,7 @@ def test_a_method_declares_the_keys_it_records_in_its_own_module():
 
 
 def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_sweep_and_the_table(
-        layernorms, tmp_path, glue_dir, one_block_preset):
+        layernorms, tmp_path, glue_dir, one_block_preset, monkeypatch):
     from tf_transfer.studies import grid as studies
     from tf_transfer.studies.glue_settings import GlueSettings
     from tf_transfer.studies.grid import Grid, Variant
@@ -113,6 +113,10 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
     again = studies.run_until_settled(grid, runs, runs_dir, train, log=lambda line: None)
     assert again["completed"] == 1 and again["ran"] == 0  # found as completed
 
+    import sweep_fakes
+    from tf_transfer.studies import sweep_plan
+
+    monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)  # the sweep's plan is not what this checks
     swept = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--data_dir={glue_dir}",
                        f"--presets={one_block_preset}", "--methods=layernorms", "--lrs=1e-2", "--max_epochs=1",
                        "--max_seq_length=32", "--batch_size=8", "--sweep_top=1", "--sweep_seeds=1",

@@ -35,15 +35,40 @@ def _train(one_block_preset, out, *flags):
         return json.load(f)
 
 
-@pytest.mark.parametrize("cache", [False, True])
-def test_a_csv_of_texts_and_string_labels_trains(reviews, one_block_preset, tmp_path, cache):
-    summary = _train(one_block_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
-                     "--label_column=stars", *(["--cache_frozen"] if cache else []))
+LABELS = ("--text_columns=review", "--label_column=stars")
+
+
+@pytest.fixture(scope="module")
+def exported_run(reviews, one_block_preset, tmp_path_factory):
+    """The reviews file's labels trained without the cache and exported: one run that both the training checks
+    and the exported classifier's predictions read (tests that use it carry `SHARED_RUN`)."""
+    root = tmp_path_factory.mktemp("exported_run")
+    summary = _train(one_block_preset, root / "run", f"--train_file={reviews['labels']}", *LABELS,
+                     f"--export_dir={root / 'model'}")
+    return {"summary": summary, "model": root / "model"}
+
+
+# The tests that read `exported_run` share one test process, so that its run trains once in the suite.
+SHARED_RUN = pytest.mark.xdist_group("own_data_exported_run")
+
+
+def _assert_trained_on_the_labels(summary, cache: bool) -> None:
     assert summary["completed"] and summary["task"] == "reviews" and summary["labels"] == ["bad", "good", "ok"]
     assert summary["dataset"]["kind"] == "multiclass" and summary["metric"] == "accuracy"
     assert set(summary["epochs"][0]["val"]) == {"accuracy", "macro_f1"} and summary["epochs"][0]["test"] == {}
     assert summary["examples"] == {"train": 43, "validation": 5}  # a seeded, stratified tenth held out
     assert summary["cache_frozen"] is cache and summary["peak_memory_mb"] > 0
+
+
+@SHARED_RUN
+def test_a_csv_of_texts_and_string_labels_trains(exported_run):
+    _assert_trained_on_the_labels(exported_run["summary"], cache=False)
+
+
+def test_a_csv_of_texts_and_string_labels_trains_over_the_cache(reviews, one_block_preset, tmp_path):
+    summary = _train(one_block_preset, tmp_path / "run", f"--train_file={reviews['labels']}", *LABELS,
+                     "--cache_frozen")
+    _assert_trained_on_the_labels(summary, cache=True)
 
 
 def test_a_numeric_target_trains_as_regression_scored_by_spearman(reviews, one_block_preset, tmp_path):
@@ -85,18 +110,17 @@ def test_tfds_by_name_with_mock_data(one_block_preset, tmp_path):
     assert summary["examples"] == {"train": 22, "validation": 2, "test/test": 24}
 
 
-def test_the_exported_classifier_predicts_the_files_labels(reviews, one_block_preset, tmp_path):
-    _train(one_block_preset, tmp_path / "run", f"--train_file={reviews['labels']}", "--text_columns=review",
-           "--label_column=stars", f"--export_dir={tmp_path / 'model'}", "--trainable_layers=all")
+@SHARED_RUN
+def test_the_exported_classifier_predicts_the_files_labels(reviews, exported_run, tmp_path):
     out = tmp_path / "predictions.tsv"
-    done = run_module("tf_transfer.predict", f"--model={tmp_path / 'model'}", f"--input={reviews['labels']}",
+    done = run_module("tf_transfer.predict", f"--model={exported_run['model']}", f"--input={reviews['labels']}",
                       f"--output={out}")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = list(csv.reader(open(out), delimiter="\t"))
     assert rows[0] == ["row", "label", "prob_bad", "prob_good", "prob_ok"]
     assert len(rows) == 49 and {r[1] for r in rows[1:]} <= {"bad", "good", "ok"}
     # The run packed (a first run's default), so predict packed too.
-    assert json.loads((tmp_path / "model" / "tf_transfer_task.json").read_text())["padding"] == "pack"
+    assert json.loads((exported_run["model"] / "tf_transfer_task.json").read_text())["padding"] == "pack"
 
 
 @pytest.mark.parametrize("flags, fragment", [

@@ -22,6 +22,11 @@ from tf_transfer.studies import sweep, sweep_storage
 pytestmark = pytest.mark.xdist_group("postgres")  # one server for all of them, in one test process
 
 
+# The made-up epoch of a sweep in this test's process alone: its trials run one after another, in an order that
+# does not depend on how long an epoch takes (sweep_fakes.EPOCH_S, a quarter second, lets two processes overlap).
+FAST_EPOCH_S = 0.02
+
+
 def _process(url: str, name: str, runs_dir, budget_s: float = 600.0, *extra: str, env=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "sweep_fakes.py"), url, name, str(runs_dir),
                              str(budget_s), *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -113,8 +118,12 @@ def test_two_processes_spend_the_budget_once(postgres_url, tmp_path):
 
 
 def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_and_reports_alike(
-        postgres_url, tmp_path, one_block_preset):
-    """The real command, one process started apart and one in this test's process, each with its own --runs_dir."""
+        postgres_url, tmp_path, one_block_preset, monkeypatch):
+    """The real command, one process started apart and one in this test's process, each with its own --runs_dir
+    (this one with a made-up measurement of the machine: `sweep_fakes.measured`)."""
+    from tf_transfer.studies import sweep_plan
+
+    monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     common = ["sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review", "--label_column=stars",
               f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=2",
               "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs", "--budget=10m",
@@ -142,13 +151,16 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
                                                                                     one_block_preset, monkeypatch):
     """kill -9 of a trial's trainer child (a child process training the one-block BERT with the command's own trial
     function: tests/sweep_children.py) right after its first epoch's checkpoint: the trial is failed and queued
-    again once, and its run resumes from that epoch (not trained twice) and completes."""
+    again once, and its run resumes from that epoch (not trained twice) and completes. The machine's measurement is
+    made up (`sweep_fakes.measured`)."""
     import json
 
     import sweep_children
     import tf_transfer.sweep
+    from tf_transfer.studies import sweep_plan
 
     monkeypatch.setattr(tf_transfer.sweep, "_train_trial", sweep_children.train_trial)
+    monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     sweep_dir = tmp_path / "runs" / "sweep" / "child"
     sweep_dir.mkdir(parents=True)
     (sweep_dir / "kill_after_epoch").write_text("bitfit_kall_lr0.01")
@@ -169,9 +181,10 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     assert summary["config"]["padding"] == "pack"  # a new sweep's runs pack their batches
 
 
-def test_a_trial_whose_sweep_process_stops_heartbeating_is_retried_by_another(postgres_url, tmp_path):
+def test_a_trial_whose_sweep_process_stops_heartbeating_is_retried_by_another(postgres_url, tmp_path, monkeypatch):
     """kill -9 of a whole sweep process (a machine gone): its trial's heartbeat stops, the process still alive fails
-    it after 3 missed beats and runs it again (afresh: its own --runs_dir has no checkpoint of it)."""
+    it after 3 missed beats and runs it again (afresh: its own --runs_dir has no checkpoint of it). The process
+    alive, in this test's process, takes `FAST_EPOCH_S` epochs: nothing here depends on how long they take."""
     gone = _process(postgres_url, "beat", tmp_path / "gone")
     study = None
     deadline = time.time() + 60
@@ -188,6 +201,7 @@ def test_a_trial_whose_sweep_process_stops_heartbeating_is_retried_by_another(po
     assert running, gone.communicate(timeout=5)
     os.kill(gone.pid, signal.SIGKILL)
     gone.wait()
+    monkeypatch.setattr(sweep_fakes, "EPOCH_S", FAST_EPOCH_S)
     sweep_fakes.main(postgres_url, "beat", str(tmp_path / "alive"), 600.0)
     study = sweep.load((postgres_url, "beat"))
     dead = study.trials[running[0].number]
@@ -266,9 +280,10 @@ def test_a_storage_that_cannot_be_used_is_one_error_line(tmp_path, monkeypatch, 
     assert "Traceback" not in done.stderr and "secret" not in done.stderr and not os.listdir(tmp_path)
 
 
-def test_the_dashboard_serves_the_sweeps_trials_scores_and_pruning(postgres_url, tmp_path):
+def test_the_dashboard_serves_the_sweeps_trials_scores_and_pruning(postgres_url, tmp_path, monkeypatch):
     """`optuna-dashboard <storage URL>`, the sweep's live view (docs/distributed.md): its server, on the sweep's
-    study, lists the study and gives each trial's state, candidate and validation score per epoch."""
+    study, lists the study and gives each trial's state, candidate and validation score per epoch (the sweep's
+    epochs are `FAST_EPOCH_S`: one process, whose trials' order does not depend on their length)."""
     import json
     import threading
     import urllib.request
@@ -276,6 +291,7 @@ def test_the_dashboard_serves_the_sweeps_trials_scores_and_pruning(postgres_url,
 
     import optuna_dashboard
 
+    monkeypatch.setattr(sweep_fakes, "EPOCH_S", FAST_EPOCH_S)
     sweep_fakes.main(postgres_url, "watched", str(tmp_path), 600.0)
 
     class Quiet(WSGIRequestHandler):

@@ -29,6 +29,7 @@ tf_transfer.core.errors.TransferError: --lr must be a positive number, got -1.0
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import typing
@@ -249,9 +250,16 @@ def _plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+@functools.lru_cache(maxsize=None)
+def _type_hints(settings_class) -> dict:
+    # A class's fields are fixed when it is defined, and resolving every annotation of a settings class (about half
+    # a millisecond) once per field made each flagfile read cost some 25 ms: a grid command reads dozens.
+    return typing.get_type_hints(settings_class)
+
+
 def flag_kind(settings_class, field: dataclasses.Field) -> type:
     """The flag kind of a field: str, int, float, bool, or tuple (a comma-separated list)."""
-    hint = typing.get_type_hints(settings_class)[field.name]
+    hint = _type_hints(settings_class)[field.name]
     if typing.get_origin(hint) is typing.Union:
         members = [m for m in typing.get_args(hint) if m is not type(None)]
         hint = members[0] if len(members) == 1 else str  # e.g. trainable_layers: a number or "all"

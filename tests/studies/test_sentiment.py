@@ -204,18 +204,34 @@ def test_welch_df_and_t_against_hand_computation_and_scipy():
 
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory, tiny_preset):
+    """The sparse baselines, BERT frozen (two seeds) and top2 (one), two epochs each, and the report, in one folder;
+    `progress` holds each BERT mode's reports of a finished step, as `(epoch, steps done, steps, examples)`."""
+    from tf_transfer.training import engine
+
     root = tmp_path_factory.mktemp("hart")
     data = texts.read_labelled_texts(write_kaggle_csv(root / "train.csv", rows_per_class=12))
     output_dir = str(root / "out")
     baselines = sparse.run_sparse_baselines(data, output_dir, folds=5, seed=0)
     hart_report.write_sparse_markdown(output_dir, data, folds=5, seed=0)
-    frozen = bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(
-        preset=tiny_preset, mode="frozen", runs=2, epochs=2, batch_size=8))
-    top2 = bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(
-        preset=tiny_preset, mode="top2", runs=1, epochs=1, batch_size=8))
+    progress = {"frozen": [], "top2": []}
+
+    class Recording(engine.Progress):
+        mode = None
+
+        def step(self, done, **values):
+            progress[Recording.mode].append((self.epoch, done, self.steps, self.examples))
+            super().step(done, **values)
+
+    results = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "Progress", Recording)
+        for mode, runs in (("frozen", 2), ("top2", 1)):
+            Recording.mode = mode
+            results[mode] = bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(
+                preset=tiny_preset, mode=mode, runs=runs, epochs=2, batch_size=8))
     report = hart_report.write_report(output_dir)
-    return {"data": data, "dir": output_dir, "sparse": baselines, "frozen": frozen, "top2": top2, "report": report,
-            "preset": tiny_preset}
+    return {"data": data, "dir": output_dir, "sparse": baselines, **results, "report": report,
+            "preset": tiny_preset, "progress": progress}
 
 
 # The tests that read `study_run` share one test process: the study is run once in the suite, not in each.
@@ -301,7 +317,7 @@ def test_bert_frozen_and_top2_results_files(study_run):
             assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["f1"] <= 1.0 and run["train_time_s"] > 0
         assert result["accuracy_mean"] == pytest.approx(np.mean([r["accuracy"] for r in result["runs"]]))
     assert frozen["settings"]["trainable_layers"] == 0 and frozen["feature_time_s"] > 0
-    assert top2["settings"]["trainable_layers"] == 2 and top2["settings"]["epochs"] == 1
+    assert top2["settings"]["trainable_layers"] == 2 and top2["settings"]["epochs"] == 2
     # top2 trains 2 of the 3 blocks and the head; the embeddings and block 0 stay frozen.
     run = top2["runs"][0]
     assert 0 < run["trainable_params"] < run["total_params"]
@@ -521,23 +537,11 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset,
         assert "method" not in resumed["settings"]  # as in results files from before --method
 
 
-@pytest.mark.parametrize("mode", ["frozen", "top2"])
-def test_progress_counts_the_real_steps_of_every_epoch(two_block_preset, tmp_path, monkeypatch, mode):
-    from tf_transfer.training import engine
-
-    seen = []
-
-    class Recording(engine.Progress):
-        def step(self, done, **values):
-            seen.append((self.epoch, done, self.steps, self.examples))
-            super().step(done, **values)
-
-    monkeypatch.setattr(engine, "Progress", Recording)
-    data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    bert.run_bert(data, str(tmp_path / "out"), sentiment_settings.SentimentBertSettings(
-        preset=two_block_preset, mode=mode, runs=1, epochs=2, batch_size=8))
-    # 19 training rows in batches of 8: 3 steps per epoch, each reported once against that total.
-    assert seen == [(epoch, done, 3, 19) for epoch in (1, 2) for done in (1, 2, 3)]
+@STUDY_RUN_GROUP
+def test_progress_counts_the_real_steps_of_every_epoch(study_run):
+    # 19 training rows in batches of 8: 3 steps per epoch, each reported once against that total (frozen: per seed).
+    each_run = [(epoch, done, 3, 19) for epoch in (1, 2) for done in (1, 2, 3)]
+    assert study_run["progress"] == {"frozen": each_run * 2, "top2": each_run}
 
 
 def without_times(results: dict) -> dict:
@@ -643,6 +647,8 @@ def test_bert_mirrored_over_two_logical_cpus_is_the_one_device_run(one_device_ru
     (run,) = results["runs"]
     assert run["distribution"] == "mirrored" and [e["epoch"] for e in run["epochs"]] == [1, 2]
     (one,) = one_device_runs.run(setting)["runs"]
+    if setting == "sentiment":  # top2 on two blocks: both train, the embeddings below them stay frozen
+        assert run["trainable_params"] == one["trainable_params"] < one["total_params"]
     assert [e["loss"] for e in run["epochs"]] == pytest.approx([e["loss"] for e in one["epochs"]], rel=1e-4)
     assert (run["accuracy"], run["f1"]) == (one["accuracy"], one["f1"])
     assert one["epochs"][0]["loss"] != one["epochs"][1]["loss"]  # it trained

@@ -25,8 +25,8 @@ GROUP = "one_device_runs"
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # A clipping norm below the gradients' (about 0.4 at first): clipping each replica's (or worker's) own gradient
-# would show. Bucketed padding: each replica's share is padded to its own bucket. One trainable block on the
-# frozen-prefix cache.
+# would show. Bucketed padding: each replica's share is padded to its own bucket. One trainable block, trained on
+# tokens (no cache: the mirrored LoRA test trains over the frozen-prefix cache).
 GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
             max_seq_length=32, dropout=0.0, seed=0)
 # AutoFreeze on the GLUE trainer: every block trains at first, a decision every 2 steps (batches of 4 SST-2

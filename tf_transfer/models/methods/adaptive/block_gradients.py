@@ -92,7 +92,8 @@ class BlockGradients:
                 _assign(total, np.zeros(total.shape, np.float32))
 
     def state(self) -> dict:
-        """This worker's sums (the replicas' sum where several share this process), to save with a checkpoint."""
+        """The sums as read in cross-replica context, to save with a checkpoint: over every replica and, under
+        several workers, every worker's (the chief saves them; `load` gives them back to the chief alone)."""
         return {f"b{b}_{i}": np.asarray(total.numpy()) for b, sums in enumerate(self.accumulators)
                 for i, total in enumerate(sums)}
 

@@ -36,16 +36,20 @@ def test_mirrored_two_logical_cpus_matches_default(one_device_runs, tmp_path):
 def test_mirrored_lora_run_creates_its_adapters_once_and_matches_default(one_device_runs, tmp_path):
     """LoRA's A and B are created inside the strategy's scope (mirrored variables, one copy per replica kept
     equal); the last block carries them over the cache, as a user's `--method=lora --trainable_layers=1
-    --cache_frozen` would."""
+    --cache_frozen --padding=pack` would: the cache is built on packed rows, and each replica trains on its share
+    of a batch's rows, so its examples are counted across the replicas (the bucketed cache under a strategy is the
+    two-worker test's AutoFreeze run)."""
     from tf_transfer.core import strategies
 
-    spec = {**one_device_runs.specs["glue"], "method": "lora", "lora_rank": 2, "cache_frozen": True}
+    spec = {**one_device_runs.specs["glue"], "method": "lora", "lora_rank": 2, "cache_frozen": True,
+            "padding": "pack"}
     default = run_study("glue", spec, str(tmp_path / "default"))
     mirrored = run_study("glue", spec, str(tmp_path / "mirrored"), strategies.make_strategy("mirrored", TWO_CPUS),
                          "mirrored")
     assert mirrored["lora"] == default["lora"] == {"rank": 2, "alpha": 8.0, "init": "kaiming_uniform",
                                                   "targets": ["query", "value"], "layers": 2,
                                                   "weights": 2 * 2 * (16 + 16)}
+    assert mirrored["config"]["padding"] == default["config"]["padding"] == "pack"
     assert mirrored["trainable_params"] == default["trainable_params"]
     for one, two in zip(default["epochs"], mirrored["epochs"]):
         assert two["loss"] == pytest.approx(one["loss"], rel=1e-4)

@@ -205,7 +205,9 @@ def test_welch_df_and_t_against_hand_computation_and_scipy():
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory, tiny_preset):
     """The sparse baselines, BERT frozen (two seeds) and top2 (one), two epochs each, and the report, in one folder;
-    `progress` holds each BERT mode's reports of a finished step, as `(epoch, steps done, steps, examples)`."""
+    `progress` holds each BERT mode's reports of a finished step, as `(epoch, steps done, steps, examples)`;
+    `killed` the folder as a process killed right after frozen seed 1's first epoch was saved leaves it (for
+    test_frozen_bert_interrupted_mid_seed_resumes_to_the_study_runs_numbers)."""
     from tf_transfer.training import engine
 
     root = tmp_path_factory.mktemp("hart")
@@ -223,15 +225,21 @@ def study_run(tmp_path_factory, tiny_preset):
             super().step(done, **values)
 
     results = {}
+    killed = str(root / "killed")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine, "Progress", Recording)
+        copy_when_saved(patch, _seed_1_epoch_1, output_dir, killed)
         for mode, runs in (("frozen", 2), ("top2", 1)):
             Recording.mode = mode
             results[mode] = bert.run_bert(data, output_dir, sentiment_settings.SentimentBertSettings(
                 preset=tiny_preset, mode=mode, runs=runs, epochs=2, batch_size=8))
     report = hart_report.write_report(output_dir)
     return {"data": data, "dir": output_dir, "sparse": baselines, **results, "report": report,
-            "preset": tiny_preset, "progress": progress}
+            "preset": tiny_preset, "progress": progress, "killed": killed}
+
+
+def _seed_1_epoch_1(folder, epoch) -> bool:
+    return folder.summary["seed"] == 1 and epoch == 1
 
 
 # The tests that read `study_run` share one test process: the study is run once in the suite, not in each.
@@ -480,20 +488,38 @@ def test_report_without_results_is_an_error(tmp_path):
 # keep does not depend on depth (the embeddings stay frozen below both blocks). LoRA adds weights to the backbone:
 # seed 1 of the unbroken run starts from a fresh backbone, as the resumed process's first seed does. Plain top2's
 # results file (no method recorded) is checked on the shared study run (test_bert_frozen_and_top2_results_files).
-@pytest.mark.parametrize("mode, epochs, method", [
-    ("frozen", 3, {}), ("top2", 2, {"method": "lora", "lora_rank": 2}),
-], ids=["frozen", "top2_lora"])
-def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset, tmp_path, monkeypatch, capsys, mode,
-                                                               epochs, method):
+def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset, tmp_path, monkeypatch, capsys):
     data = texts.read_labelled_texts(write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12))
-    settings = sentiment_settings.SentimentBertSettings(preset=two_block_preset, mode=mode, runs=2, epochs=epochs,
+    method = {"method": "lora", "lora_rank": 2}
+    settings = sentiment_settings.SentimentBertSettings(preset=two_block_preset, mode="top2", runs=2, epochs=2,
                                                         batch_size=8, **method)
     output_dir = str(tmp_path / "resumed")
-    work_dir = os.path.join(output_dir, settings.work_name)
-    # What a process killed right after seed 1's first epoch was saved leaves: the unbroken run's folder then.
-    copy_when_saved(monkeypatch, lambda folder, epoch: folder.summary["seed"] == 1 and epoch == 1,
-                    tmp_path / "straight", output_dir)
+    copy_when_saved(monkeypatch, _seed_1_epoch_1, tmp_path / "straight", output_dir)
     straight = bert.run_bert(data, str(tmp_path / "straight"), settings)
+    resumed = _resumes_mid_seed(data, settings, straight, output_dir, monkeypatch, capsys)
+    # The method is in the results file (its settings among those a rerun must match) and the model's name.
+    assert resumed["method"] == "lora" and resumed["model"] == "lora_r2_top2"
+    assert settings.file_name == "bert_lora_r2_top2_cls.json" and {k: resumed["settings"][k] for k in method} == method
+    # Only the rank-2 updates of query and value train in the last two blocks: 2 x 2 x (16 + 16) x 2.
+    assert [run["lora"]["weights"] for run in resumed["runs"]] == [256, 256]
+
+
+@STUDY_RUN_GROUP
+def test_frozen_bert_interrupted_mid_seed_resumes_to_the_study_runs_numbers(study_run, tmp_path, monkeypatch, capsys):
+    """Frozen features: the shared study run is the unbroken run (two seeds of two epochs), and the folder it left
+    right after seed 1's first epoch the killed one (copied here: the other tests read the shared folder)."""
+    settings = sentiment_settings.SentimentBertSettings(preset=study_run["preset"], mode="frozen", runs=2, epochs=2,
+                                                        batch_size=8)
+    output_dir = str(tmp_path / "resumed")
+    shutil.copytree(study_run["killed"], output_dir)
+    resumed = _resumes_mid_seed(study_run["data"], settings, study_run["frozen"], output_dir, monkeypatch, capsys)
+    assert resumed["method"] == "freeze" and "method" not in resumed["settings"]  # as in files from before --method
+
+
+def _resumes_mid_seed(data, settings, straight: dict, output_dir: str, monkeypatch, capsys) -> dict:
+    """Checks what a process killed right after seed 1's first epoch was saved leaves in `output_dir`, resumes it
+    and checks the result against the unbroken run's `straight` (and a rerun after it); returns the result."""
+    work_dir = os.path.join(output_dir, settings.work_name)
     with open(os.path.join(output_dir, settings.file_name)) as f:
         partial = json.load(f)
     assert [run["seed"] for run in partial["runs"]] == [0] and partial["completed"] is False
@@ -503,7 +529,7 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset,
     assert sorted(os.listdir(work_dir)) == ["checkpoint-epoch1.npz", "summary.json"]
 
     trained = []
-    shared = bert.FrozenFeatures if mode == "frozen" else bert.FineTuning
+    shared = bert.FrozenFeatures if settings.mode == "frozen" else bert.FineTuning
     build_seed = shared.build
     monkeypatch.setattr(shared, "build", lambda self, seed: trained.append(seed) or build_seed(self, seed))
     resumed = bert.run_bert(data, output_dir, settings)
@@ -511,14 +537,15 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset,
     assert resumed["completed"] is True and resumed["runs"][0] == partial["runs"][0]
     # Weights, optimizer state, dropout RNG and data order continue: the same scores; losses equal up to float
     # rounding (the same kernels on the same batches, so in practice bit for bit).
-    for a, b in zip(straight["runs"], resumed["runs"]):
+    for a, b in zip(straight["runs"], resumed["runs"], strict=True):
         assert (b["accuracy"], b["f1"]) == (a["accuracy"], a["f1"])
         assert [e["loss"] for e in b["epochs"]] == pytest.approx([e["loss"] for e in a["epochs"]], rel=1e-6)
     run = resumed["runs"][1]
     assert [r["after_epoch"] for r in run["resumes"]] == [1]
     assert run["epochs"][0]["epoch_time_s"] == in_progress["epochs"][0]["epoch_time_s"]  # kept, not re-measured
     times = [e["epoch_time_s"] for e in run["epochs"]]
-    assert [e["train_time_s"] for e in run["epochs"]] == pytest.approx([sum(times[:i + 1]) for i in range(epochs)])
+    assert [e["train_time_s"] for e in run["epochs"]] == pytest.approx(
+        [sum(times[:i + 1]) for i in range(settings.epochs)])
     assert run["train_time_s"] == pytest.approx(sum(times))
     assert not os.path.exists(work_dir)  # nothing left to resume
 
@@ -526,15 +553,7 @@ def test_bert_interrupted_mid_seed_resumes_to_the_same_numbers(two_block_preset,
     again = bert.run_bert(data, output_dir, settings)
     assert "already holds all 2 run(s) (seeds 0-1); nothing to train" in capsys.readouterr().out
     assert again == resumed and trained == [1]
-    # The method is in the results file (its settings among those a rerun must match) and the model's name.
-    assert resumed["method"] == method.get("method", "freeze")
-    if method:
-        assert resumed["model"] == "lora_r2_top2" and settings.file_name == "bert_lora_r2_top2_cls.json"
-        assert {k: resumed["settings"][k] for k in method} == method
-        # Only the rank-2 updates of query and value train in the last two blocks: 2 x 2 x (16 + 16) x 2.
-        assert [run["lora"]["weights"] for run in resumed["runs"]] == [256, 256]
-    else:
-        assert "method" not in resumed["settings"]  # as in results files from before --method
+    return resumed
 
 
 @STUDY_RUN_GROUP

@@ -127,12 +127,13 @@ def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_a
     each with a made-up measurement of the machine (`sweep_fakes.measured`; the command's test in test_sweep.py
     measures). One seed: the reference and both candidates at seed 0 are the runs the two processes share out (the
     seed round after them is one more run, and two processes' seed round and recommendation are
-    `test_two_processes_with_their_own_runs_dirs_run_one_sweep_and_report_alike`'s)."""
+    `test_two_processes_with_their_own_runs_dirs_run_one_sweep_and_report_alike`'s). One epoch each: what is
+    shared out is whole runs, however long."""
     from tf_transfer.studies import sweep_plan
 
     monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     common = ["sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review", "--label_column=stars",
-              f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=2",
+              f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=1",
               "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=1", "--noisolate_runs", "--budget=10m",
               f"--storage={postgres_url}", "--sweep_name=shared", "--sweep_heartbeat=2", "--workers=1"]
     other = _started("tests/sweep_fakes.py", "command", *common, f"--runs_dir={tmp_path / 'other'}")

@@ -6,6 +6,11 @@ A process on the sweep, as a test starts it (prints "ended: done|budget" and the
 
     python tests/sweep_fakes.py URL NAME RUNS_DIR BUDGET_S
 
+The real sweep command, whose runs train, in a process of its own that measures the machine as `measured` does (as
+a test's own process does with `sweep_plan.measure` patched):
+
+    python tests/sweep_fakes.py command sweep --train_file=... --storage=URL ...
+
 (A real trainer child killed in a sweep: tests/sweep_children.py.)
 """
 
@@ -110,5 +115,19 @@ def main(url: str, name: str, runs_dir: str, budget_s: float) -> None:
     print(line, flush=True)
 
 
+def command(argv: list) -> None:
+    """`python -m tf_transfer.experiments argv...` with `measured` in `sweep_plan.measure`'s place."""
+    from tf_transfer import experiments
+    from tf_transfer.core import cli
+    from tf_transfer.studies import sweep_plan
+
+    sweep_plan.measure = measured
+    sys.argv = [experiments.__file__, *argv]
+    cli.run(experiments.main, experiments.COMMAND_FLAGS)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    if sys.argv[1] == "command":
+        command(sys.argv[2:])
+    else:
+        main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))

@@ -27,11 +27,15 @@ pytestmark = pytest.mark.xdist_group("postgres")  # one server for all of them, 
 FAST_EPOCH_S = 0.02
 
 
-def _process(url: str, name: str, runs_dir, budget_s: float = 600.0, *extra: str, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "sweep_fakes.py"), url, name, str(runs_dir),
-                             str(budget_s), *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(
-                                [REPO, os.path.join(REPO, "tests"), os.environ.get("PYTHONPATH", "")])})
+def _process(url: str, name: str, runs_dir, budget_s: float = 600.0, env=None) -> subprocess.Popen:
+    """A made-up sweep's process (`sweep_fakes.main`) started apart."""
+    return _started("tests/sweep_fakes.py", url, name, str(runs_dir), str(budget_s), env=env)
+
+
+def _started(script: str, *args: str, env=None) -> subprocess.Popen:
+    path = os.pathsep.join([REPO, os.path.join(REPO, "tests"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.Popen([sys.executable, os.path.join(REPO, script), *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {}), "PYTHONPATH": path})
 
 
 def _runs(study) -> dict:
@@ -119,26 +123,28 @@ def test_two_processes_spend_the_budget_once(postgres_url, tmp_path):
 
 def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_and_reports_alike(
         postgres_url, tmp_path, one_block_preset, monkeypatch):
-    """The real command, one process started apart and one in this test's process, each with its own --runs_dir
-    (this one with a made-up measurement of the machine: `sweep_fakes.measured`)."""
+    """The real command, one process started apart and one in this test's process, each with its own --runs_dir,
+    each with a made-up measurement of the machine (`sweep_fakes.measured`; the command's test in test_sweep.py
+    measures). One seed: the reference and both candidates at seed 0 are the runs the two processes share out (the
+    seed round after them is one more run, and two processes' seed round and recommendation are
+    `test_two_processes_with_their_own_runs_dirs_run_one_sweep_and_report_alike`'s). One epoch each: what is
+    shared out is whole runs, however long."""
     from tf_transfer.studies import sweep_plan
 
     monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     common = ["sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review", "--label_column=stars",
-              f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=2",
-              "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=2", "--noisolate_runs", "--budget=10m",
+              f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2", "--max_epochs=1",
+              "--max_seq_length=16", "--sweep_top=1", "--sweep_seeds=1", "--noisolate_runs", "--budget=10m",
               f"--storage={postgres_url}", "--sweep_name=shared", "--sweep_heartbeat=2", "--workers=1"]
-    other = subprocess.Popen([sys.executable, "-m", "tf_transfer.experiments", *common,
-                              f"--runs_dir={tmp_path / 'other'}"], cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    other = _started("tests/sweep_fakes.py", "command", *common, f"--runs_dir={tmp_path / 'other'}")
     here = run_module("tf_transfer.experiments", *common, f"--runs_dir={tmp_path / 'here'}")
     out, err = other.communicate(timeout=600)
     assert here.returncode == 0 and other.returncode == 0, (here.stderr[-2000:], err[-2000:])
     assert here.stdout.strip().splitlines()[-1] == out.strip().splitlines()[-1]
     study = sweep.load((postgres_url, "shared"))
     ran = _runs(study)
-    assert all(len(states) == 1 for states in ran.values())  # the reference, each candidate at seed 0, ...
-    assert {("freeze_kall_lr0.01", "reference"), ("freeze_kall_lr0.01", 0), ("bitfit_kall_lr0.01", 0)} <= set(ran)
+    assert all(len(states) == 1 for states in ran.values())
+    assert set(ran) == {("freeze_kall_lr0.01", "reference"), ("freeze_kall_lr0.01", 0), ("bitfit_kall_lr0.01", 0)}
     trained = [str(p.parent.relative_to(tmp_path / root / "sweep" / "shared")) for root in ("here", "other")
                for p in (tmp_path / root).rglob("summary.json")]
     assert len(trained) == len(set(trained)) == len(ran)  # every run trained once, on one machine or the other

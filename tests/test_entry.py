@@ -72,8 +72,16 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
     assert len([l for l in missing.stderr.splitlines() if l.startswith("error:")]) == 1
 
 
-def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path):
-    """On the two-block preset: a frozen block for the cache and the trained one above it, as on any depth."""
+def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path, monkeypatch):
+    """On the two-block preset: a frozen block for the cache and the trained one above it, as on any depth.
+
+    `--matmul_peak` times its products for 0.05 s a dtype instead of 3 (0.9 of this test's 3.1 CPU s): what is
+    checked is that both peaks are measured and the share divides by the float32 one, not how steady they are."""
+    import functools
+
+    from tf_transfer.studies import glue_benchmark
+
+    monkeypatch.setattr(glue_benchmark, "matmul_peak", functools.partial(glue_benchmark.matmul_peak, seconds=0.05))
     done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={two_block_preset}", f"--data_dir={glue_dir}",
                       "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1",
                       "--repeats=2", f"--profile_dir={tmp_path / 'profile'}", "--matmul_peak")

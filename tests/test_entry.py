@@ -8,31 +8,25 @@ import pytest
 from conftest import run_module
 
 
-def test_glue_entry_point_with_paper_flagfile(tmp_path, glue_dir, two_block_preset):
-    """On the two-block preset: the fewest blocks the flagfile's `--trainable_layers=2` fits."""
-    output_dir = tmp_path / "run"
+def test_glue_entry_point_with_paper_flagfile_in_a_folder_named_after_the_settings(tmp_path, glue_dir,
+                                                                                   two_block_preset):
+    """On the two-block preset: the fewest blocks the flagfile's `--trainable_layers=2` fits. No --output_dir: the
+    run's folder under --runs_dir is named after its settings (one command run shows both, so that the flagfile's
+    run is not trained a second time to show the name)."""
     done = run_module("tf_transfer.glue", "--flagfile=flags/wang_transfer_k2.flags", "--task=mrpc",
                       f"--preset={two_block_preset}", f"--data_dir={glue_dir}", "--max_epochs=1", "--batch_size=8",
-                      "--max_train_examples=16", f"--output_dir={output_dir}")
+                      "--max_train_examples=16", "--seed=3", f"--runs_dir={tmp_path}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trainable parameters per block" in done.stdout
+    (run_dir,) = os.listdir(tmp_path / "mrpc")
+    assert run_dir.startswith("k2_lr0.001_bs8_")
+    output_dir = tmp_path / "mrpc" / run_dir / "seed3"
     with open(output_dir / "summary.json") as f:
         summary = json.load(f)
     assert summary["completed"] is True
     assert summary["lr"] == 1e-3 and summary["trainable_layers"] == 2 and summary["metric"] == "f1"
     assert summary["config"]["patience"] == 2 and summary["config"]["max_seq_length"] == 128
     assert set(summary["epochs"][0]["test"]) == {"f1", "accuracy"}
-
-
-def test_default_output_dir_is_named_after_the_settings(tmp_path, glue_dir, one_block_preset):
-    """The folder's name comes from the settings, whatever the depth: the one-block preset."""
-    done = run_module("tf_transfer.glue", "--task=wnli", f"--preset={one_block_preset}", f"--data_dir={glue_dir}",
-                      "--max_epochs=1", "--batch_size=8", "--trainable_layers=0", "--lr=1e-3", "--seed=3",
-                      f"--runs_dir={tmp_path}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run_dir,) = os.listdir(tmp_path / "wnli")
-    assert run_dir.startswith("k0_lr0.001_bs8_")
-    assert os.path.exists(tmp_path / "wnli" / run_dir / "seed3" / "summary.json")
 
 
 def test_offline_preset_falls_back_to_installed_package():
@@ -72,8 +66,16 @@ def test_glue_entry_point_with_original_tf1_checkpoint(tmp_path, glue_dir):
     assert len([l for l in missing.stderr.splitlines() if l.startswith("error:")]) == 1
 
 
-def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path):
-    """On the two-block preset: a frozen block for the cache and the trained one above it, as on any depth."""
+def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path, monkeypatch):
+    """On the two-block preset: a frozen block for the cache and the trained one above it, as on any depth.
+
+    `--matmul_peak` times its products for 0.05 s a dtype instead of 3 (0.9 of this test's 3.1 CPU s): what is
+    checked is that both peaks are measured and the share divides by the float32 one, not how steady they are."""
+    import functools
+
+    from tf_transfer.studies import glue_benchmark
+
+    monkeypatch.setattr(glue_benchmark, "matmul_peak", functools.partial(glue_benchmark.matmul_peak, seconds=0.05))
     done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={two_block_preset}", f"--data_dir={glue_dir}",
                       "--batch_size=8", "--trainable_layers=1", "--cache_frozen", "--steps=3", "--warmup_steps=1",
                       "--repeats=2", f"--profile_dir={tmp_path / 'profile'}", "--matmul_peak")

@@ -15,9 +15,11 @@ from conftest import run_module
 
 
 @pytest.fixture(scope="module")
-def exported(glue_dir, tiny_preset, tmp_path_factory):
+def exported(glue_dir, one_block_preset, tmp_path_factory):
+    """A cached run exported at its best epoch. One block, the one trained (the cache holds the embeddings): what the
+    tests check, the export's files, its loading and its outputs, is the same at any depth."""
     root = tmp_path_factory.mktemp("export")
-    config = GlueSettings(task="rte", preset=tiny_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=2,
+    config = GlueSettings(task="rte", preset=one_block_preset, trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=2,
                        data_dir=glue_dir, max_seq_length=32, cache_frozen=True)
     summary = runner.run_glue(config, str(root / "run"), export_dir=str(root / "model"))
     return config, summary, root

@@ -18,6 +18,7 @@ from collections import defaultdict
 import csv
 import math
 import os
+import re
 import statistics
 from typing import Optional
 
@@ -403,9 +404,11 @@ def still_to_run(study: str, collected: list, chosen, task_order: list) -> list:
     for r in absent:
         groups[("run", r["settings"]["part"], "not run yet" if not r.get("error") and not r.get("partial")
                 else "failed or unfinished")].append(r)
-    for (kind, part, reason), runs in sorted(groups.items()):
+    # Numbers within part names sort as numbers: seed 7 before seed 10.
+    for (kind, part, reason), runs in sorted(groups.items(), key=lambda item: [
+            int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", " ".join(item[0]))]):
         tasks = sorted({r["settings"]["task"] for r in runs})
-        lines.append(f"- {len(runs)} runs of part `{part}` ({', '.join(tasks)}): "
+        lines.append(f"- {len(runs)} run{'s' if len(runs) != 1 else ''} of part `{part}` ({', '.join(tasks)}): "
                      + (f"stood in for by earlier runs ({reason})" if kind == "rerun" else reason) + ".")
     tasks = ",".join(t for t in task_order if any(r["settings"]["task"] == t for r in standing + absent))
     lines += ["", "`run` skips completed runs, so the grid's commands restricted to these tasks run exactly what is "

@@ -26,9 +26,11 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # A clipping norm below the gradients' (about 0.4 at first): clipping each replica's (or worker's) own gradient
 # would show. Bucketed padding: each replica's share is padded to its own bucket. One trainable block, trained on
-# tokens (no cache: the mirrored LoRA test trains over the frozen-prefix cache).
-GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=4, max_epochs=2, patience=0,
-            max_seq_length=32, dropout=0.0, seed=0)
+# tokens (no cache: the mirrored LoRA test trains over the frozen-prefix cache). 12 examples in batches of 5, 5
+# and 2: shares of 3 and 2, then 1 and 1, so that the loss is a weighted mean over shares of unequal size (two
+# replicas each averaging their own share weigh the examples of the share of 2 more than one device does).
+GLUE = dict(task="mrpc", trainable_layers=1, lr=1e-2, clip_norm=0.05, batch_size=5, max_train_examples=12,
+            max_epochs=2, patience=0, max_seq_length=32, dropout=0.0, seed=0)
 # AutoFreeze on the GLUE trainer: every block trains at first, a decision every 2 steps (batches of 4 SST-2
 # sentences, one epoch), the 100th percentile so that the lowest block freezes within the epoch: the replicas' (or
 # workers') gradient sums must be all-reduced for the decisions, and so the losses, to be one device's. On a

@@ -18,27 +18,33 @@ from tf_transfer.core.errors import TransferError
 from conftest import REPO, copy_when_saved, run_module
 
 
+def _settings(glue_dir, preset, **overrides) -> dict:
+    return dict(dict(task="sst2", preset=preset, trainable_layers=2, lr=1e-3, batch_size=4, max_epochs=3,
+                     patience=10, data_dir=glue_dir, max_seq_length=32, seed=0), **overrides)
+
+
 def _config(glue_dir, preset, **overrides):
-    settings = dict(task="sst2", preset=preset, trainable_layers=2, lr=1e-3, batch_size=4, max_epochs=3,
-                    patience=10, data_dir=glue_dir, max_seq_length=32, seed=0)
-    settings.update(overrides)
-    return GlueSettings(**settings)
+    return GlueSettings(**_settings(glue_dir, preset, **overrides))
+
+
+def _flags(glue_dir, preset, **overrides) -> list:
+    """The command line of `_config(glue_dir, preset, **overrides)`."""
+    return [f"--{key}={value}" for key, value in _settings(glue_dir, preset, **overrides).items()]
 
 
 @pytest.mark.parametrize("method", [
-    dict(trainable_layers=1),
     # LoRA's A and B and their Adam slots come back; the cache (built on packed rows) feeds the block that carries
     # them in packed rows.
     dict(trainable_layers=1, method="lora", lora_rank=2, cache_frozen=True, padding="pack"),
     # BitFit's biases and their Adam slots come back; its batches packed: each epoch's layout comes from the seeded
     # plan alone, as the padded batches' (`freeze`) do.
     dict(trainable_layers="all", method="bitfit", padding="pack"),
-], ids=["freeze", "lora_cached_packed", "bitfit_packed"])
+], ids=["lora_cached_packed", "bitfit_packed"])
 def test_interrupted_run_resumes_to_the_same_numbers(glue_dir, one_block_preset, tmp_path, monkeypatch, method):
     """On the one-block preset with its block, pooler and head trained and the embeddings frozen (a frozen part
     and a trained part, as with 2 of 3 blocks), at about half the 3-block preset's traces. What a process killed
-    right after epoch 1 was saved leaves is the straight run's folder then (`conftest.copy_when_saved`); a real
-    SIGKILL mid-epoch is the test below."""
+    right after epoch 1 was saved leaves is the straight run's folder then (`conftest.copy_when_saved`). The plain
+    freezing method resumes after a real SIGKILL mid-epoch: `test_sigkill_mid_epoch_then_rerun_resumes`."""
     settings = dict(preset=one_block_preset, **method)
     copy_when_saved(monkeypatch, lambda folder, epoch: epoch == 1, tmp_path / "straight", tmp_path / "resumed")
     straight = runner.run_glue(_config(glue_dir, **settings), str(tmp_path / "straight"))
@@ -120,10 +126,7 @@ def test_a_cut_short_checkpoint_is_refused_before_the_model_is_built(glue_dir, t
                              {"completed": False, "epochs": [{"epoch": 1}], "config": config.to_dict()})
     (tmp_path / "checkpoint-epoch1.npz").write_bytes(b"PK\x03\x04 cut short")
     monkeypatch.setattr(GlueTask, "build", lambda *args: pytest.fail("the model was built"))
-    flags = [f"--{key}={value}" for key, value in dict(
-        task="sst2", preset=tiny_preset, trainable_layers=2, lr=1e-3, batch_size=4, max_epochs=3, patience=10,
-        data_dir=glue_dir, max_seq_length=32, seed=0).items()]
-    refused = run_module("tf_transfer.glue", *flags, f"--output_dir={tmp_path}")
+    refused = run_module("tf_transfer.glue", *_flags(glue_dir, tiny_preset), f"--output_dir={tmp_path}")
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert refused.stderr.strip().splitlines()[-1] == (
         f"error: {tmp_path}/checkpoint-epoch1.npz is unreadable (BadZipFile: File is not a zip file): the run cannot "
@@ -158,10 +161,15 @@ def test_non_finite_loss_stops_with_a_clear_message(glue_dir, one_block_preset, 
 
 
 def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, one_block_preset, tmp_path):
+    """A real process killed (SIGKILL) inside an epoch, then the same command again: it goes on from the last
+    epoch the killed process finished, to the numbers of an unbroken run of the same settings (trained here
+    first): weights, optimizer slots, dropout RNG and data order all continue. The freezing method on the
+    one-block preset (its block, pooler and head trained, the embeddings frozen); batches of 1, 40 steps an
+    epoch, so that the kill lands inside one."""
+    settings = dict(preset=one_block_preset, trainable_layers=1, batch_size=1, max_epochs=4)
+    straight = runner.run_glue(_config(glue_dir, **settings), str(tmp_path / "straight"))
     output_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "tf_transfer.glue", "--task=sst2", f"--preset={one_block_preset}",
-               f"--data_dir={glue_dir}", "--batch_size=1", "--max_epochs=4", "--patience=10",
-               "--trainable_layers=1", "--lr=1e-3", f"--output_dir={output_dir}"]
+    command = [sys.executable, "-m", "tf_transfer.glue", *_flags(glue_dir, **settings), f"--output_dir={output_dir}"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -184,10 +192,15 @@ def test_sigkill_mid_epoch_then_rerun_resumes(glue_dir, one_block_preset, tmp_pa
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     final = record.read_summary(str(output_dir))
     assert final["completed"] is True and [e["epoch"] for e in final["epochs"]] == [1, 2, 3, 4]
-    assert final["epochs"][:done_before_kill] == killed["epochs"]
-    assert final["resumes"][0]["after_epoch"] == done_before_kill
+    assert final["epochs"][:done_before_kill] == killed["epochs"]  # the finished epochs are kept as they were
+    assert [r["after_epoch"] for r in final["resumes"]] == [done_before_kill]
+    for a, b in zip(straight["epochs"], final["epochs"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+        assert b["val"] == pytest.approx(a["val"])
     times = [e["epoch_time_s"] for e in final["epochs"]]
-    assert final["epochs"][-1]["train_time_s"] == pytest.approx(sum(times))
+    assert [e["train_time_s"] for e in final["epochs"]] == pytest.approx([sum(times[:i + 1]) for i in range(4)])
+    # A finished run keeps no checkpoint (its results are in the summary).
+    assert not [f for f in os.listdir(output_dir) if f.startswith("checkpoint-epoch")]
 
     again = run_module(*command[2:])  # once completed, the command says so and trains nothing
     assert again.returncode == 0 and "already holds a completed run" in again.stdout

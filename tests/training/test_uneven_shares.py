@@ -3,9 +3,10 @@
 MirroredStrategy over two logical CPU devices, batches of 5 examples (shares of 3 and 2) and an epoch's last batch
 of 2 (shares of 1 and 1), dropout 0: the per-epoch losses and the weights trained in the first epoch equal the
 default strategy's within 1e-5 relative (measured: below 6e-7; Keras' own weighting was 1.7e-6 to 2e-2 off in the
-losses, 8e-4 to 5e-2 in the weights), for each way a study feeds its loss: GLUE's weighted mean (every example
-weighted, `tf_transfer.glue`), the stack study's tagging loss (a mean over labelled word pieces, no weights in the
-data) and the sentiment study's head on arrays (binary cross-entropy, no weights).
+losses, 8e-4 to 5e-2 in the weights), for the stack study's tagging loss (a mean over labelled word pieces, no
+weights in the data) and the sentiment study's head on arrays (binary cross-entropy, no weights). GLUE's weighted
+mean (every example weighted) over the same shares is tests/training/test_mirrored.py's: its setting
+(tests/study_runs.py) trains 12 examples in batches of 5, 5 and 2.
 """
 
 import keras
@@ -53,24 +54,6 @@ def _assert_mirrored_is_default(setup) -> None:
     default_vector, mirrored_vector = (np.concatenate([w.ravel() for w in ws]) for ws in (default_weights,
                                                                                          mirrored_weights))
     assert np.linalg.norm(mirrored_vector - default_vector) <= TOLERANCE * np.linalg.norm(default_vector)
-
-
-def test_glue_weighted_mean(glue_dir, one_block_preset):
-    from tf_transfer.studies.glue_task import GlueTask
-    from tf_transfer.studies.glue_settings import GlueSettings
-
-    def setup(strategy):
-        # A clipping norm below the gradients' (clipping after the replicas' sum shows too); bucketed padding,
-        # each share padded to its own bucket.
-        config = GlueSettings(task="mrpc", preset=one_block_preset, trainable_layers=1, lr=1e-2, clip_norm=0.05,
-                           batch_size=BATCH_SIZE, max_train_examples=EXAMPLES, max_epochs=EPOCHS, patience=0,
-                           data_dir=glue_dir, max_seq_length=32, dropout=0.0,
-                           distribution="default" if strategy.num_replicas_in_sync == 1 else "mirrored")
-        prepared = GlueTask(config)
-        prepared.build(strategy)
-        return prepared.model, prepared.feed.train_batches, prepared.feed.steps_per_epoch, EXAMPLES
-
-    _assert_mirrored_is_default(setup)
 
 
 def _token_tagger(vocabulary: int, tags: int):

@@ -17,6 +17,7 @@ import pytest
 import sweep_fakes
 from conftest import REPO, run_module
 from tf_transfer.core import stats
+from tf_transfer.core.errors import TransferError
 from tf_transfer.studies import sweep, sweep_storage
 
 pytestmark = pytest.mark.xdist_group("postgres")  # one server for all of them, in one test process
@@ -286,6 +287,30 @@ def test_a_storage_that_cannot_be_used_is_one_error_line(tmp_path, monkeypatch, 
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and fragment in errors[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "secret" not in done.stderr and not os.listdir(tmp_path)
+
+
+def test_processes_starting_together_on_a_new_sqlite_file_wait_for_its_tables(tmp_path, monkeypatch):
+    """SQLite reports a table another process created a moment before as an OperationalError ("table studies already
+    exists"; 3 of 15 processes started three at a time on empty files, 2026-11-27): that one tries again; any other
+    OperationalError is the one error line at once."""
+    import optuna
+    import sqlalchemy.exc
+
+    calls = []
+
+    def storage(url, **kwargs):
+        calls.append(url)
+        if len(calls) == 1 or "locked" in url:
+            reason = "database is locked" if "locked" in url else "table studies already exists"
+            raise sqlalchemy.exc.OperationalError("CREATE TABLE studies", {}, Exception(reason))
+        return "the storage"
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", storage)
+    monkeypatch.setattr(sweep_storage.time, "sleep", lambda s: None)
+    assert sweep_storage.storage_of(f"sqlite:///{tmp_path}/sweep.db", None) == "the storage" and len(calls) == 2
+    with pytest.raises(TransferError, match=r"cannot reach the database \(database is locked\)"):
+        sweep_storage.storage_of(f"sqlite:///{tmp_path}/locked.db", None)
+    assert len(calls) == 3
 
 
 def test_the_dashboard_serves_the_sweeps_trials_scores_and_pruning(postgres_url, tmp_path, monkeypatch):

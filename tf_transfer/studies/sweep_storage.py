@@ -84,7 +84,8 @@ def storage_of(url: str, heartbeat_s: Optional[int] = HEARTBEAT_S):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     return optuna.storages.RDBStorage(url, **kwargs)
-            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError,
+                    sqlalchemy.exc.OperationalError) as e:
                 # Processes that start together on an empty database all create Optuna's tables: all but one fail
                 # on a name the other just took (SQLite says so as an OperationalError), and find the tables there
                 # when they try again.

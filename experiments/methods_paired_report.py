@@ -310,9 +310,10 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     gains = {t: shared.learned_interval(table, t, baselines) for t in tasks}
     all_compared = [r for r in collected if compared(r)]
     own = sum(1 for r in collected if r["summary"])
+    so_far = " so far" if own < len(collected) else ""
     lines = [f"# What to train: full fine-tuning, the last 2 blocks over the cache, LoRA and BitFit, seed-paired "
              f"({variant} variant)", "",
-             f"Runs{' so far' if own < len(collected) else ''}: {own} of {len(collected)} completed ({sum(1 for r in all_compared if r['summary'])} of "
+             f"Runs{so_far}: {own} of {len(collected)} completed ({sum(1 for r in all_compared if r['summary'])} of "
              f"the {len(all_compared)} compared). Generated from the runs below by the command at the end.", "",
              *answer_section(collected, table, tasks, gains, design)]
     lines += design_section(design)
@@ -321,7 +322,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     lines += pairs_section(collected, design)
     spent = core_hours(collected)
     if spent:
-        lines += [f"Core-hours spent{' so far' if own < len(collected) else ''} (CPU seconds of training, scoring and cache builds, every run of the "
+        lines += [f"Core-hours spent{so_far} (CPU seconds of training, scoring and cache builds, every run of the "
                   "study, searches included): "
                   + ", ".join(f"{shared.short_kind(kind)} {hours:.1f}" for kind, hours in spent.items()), ""]
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock), "",

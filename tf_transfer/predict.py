@@ -1,4 +1,5 @@
-"""Score a TSV, CSV or JSON Lines file with a classifier exported by `glue --export_dir`.
+"""Score a TSV, CSV or JSON Lines file with a classifier exported by `glue --export_dir` (a keras-hub preset folder,
+or a SavedModel of `--export_format=saved_model`).
 
     python -m tf_transfer.predict --export_dir=exported/tweets --input=test.csv --output=submission.csv
 
@@ -10,9 +11,9 @@ column named `id` when the input has one, else the row number from 0), then the 
 CSV, JSON Lines or TSV by `--output`'s extension (TSV on standard output); `--output_columns=id,target` keeps only
 those columns, the predicted label under the trained label column's name (a Kaggle submission). `--encoding` reads
 an input that is not UTF-8. `--padding=pack` lays each batch's rows end to end rather than padding them (the same
-outputs up to float32 rounding, on fewer tokens; the default where the exported run trained packed). Progress (rows
-done, rows per second) goes to standard error while it scores, and a final line there names the count and the
-output.
+outputs up to float32 rounding, on fewer tokens; the default where the exported run trained packed); a SavedModel
+pads each batch of rows sorted by length to its longest row. Progress (rows done, rows per second) goes to standard
+error while it scores, and a final line there names the count and the output.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from tf_transfer.core import flags as flags_lib
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", None, "Folder written by glue --export_dir (--export_dir names it too).")
+flags.DEFINE_string("model", None, "Folder written by glue --export_dir, either --export_format (--export_dir "
+                    "names it too).")
 flags.DEFINE_string("input", None, "TSV (quoting disabled, as GLUE) or CSV (standard quoting) with a header row, "
                     "or JSON Lines.")
 flags.DEFINE_string("output", None, "Where to write predictions: .csv, .jsonl, or anything else as TSV; default "
@@ -222,15 +224,14 @@ def main(argv):
     for line, row in enumerate(rows, start=2):
         if len(row) < needed:
             raise TransferError(f"{FLAGS.input}:{line}: expected at least {needed} columns, found {len(row)}")
-    classifier, meta = export.load(folder)
+    score, meta = export.load_scorer(folder)
     start = time.perf_counter()
     text_a = [row[positions[0]] for row in rows]
     text_b = [row[positions[1]] for row in rows] if len(positions) > 1 else None
-    outputs, predictions = export.predict(classifier, meta, text_a, text_b, FLAGS.batch_size,
-                                          progress=_Progress(len(rows)), padding=padding)
-    fields, labels = _output_fields(meta, id_column, outputs.shape[1])
+    values, predictions = score(text_a, text_b, FLAGS.batch_size, _Progress(len(rows)), padding)
+    fields, labels = _output_fields(meta, id_column, values.shape[1])
     fields, chosen = selected_columns(fields, meta, FLAGS.output_columns)
-    probabilities = None if labels is None else export.probabilities(outputs)
+    probabilities = None if labels is None else values
     writer = _Writer(FLAGS.output, fields)
     try:
         for i, row in enumerate(rows):

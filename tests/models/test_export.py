@@ -185,3 +185,11 @@ def test_saved_model_serves_raw_strings_as_predict_without_keras_hub_or_tf_trans
     assert outputs["label_names"] == [["entailment", "not_entailment"]] * len(dev)
     record = json.loads((served / "assets.extra" / "tf_transfer_task.json").read_text())
     assert record["inputs"] == ["sentence1", "sentence2"] and record["labels"] == ["entailment", "not_entailment"]
+    # predict scores with either format: the SavedModel's rows as the preset folder's.
+    out = tmp_path / "served.csv"
+    done = run_module("tf_transfer.predict", f"--model={served}", f"--input={glue_dir}/RTE/dev.tsv", f"--output={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader(open(out)))
+    assert [r["label"] for r in rows] == labels
+    np.testing.assert_allclose([[float(r["prob_entailment"]), float(r["prob_not_entailment"])] for r in rows],
+                               export.probabilities(logits), rtol=0, atol=1e-5)

@@ -10,10 +10,11 @@ from tf_transfer.models import serving
 
 from conftest import make_tiny_tokenizer
 
-# Accents, capitals, punctuation runs, CJK characters, control and zero-width characters, an empty text, a word
-# longer than the wordpiece limit, and pairs long enough for round-robin truncation at 16 tokens.
-TEXTS_A = ["The Cat is HAPPY!!", "Café déjà vu, 東京 is big", "what did the man buy ? " * 4, "", "a\tdog\u200bruns",
-           "he said \"yes\" — she ran", "x" * 150 + " the sea"]
+# Accents, capitals, punctuation runs, CJK characters, control, zero-width and NUL characters (a NUL once ended the
+# text in the graph), an empty text, a word longer than the wordpiece limit, and pairs long enough for round-robin
+# truncation at 16 tokens.
+TEXTS_A = ["The Cat is HAPPY!!", "Café déjà vu, 東京 is big", "what did the man buy ? " * 4, "",
+           "a\tdog\u200bruns\x00now", "he said \"yes\" — she ran", "x" * 150 + " the sea"]
 TEXTS_B = ["yes", "the dog runs in the house with a big red car and a small blue plane", "no", "Ã©", "i ran",
            "what ?", "the sky"]
 

@@ -126,8 +126,11 @@ def export(model, folder: str, format: str = "saved_model", labels=None, text_co
 def read_meta(folder: str) -> dict:
     """`tf_transfer_task.json` of an exported folder (`{}` for a folder exported before it was written), without
     loading the model; `TransferError` for a folder that holds no exported classifier."""
+    if serving.is_saved_model(folder):
+        return serving.read_meta(folder)
     if not os.path.isfile(os.path.join(folder, "task.json")):
-        raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
+        raise TransferError(f"{folder} is not an exported classifier (no task.json, no saved_model.pb): export one "
+                            "with --export_dir")
     meta_path = os.path.join(folder, META)
     if not os.path.isfile(meta_path):
         return {}
@@ -141,6 +144,24 @@ def load(folder: str):
 
     meta = read_meta(folder)
     return keras_hub.models.TextClassifier.from_preset(folder), meta
+
+
+def load_scorer(folder: str) -> tuple:
+    """`(score, meta)` of the model exported to `folder` (either format), loaded: `score(text_a, text_b,
+    batch_size, progress, padding)` returns `(values, predictions)` in the rows' order, each row's probabilities (a
+    column of scores for a regression) and its label (or score). `padding` is how a preset folder's classifier lays
+    out its rows (`predict`); a SavedModel pads each batch to its longest row (`serving.predict`)."""
+    if serving.is_saved_model(folder):
+        serve, meta = serving.load(folder)
+        return (lambda text_a, text_b, batch_size, progress, padding: serving.predict(
+            serve, meta, text_a, text_b, batch_size, progress)), meta
+    classifier, meta = load(folder)
+
+    def score(text_a, text_b, batch_size, progress, padding):
+        outputs, predictions = predict(classifier, meta, text_a, text_b, batch_size, progress, padding=padding)
+        return (outputs if meta.get("regression") else probabilities(outputs)), predictions
+
+    return score, meta
 
 
 def probabilities(logits: np.ndarray) -> np.ndarray:

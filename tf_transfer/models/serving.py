@@ -137,6 +137,8 @@ class _Packer:
         if tokenizer.strip_accents:
             text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
         if tokenizer.split:
+            # A NUL splits words as keras-hub reads it, but would end the text in `regex_split`'s kernel.
+            text = tf.strings.regex_replace(text, r"\x00", " ")
             delimiters, kept = (_WHITESPACE + "|" + _PUNCTUATION, _PUNCTUATION)
             if split_on_cjk:
                 delimiters, kept = delimiters + "|" + _CJK, kept + "|" + _CJK
@@ -209,7 +211,7 @@ def export_saved_model(classifier, folder: str, labels: Optional[Sequence] = Non
     module.serve = tf.function(serve, input_signature=[tf.TensorSpec([None], tf.string, name=name)
                                                        for name in names], autograph=False)
     tf.saved_model.save(module, folder, signatures={SIGNATURE: module.serve.get_concrete_function()})
-    record = {**(meta or {}), "format": "saved_model", "signature": SIGNATURE, "inputs": names,
+    record = {**(meta or {}), "format": "saved_model", "signature": SIGNATURE, "inputs": names, "pair": len(names) > 1,
               "text_columns": [str(c) for c in text_columns], "regression": bool(regression),
               "labels": None if regression else list(labels) if labels is not None else None,
               "max_seq_length": packer.sequence_length}
@@ -218,3 +220,58 @@ def export_saved_model(classifier, folder: str, labels: Optional[Sequence] = Non
         json.dump(record, f, indent=2, default=lambda value: value.item() if isinstance(value, np.generic) else
                   str(value))
     return record
+
+
+def is_saved_model(folder: str) -> bool:
+    """Whether `folder` holds a SavedModel (as `export_saved_model` writes) rather than a keras-hub preset."""
+    return os.path.isfile(os.path.join(folder, "saved_model.pb"))
+
+
+def read_meta(folder: str) -> dict:
+    """The record `export_saved_model` wrote beside the SavedModel in `folder`; `TransferError` without one."""
+    path = os.path.join(folder, META_FOLDER, META)
+    if not os.path.isfile(path):
+        raise TransferError(f"{folder} is a SavedModel without {META_FOLDER}/{META}: tf_transfer.predict scores "
+                            "SavedModels written by --export_format=saved_model; load others with "
+                            "tf.saved_model.load")
+    with open(path) as f:
+        return json.load(f)
+
+
+def load(folder: str) -> tuple:
+    """`(serving_default, meta)` of the SavedModel in `folder`, loaded with TensorFlow and tensorflow-text."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the ops of the graph's tokenizer)
+
+    meta = read_meta(folder)
+    return tf.saved_model.load(folder).signatures[meta.get("signature", SIGNATURE)], meta
+
+
+def predict(serve, meta: dict, text_a: list, text_b: Optional[list] = None, batch_size: int = 64,
+            progress=None) -> tuple:
+    """`(values, predictions)` of the SavedModel's `serve` (`load`) on the rows, in their order: each row's
+    probabilities (or its score, a column, for a regression) and its label (or score). The rows go to the signature in batches of
+    `batch_size` sorted by length, as a server is best sent them (each batch is padded to its longest row);
+    `progress(rows done)` is called after every batch."""
+    import numpy as np
+    import tensorflow as tf
+
+    columns = [text_a] if text_b is None else [text_a, text_b]
+    order = np.argsort(sum(np.array([len(text) for text in texts]) for texts in columns), kind="stable")
+    values, predictions = [None] * len(order), [None] * len(order)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        outputs = serve(**{name: tf.constant([texts[i] for i in rows]) for name, texts in zip(meta["inputs"],
+                                                                                               columns)})
+        if meta.get("regression"):
+            batch_values = outputs["score"].numpy()[:, None]
+            batch_predictions = batch_values[:, 0].tolist()
+        else:
+            batch_values = outputs["probabilities"].numpy()
+            batch_predictions = [label.decode("utf-8") for label in outputs["label"].numpy()]
+        for i, row in enumerate(rows):
+            values[row], predictions[row] = batch_values[i], batch_predictions[i]
+        if progress is not None:
+            progress(min(start + batch_size, len(order)))
+    width = 1 if meta.get("regression") else len(meta.get("labels") or [])
+    return (np.stack(values) if values else np.zeros((0, width), np.float32)), predictions

@@ -193,3 +193,11 @@ def test_saved_model_serves_raw_strings_as_predict_without_keras_hub_or_tf_trans
     assert [r["label"] for r in rows] == labels
     np.testing.assert_allclose([[float(r["prob_entailment"]), float(r["prob_not_entailment"])] for r in rows],
                                export.probabilities(logits), rtol=0, atol=1e-5)
+
+
+def test_glue_refuses_an_unknown_export_format_before_training(glue_dir, tmp_path):
+    bad = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}", f"--output_dir={tmp_path / 'run'}",
+                     f"--export_dir={tmp_path / 'model'}", "--export_format=onnx")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == "error: --export_format=onnx: choose one of preset, saved_model"
+    assert not (tmp_path / "run").exists()

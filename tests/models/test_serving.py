@@ -16,15 +16,17 @@ from conftest import make_tiny_tokenizer
 TEXTS_A = ["The Cat is HAPPY!!", "Café déjà vu, 東京 is big", "what did the man buy ? " * 4, "",
            "a\tdog\u200bruns\x00now", "he said \"yes\" — she ran", "x" * 150 + " the sea"]
 TEXTS_B = ["yes", "the dog runs in the house with a big red car and a small blue plane", "no", "Ã©", "i ran",
-           "what ?", "the sky"]
+           "what ?", "thé càt"]
 
 
-@pytest.mark.parametrize("pair", [False, True])
-def test_in_graph_packing_gives_keras_hubs_ids(pair):
+@pytest.mark.parametrize("pair, strip_accents", [(False, False), (True, False), (True, True)])
+def test_in_graph_packing_gives_keras_hubs_ids(pair, strip_accents):
     import keras_hub
     import tensorflow as tf
 
-    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(make_tiny_tokenizer(), sequence_length=16,
+    tokenizer = make_tiny_tokenizer()
+    tokenizer.strip_accents = strip_accents  # "thé càt": two words of the vocabulary, or two unknown ones
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=16,
                                                                    truncate="round_robin")
     texts = [TEXTS_A, TEXTS_B] if pair else [TEXTS_A]
     expected = preprocessor(x=tuple(tf.constant(t) for t in texts) if pair else tf.constant(TEXTS_A))
@@ -39,6 +41,8 @@ def test_in_graph_packing_gives_keras_hubs_ids(pair):
         np.testing.assert_array_equal(ids.numpy(), full[:, :width], err_msg=name)
         assert not full[:, width:].any()  # only padding past the batch's longest row
     assert len(set(map(tuple, packed["token_ids"].numpy().tolist()))) == len(TEXTS_A)  # the texts are told apart
+    if pair:  # the accents were stripped, or not, as keras-hub's tokenizer was told
+        assert (tokenizer.token_to_id("cat") in packed["token_ids"].numpy()[-1]) == strip_accents
 
 
 def test_input_names_and_what_is_refused():

@@ -6,8 +6,8 @@ keras-hub preprocessor does (lower-casing, accent stripping and splitting of its
 truncation and `[CLS] a [SEP] b [SEP]` layout), runs the classifier and returns `label` (the label names as strings),
 `probabilities` and `label_names` (the label order, one row per input row), or `score` for a regression. Loading it
 needs TensorFlow and tensorflow-text only (`import tensorflow_text` registers the tokenizer's ops): no keras-hub,
-no Keras model code, no tf_transfer. docs/glue.md "Serving" shows the load, `saved_model_cli` and TensorFlow
-Serving.
+no tf_transfer, no Keras object in the SavedModel (tensorflow_text imports Keras for layers of its own).
+docs/glue.md "Serving" shows the load, `saved_model_cli` and TensorFlow Serving.
 
 Example:
 
@@ -35,7 +35,7 @@ META_FOLDER = "assets.extra"  # TensorFlow Serving's place for files that are no
 
 # keras-hub's WordPieceTokenizer splits words on these (its `pretokenize`, in TensorFlow's RE2 syntax); copied so
 # that the exported graph tokenizes as the preprocessor did without keras-hub (tests/models/test_serving.py
-# compares the ids on texts with accents, punctuation, CJK characters and truncated pairs).
+# compares the ids on texts with accents, punctuation, CJK, control and NUL characters and truncated pairs).
 _WHITESPACE = r"\s|\p{Cc}|\p{Cf}"
 _PUNCTUATION = r"[!-/]|[:-@]|[\[-`]|[{-~]|[\p{P}]"
 _CJK = (r"[\x{4E00}-\x{9FFF}]|[\x{3400}-\x{4DBF}]|[\x{20000}-\x{2A6DF}]|[\x{2A700}-\x{2B73F}]|[\x{2B740}-\x{2B81F}]"

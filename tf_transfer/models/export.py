@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.data import inputs, packing
+from tf_transfer.core import disk
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import families
 
@@ -54,15 +55,25 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     if head.hidden is not None:
         classifier.get_layer("pooled_dense").set_weights(head.hidden.get_weights())
     classifier.get_layer("logits").set_weights(head.dense.get_weights())
-    os.makedirs(folder, exist_ok=True)
-    classifier.save_to_preset(folder)
-    meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
-            "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
-            "label_column": task.label_column, "max_seq_length": max_seq_length,
-            "padding": padding}
-    with open(os.path.join(folder, META), "w") as f:
-        json.dump(meta, f, indent=2)
+    with disk.writing(folder, "the exported model"):
+        os.makedirs(folder, exist_ok=True)
+        if os.path.exists(os.path.join(folder, META)):  # a folder exported before: not trusted while half replaced
+            os.remove(os.path.join(folder, META))
+        classifier.save_to_preset(folder)
+        meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
+                "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
+                "label_column": task.label_column, "max_seq_length": max_seq_length,
+                "padding": padding, "sha256": _digests(folder)}
+        with open(os.path.join(folder, META), "w") as f:
+            json.dump(meta, f, indent=2)
     return classifier
+
+
+def _digests(folder: str) -> dict:
+    """`{file: SHA-256}` of every file keras-hub wrote in `folder` (weights, configs, vocabulary), checked whenever
+    the folder is read (`read_meta`)."""
+    names = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name)) and name != META)
+    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names}
 
 
 def read_meta(folder: str) -> dict:
@@ -73,15 +84,28 @@ def read_meta(folder: str) -> dict:
     meta_path = os.path.join(folder, META)
     if not os.path.isfile(meta_path):
         return {}
-    with open(meta_path) as f:
-        return json.load(f)
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except ValueError as e:
+        raise TransferError(f"{meta_path} is unreadable ({type(e).__name__}: {e}): export the run again") from None
+    for name, digest in (meta.get("sha256") or {}).items():  # folders exported before digests were kept: none
+        path = os.path.join(folder, name)
+        why = ("is missing" if not os.path.isfile(path) else
+               "does not match the SHA-256 recorded when it was exported (damaged or changed since)"
+               if disk.file_sha256(path) != digest else None)
+        if why:
+            raise TransferError(f"{path} {why}: the exported model is not used; export the run again "
+                                "(python -m tf_transfer.glue with the run's flags and --export_dir)")
+    return meta
 
 
-def load(folder: str):
-    """Returns `(classifier, meta)` from an exported folder."""
+def load(folder: str, meta: Optional[dict] = None):
+    """Returns `(classifier, meta)` from an exported folder; `meta`: what `read_meta` returned for it already (its
+    files checked), else it is read and checked here."""
     import keras_hub
 
-    meta = read_meta(folder)
+    meta = read_meta(folder) if meta is None else meta
     return keras_hub.models.TextClassifier.from_preset(folder), meta
 
 

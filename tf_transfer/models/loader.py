@@ -30,6 +30,12 @@ def load_model(model: ModelSettings, supported: Optional[tuple] = None,
     >>> loaded.backbone.num_layers  # doctest: +SKIP
     6
     """
+    # The depth its config gives is checked before any weight is read: a k the model does not have is refused in
+    # a moment, not after the model has loaded.
+    depth = (backbones.config_depth(model.bert_config_file) if model.init_checkpoint and model.bert_config_file
+             else None if model.init_checkpoint else backbones.preset_depth(model.preset))
+    if depth is not None:
+        freezing.check_trainable_layers(model.trainable_layers, depth)
     if model.init_checkpoint:
         loaded = tf1_checkpoint.load_tf1_bert(model.init_checkpoint, model.bert_config_file, model.vocab_file,
                                               dropout=model.dropout)

@@ -56,6 +56,9 @@ def main(argv):
     config, first_run = first_run_settings()  # validates every setting before anything heavy is imported
     if first_run:
         print(first_run, flush=True)
+    from tf_transfer.models import loader
+
+    loader.check_depth(config.model)  # from the preset's config, before the data, TensorFlow or the weights
     if config.data_spec is not None:  # bad files are one line within a second or two, not after TensorFlow's start
         from tf_transfer.data import user_data
 

@@ -99,8 +99,12 @@ def _no_digests(path):  # a cache written before digests were recorded: never tr
         json.dump(written, f)
 
 
-@pytest.mark.parametrize("damage", [_random_bytes, _plausible_rows, _header, _truncated, _no_digests],
-                         ids=["random-bytes", "plausible-rows", "header", "truncated", "no-digests"])
+def _no_meta(path):  # a copy cut short before its meta.json
+    os.remove(os.path.join(os.path.dirname(path), cache.META))
+
+
+@pytest.mark.parametrize("damage", [_random_bytes, _plausible_rows, _header, _truncated, _no_digests, _no_meta],
+                         ids=["random-bytes", "plausible-rows", "header", "truncated", "no-digests", "no-meta"])
 def test_a_damaged_cache_is_named_and_rebuilt(prefix_and_split, tmp_path, damage, caplog):
     cache.clear_memory()
     clean, _, reused = _build(prefix_and_split, tmp_path)
@@ -362,7 +366,7 @@ def test_a_full_disk_mid_run_keeps_the_last_finished_epoch(glue_dir, one_block_p
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
 
 
-def test_a_depth_the_preset_lacks_is_refused_from_its_config(tiny_preset, monkeypatch):
+def test_a_depth_the_preset_lacks_is_refused_from_its_config(tiny_preset, tmp_path, monkeypatch):
     from tf_transfer.core.setting_groups import ModelSettings
     from tf_transfer.models import backbones, loader
 
@@ -370,5 +374,12 @@ def test_a_depth_the_preset_lacks_is_refused_from_its_config(tiny_preset, monkey
     with pytest.raises(TransferError, match=rf"^--trainable_layers=99 exceeds the backbone's {NUM_LAYERS} encoder "
                                             rf"blocks: use 0..{NUM_LAYERS} or 'all'$"):
         loader.load_model(ModelSettings(preset=tiny_preset, trainable_layers=99))
+    from conftest import run_module
+
+    refused = run_module("tf_transfer.glue", "--task=rte", f"--preset={tiny_preset}", "--trainable_layers=99",
+                         f"--output_dir={tmp_path / 'run'}")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        "error: --trainable_layers=99 exceeds the backbone's")
+    assert not (tmp_path / "run").exists()  # refused before the run folder was even locked
     if backbones.offline_folder("all_minilm_l6_v2_en"):  # the offline Hugging Face folder's own config.json
         assert backbones.preset_depth("all_minilm_l6_v2_en") == 6

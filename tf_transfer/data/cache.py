@@ -17,7 +17,10 @@ Caches are keyed by preset, task, split, sequence length, the exact token ids (s
 frozen depth, precision and, for `--padding=pack`, packing (the prefix then runs on packed rows,
 `packed.prefix_model`, and the feed lays each batch out in packed rows again for `packed.suffix_classifier`); they
 are kept in memory for the process (a learning-rate or seed sweep pays once) and, with `cache_dir`, on disk as
-`.npy` files loaded by memory map (for tasks too large for memory).
+`.npy` files loaded by memory map (for tasks too large for memory). A cache on disk is trusted only whole: its
+meta.json records each array's SHA-256 as written, every process checks them when it opens the cache, and one that
+fails (damaged, cut short, or written before digests were recorded) is named, removed and built again. A build
+writes into a `.tmp-*` folder naming its process; a later open removes such a folder of a dead process.
 
 The two models on either side of the cache, the frozen prefix and the trained suffix, are built in
 `tf_transfer.models.cached_prefix`; this module holds the cached arrays and their batches.
@@ -340,7 +343,7 @@ def _open_checked(folder: str, encoded: inputs.Encoded, checked: Optional[str] =
     folder this process has just written and hashed, not read again); None when there is none, or when it fails its
     check: then it is named, said to be rebuilt (absl's warning) and removed, so that the caller builds it again.
     `TransferError` where it cannot be removed."""
-    if not os.path.exists(os.path.join(folder, META)):
+    if not os.path.isdir(folder):
         return None
     why = None if checked == folder else damage(folder)
     why = why or _shape_mismatch(folder, encoded)
@@ -362,6 +365,8 @@ def damage(folder: str) -> Optional[str]:
     """What is wrong with the cache in `folder` (named file first), or None when every array matches the SHA-256
     recorded when it was written: a cache is only trusted whole (random bytes, or plausible float16 values over
     some of its rows, trained other scores without a word before it was checked)."""
+    if not os.path.exists(os.path.join(folder, META)):
+        return f"{META} is missing"
     try:
         with open(os.path.join(folder, META)) as f:
             recorded = json.load(f)["sha256"]

@@ -70,10 +70,11 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
 
 
 def _digests(folder: str) -> dict:
-    """`{file: SHA-256}` of every file keras-hub wrote in `folder` (weights, configs, vocabulary), checked whenever
-    the folder is read (`read_meta`)."""
-    names = sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name)) and name != META)
-    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names}
+    """`{file: SHA-256}` of every file keras-hub wrote in `folder` (weights, configs, `assets/` vocabulary; paths
+    relative to it), checked whenever the folder is read (`read_meta`)."""
+    names = sorted(os.path.relpath(os.path.join(root, name), folder)
+                   for root, _, files in os.walk(folder) for name in files)
+    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names if name != META}
 
 
 def read_meta(folder: str) -> dict:

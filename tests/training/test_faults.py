@@ -131,7 +131,7 @@ def test_a_whole_cache_is_read_back_checked(prefix_and_split, tmp_path):
     cache.clear_memory()
     again, seconds, reused = _build(prefix_and_split, tmp_path)
     assert reused and seconds == 0.0 and isinstance(again.hidden, np.memmap)
-    assert cache.suspects()[os.path.join(tmp_path, prefix_and_split[2])] == "read back from disk"
+    assert cache.suspects()[os.path.join(tmp_path, prefix_and_split[2])] == "was read back from disk"
 
 
 def test_a_damaged_cache_that_cannot_be_removed_is_one_line(prefix_and_split, tmp_path, monkeypatch):
@@ -180,7 +180,7 @@ def test_a_dead_builds_leftover_is_removed_on_the_next_open(tmp_path):
 
 
 def test_a_nan_loss_names_a_cache_first(monkeypatch):
-    monkeypatch.setattr(cache, "_FROM_DISK", {"/c/read": "read back from disk",
+    monkeypatch.setattr(cache, "_FROM_DISK", {"/c/read": "was read back from disk",
                                               "/c/bad": "failed its check (hidden.npy is missing) and was rebuilt"})
     with pytest.raises(TransferError) as raised:
         engine.check_finite(math.nan, 1)
@@ -268,6 +268,9 @@ def test_an_exported_folder_is_checked_before_it_is_used(tmp_path):
     (tmp_path / "model.weights.h5").write_bytes(b"weightz" * 100)
     with pytest.raises(TransferError, match=rf"^{tmp_path}/model.weights.h5 does not match the SHA-256 recorded when "
                                             "it was exported .*: the exported model is not used; export the run"):
+        export.read_meta(str(tmp_path))
+    (tmp_path / export.UNFINISHED).write_text("")  # an export stopped half way (a full disk)
+    with pytest.raises(TransferError, match=rf"^{tmp_path} holds an export that did not finish"):
         export.read_meta(str(tmp_path))
 
 

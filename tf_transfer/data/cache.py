@@ -349,7 +349,7 @@ def _open_checked(folder: str, encoded: inputs.Encoded, checked: Optional[str] =
     why = why or _shape_mismatch(folder, encoded)
     if why is None:
         loaded = _load(folder, encoded)
-        _FROM_DISK.setdefault(folder, "read back from disk")
+        _FROM_DISK.setdefault(folder, "was read back from disk")
         return loaded
     _FROM_DISK[folder] = f"failed its check ({why}) and was rebuilt"
     logging.getLogger("absl").warning(f"frozen-prefix cache {folder}: {why}; rebuilding it")

@@ -28,6 +28,8 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.models import families
 
 META = "tf_transfer_task.json"
+# Present in an exported folder while it is being written (`export_classifier`).
+UNFINISHED = ".export-unfinished"
 
 
 def check_exportable(backbone) -> None:
@@ -57,8 +59,10 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     classifier.get_layer("logits").set_weights(head.dense.get_weights())
     with disk.writing(folder, "the exported model"):
         os.makedirs(folder, exist_ok=True)
-        if os.path.exists(os.path.join(folder, META)):  # a folder exported before: not trusted while half replaced
-            os.remove(os.path.join(folder, META))
+        # Until the export is whole, the folder says so (a full disk or a kill half way leaves it refused, not
+        # taken for the older export it partly replaced).
+        with open(os.path.join(folder, UNFINISHED), "w"):
+            pass
         classifier.save_to_preset(folder)
         meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
                 "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
@@ -66,6 +70,7 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
                 "padding": padding, "sha256": _digests(folder)}
         with open(os.path.join(folder, META), "w") as f:
             json.dump(meta, f, indent=2)
+        os.remove(os.path.join(folder, UNFINISHED))
     return classifier
 
 
@@ -74,7 +79,7 @@ def _digests(folder: str) -> dict:
     relative to it), checked whenever the folder is read (`read_meta`)."""
     names = sorted(os.path.relpath(os.path.join(root, name), folder)
                    for root, _, files in os.walk(folder) for name in files)
-    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names if name != META}
+    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names if name not in (META, UNFINISHED)}
 
 
 def read_meta(folder: str) -> dict:
@@ -82,6 +87,9 @@ def read_meta(folder: str) -> dict:
     loading the model; `TransferError` for a folder that holds no exported classifier."""
     if not os.path.isfile(os.path.join(folder, "task.json")):
         raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
+    if os.path.exists(os.path.join(folder, UNFINISHED)):
+        raise TransferError(f"{folder} holds an export that did not finish (a full disk or a stopped process): export "
+                            "the run again")
     meta_path = os.path.join(folder, META)
     if not os.path.isfile(meta_path):
         return {}

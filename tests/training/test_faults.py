@@ -329,6 +329,11 @@ def test_a_full_disk_in_a_grid_run_stops_the_grid(tmp_path, monkeypatch):
                                             "run's files"):
         grid.run_study(study, [{"lr": 1}, {"lr": 2}], str(tmp_path), run_one=run_one, log=lambda _: 0)
     assert ran == [1] and not (tmp_path / "1" / "error.json").exists()
+    # A grid's run in a child process (`core/isolated.py`) raises it in the grid's process whole.
+    import pickle
+
+    again = pickle.loads(pickle.dumps(disk.DiskFull("/runs/x", "the run's summary")))
+    assert isinstance(again, disk.DiskFull) and str(again) == str(disk.DiskFull("/runs/x", "the run's summary"))
 
 
 def test_a_full_disk_no_writer_named_is_one_line(capsys):

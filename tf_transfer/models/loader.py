@@ -50,5 +50,5 @@ def check_depth(model: ModelSettings) -> None:
         depth = backbones.config_depth(model.bert_config_file) if model.bert_config_file else None
     else:
         depth = backbones.preset_depth(model.preset)
-    if depth is not None:
+    if depth is not None and isinstance(model.trainable_layers, int):  # "all" fits any depth; None: decided later
         freezing.check_trainable_layers(model.trainable_layers, depth)

@@ -15,6 +15,7 @@ from absl import flags, logging
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
+from tf_transfer.core.errors import TransferError
 from tf_transfer.training import locks
 from tf_transfer.studies.glue_settings import GlueSettings, first_run_defaults
 
@@ -55,6 +56,9 @@ def main(argv):
     config, first_run = first_run_settings()  # validates every setting before anything heavy is imported
     if first_run:
         print(first_run, flush=True)
+    from tf_transfer.models import loader
+
+    loader.check_depth(config.model)  # from the preset's config, before the data, TensorFlow or the weights
     if config.data_spec is not None:  # bad files are one line within a second or two, not after TensorFlow's start
         from tf_transfer.data import user_data
 
@@ -68,15 +72,11 @@ def main(argv):
 
 def _train(config: GlueSettings, output_dir: str) -> None:
     from tf_transfer.models import methods
-    from tf_transfer.data import user_data
     from tf_transfer.studies import glue_task as study
-    from tf_transfer.training.run_folder import RunFolder
 
     # Other settings or other data in a folder: exit 2, never a false "done". Multi-worker runs ask the chief inside
     # run_glue, once every worker has joined (a chief leaving alone would stop the others on the timeout).
-    if config.distribution != "multi_worker" and RunFolder(output_dir, config.to_dict(), config.NOT_RESULT_SETTINGS,
-                                                           FLAGS.overwrite, data=user_data.file_hashes(
-                                                               config.data_spec)).completed:
+    if config.distribution != "multi_worker" and _completed(config, output_dir):
         if FLAGS.export_dir:
             summary = study.export_finished(config, output_dir, FLAGS.export_dir)
             print(f"{output_dir} already holds a completed run; not training again: exported its epoch-"
@@ -97,6 +97,23 @@ def _train(config: GlueSettings, output_dir: str) -> None:
         print(f"done: best epoch {best} of {len(summary['epochs'])}, validation {scores_text(scores['val']) or 'none'}"
               f"{f', test {test}' if test else ''}; summary in {folder}"
               f"{not_beaten(summary.get('constant_prediction'))}")
+
+
+def _completed(config: GlueSettings, output_dir: str) -> bool:
+    """Whether `output_dir` holds a completed run of `config` (`TransferError` for another run there; a completed
+    run whose kept best weights fail their check is one line too, said as an export's refusal with --export_dir)."""
+    from tf_transfer.data import user_data
+    from tf_transfer.training import checkpoints, record
+    from tf_transfer.training.run_folder import RunFolder
+
+    try:
+        return RunFolder(output_dir, config.to_dict(), config.NOT_RESULT_SETTINGS, FLAGS.overwrite,
+                         data=user_data.file_hashes(config.data_spec)).completed
+    except record.UnreadableRecord as e:
+        if not FLAGS.export_dir or os.path.basename(e.path) != checkpoints.BEST:
+            raise
+        raise TransferError(f"--export_dir: nothing exported: the completed run's best weights {e.path} are "
+                            f"unreadable ({e.why}); rerun with --overwrite to train it again") from None
 
 
 def scores_text(scores: dict, prefix: str = "") -> str:

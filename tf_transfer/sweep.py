@@ -183,8 +183,7 @@ def _no_space(error: OSError, path: str, what: str) -> None:
     from tf_transfer.studies import sweep_retries
 
     if error.errno in sweep_retries.NO_SPACE:
-        raise sweep_retries.no_space(error.filename or path, what, error,
-                                     "its trials are kept in its storage") from None
+        raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
 
 
 def _settings_of_flags() -> tuple:

@@ -324,7 +324,7 @@ def _stop_sweep_on(error: Exception, folder: str) -> None:
     if sweep_retries.is_no_space(error):
         if isinstance(error, TransferError):  # the run's own line
             raise error
-        raise sweep_retries.no_space(getattr(error, "filename", None) or folder, "a trial's run", error,
+        raise sweep_retries.no_space(getattr(error, "filename", None) or folder, "a trial's run",
                                      "its last finished epoch is kept") from None
 
 

@@ -36,10 +36,10 @@ def backoff_s(attempt: int) -> float:
     return min(0.5 * 2 ** attempt, 10.0)
 
 
-def no_space(path: str, what: str, error: BaseException, kept: str) -> TransferError:
-    """The one line of a full disk (or quota): where, while writing what, what is kept, and what to do."""
-    reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
-    return TransferError(f"no space left on {path} while writing {what}: {kept}; free space and rerun ({reason})")
+def no_space(path: str, what: str, kept: str) -> TransferError:
+    """The one line of a full disk (or quota), as every command words it: where, while writing what, what is kept,
+    and what to do."""
+    return TransferError(f"no space left on {path} while writing {what}: {kept}; free space and rerun")
 
 
 def is_no_space(error: BaseException) -> bool:
@@ -106,35 +106,24 @@ class Outage:
 
 def call(outage: Outage, retry_s: float, function: Callable, *args, **kwargs):
     """`function(*args, **kwargs)`, tried again while the storage cannot be reached, for at most `retry_s`."""
-    import optuna
-
-    started, attempt, failed = time.time(), 0, False
+    started, attempt = time.time(), 0
     while True:
         try:
             result = function(*args, **kwargs)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # A try whose commit went through though its answer was lost: the trial was finished by it, not by
-            # another process, where it now holds what was asked.
-            if failed and getattr(function, "__name__", "") == "set_trial_state_values" and \
-                    _holds(function.__self__, *args, **kwargs):
-                outage.answered()
-                return True
-            raise
         except Exception as e:
             if is_no_space(e):
-                raise no_space(outage.disk, "the sweep's trials to its storage", e,
-                               "what it recorded before is kept") from None
+                raise no_space(outage.disk, "the sweep's trials to its storage", "what it recorded before is kept") \
+                    from None
             reason = transient(e)
             if reason is None:
                 raise
             waited = time.time() - started
             if waited >= retry_s:
                 raise StorageUnreachable(
-                    f"the storage {outage.shown} did not answer for {waited:.0f} s ({reason}): the sweep stopped; "
-                    "rerun the same command once its server answers: it goes on where it stopped (or give a "
-                    "longer --storage_retry_s)") from None
+                    f"the storage {outage.shown} did not answer for {waited:.0f} s ({reason}; --storage_retry_s="
+                    f"{retry_s:g}): the sweep stopped; rerun the same command once its server answers: it goes on "
+                    "where it stopped") from None
             outage.waiting(reason, retry_s)
-            failed = True
             time.sleep(min(backoff_s(attempt), max(retry_s - waited, 0.0)))
             attempt += 1
             continue
@@ -142,15 +131,33 @@ def call(outage: Outage, retry_s: float, function: Callable, *args, **kwargs):
         return result
 
 
-def _holds(storage, trial_id: int, state, values=None) -> bool:
-    trial = storage.get_trial(trial_id)
-    return trial.state == state and (values is None or list(trial.values or []) == list(values))
+def _set_trial_state_values(self, trial_id: int, state, values=None) -> bool:
+    """`set_trial_state_values` tried again as every call is, where a try whose commit went through though its
+    answer was lost finished the trial: the storage then refuses the next try as if another process had finished
+    it, and the trial holds what was asked."""
+    import optuna
+
+    failed = []
+
+    def once():
+        try:
+            return self.inner.set_trial_state_values(trial_id, state, values)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            trial = self.inner.get_trial(trial_id) if failed else None
+            if trial is not None and trial.state == state and (values is None or trial.values == list(values)):
+                return True
+            raise
+        except Exception as e:
+            failed.append(transient(e))
+            raise
+
+    return call(self.outage, self.retry_s, once)
 
 
 def retrying_storage(inner, outage: Outage, retry_s: float, claim: Callable):
     """`inner` (an Optuna storage with heartbeats) whose every call rides out an outage (`call`), plus
-    `claim(key, token)` (`claim(key, token)` called alike: `sweep_storage.claim`'s insert). It is a storage of Optuna's (`BaseStorage`, `BaseHeartbeat`),
-    so studies, heartbeats and `fail_stale_trials` use it as they use `inner`."""
+    `claim(study_id, key, token)` (`claim`, `sweep_storage._claim`'s insert, retried alike). It is a storage of
+    Optuna's (`BaseStorage`, `BaseHeartbeat`), so studies, heartbeats and `fail_stale_trials` use it as `inner`."""
     return _retrying_class()(inner, outage, retry_s, claim)
 
 
@@ -173,6 +180,7 @@ def _retrying_class():
             return method
 
         methods = {name: retried(name) for name in names}
+        methods["set_trial_state_values"] = _set_trial_state_values
         methods.update(__init__=init, claim=lambda self, *args: call(self.outage, self.retry_s, self._claim, *args),
                        __getattr__=lambda self, name: getattr(self.__dict__["inner"], name))
         _RETRYING = type("RetryingStorage", (BaseStorage, BaseHeartbeat), methods)

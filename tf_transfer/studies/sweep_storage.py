@@ -5,10 +5,11 @@ ledger of its budget (what each trial spent and what a running one has reserved)
 any machine, sees one sweep and writes the same report.
 
 A process that dies leaves its trial RUNNING; its heartbeat (one row per trial that its process updates every
-`heartbeat_s`) stops, and whichever process on the sweep looks next fails it and queues it again (Optuna's
-`RetryHeartbeatStaleTrialCallback`, at most `MAX_RETRY` times), to resume from its run folder's checkpoint where that
-folder is reachable (a shared `--runs_dir`) and to start afresh elsewhere. A trial whose training child died (killed,
-out of memory) is queued again the same way at once.
+`heartbeat_s`) stops, and whichever process on the sweep looks next fails it and queues it again (`queue_retry`, as
+Optuna's `RetryHeartbeatStaleTrialCallback` does, at most `MAX_RETRY` times, and once however many processes notice
+it), to resume from its run folder's checkpoint where that folder is reachable (a shared `--runs_dir`) and to start
+afresh elsewhere. A trial whose training child died (killed, out of memory) is queued again the same way at once.
+Every call on the storage rides out an outage of up to `--storage_retry_s` (`sweep_retries`).
 
 Example:
 

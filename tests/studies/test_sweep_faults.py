@@ -170,3 +170,31 @@ def test_the_retry_bound_is_checked(monkeypatch):
     with pytest.raises(TransferError, match=r"--storage_retry_s=-1: give whole seconds, 0 or more"):
         parsed(sweep_command.COMMAND_FLAGS, ("--budget=1m", "--storage_retry_s=-1"),
                lambda: sweep_command._check_command(["sweep"]))
+
+
+def test_a_trial_whose_process_is_a_zombie_is_queued_again_at_once(tmp_path):
+    """A sweep's worker killed while the process that started it trains on stays a zombie until that process reaps
+    it (`kill(pid, 0)` succeeds): its trial is queued again at once, not after its heartbeat goes stale."""
+    import subprocess
+    import sys
+    import time
+
+    study, _ = _study(tmp_path, [])
+    trial, name, seed = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
+    worker = subprocess.Popen([sys.executable, "-S", "-c", "pass"])
+    deadline = time.time() + 60
+    while not sweep_storage._zombie(worker.pid) and time.time() < deadline:  # ended, not reaped
+        time.sleep(0.05)
+    try:
+        trial.set_user_attr("pid", worker.pid)
+        lines = []
+        sweep_storage.recover(study, lines.append)
+    finally:
+        worker.wait()
+    again = [t for t in study.trials if sweep_storage.retried_from(t) == trial.number]
+    assert study.trials[trial.number].state.name == "FAIL" and len(again) == 1, lines
+    assert again[0].state.name == "WAITING" and "pid" not in again[0].user_attrs and len(lines) == 1
+    # Found dead again by another way (its child's death, its heartbeat): the claim in the storage keeps it queued once.
+    sweep_storage.retry(study, study.trials[trial.number], "its training process died", lines.append)
+    assert sum(sweep_storage.retried_from(t) == trial.number for t in study.trials) == 1
+    assert lines[-1].endswith("its training process died; already queued again"), lines

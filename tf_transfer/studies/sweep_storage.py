@@ -316,7 +316,7 @@ def retry(study, trial, why: str, log: Callable = print) -> None:
     already = not again and len(frozen.system_attrs.get("retry_history") or []) < MAX_RETRY
     log(f"[sweep] trial {trial.number} ({frozen.params.get('candidate')} seed {frozen.params.get('seed')}): {why}; "
         + ("queued again: it resumes from its last finished epoch where its run folder is reachable" if again else
-           "queued again by another process" if already else f"not queued again (retried {MAX_RETRY} times already)"))
+           "already queued again" if already else f"not queued again (retried {MAX_RETRY} times already)"))
 
 
 def recover(study, log: Callable = print) -> None:
@@ -328,11 +328,22 @@ def recover(study, log: Callable = print) -> None:
 
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         attrs = trial.user_attrs
-        if attrs.get("host") == socket.gethostname() and "pid" in attrs and not locks.pid_alive(attrs["pid"]):
+        if attrs.get("host") == socket.gethostname() and "pid" in attrs and (
+                not locks.pid_alive(attrs["pid"]) or _zombie(attrs["pid"])):
             retry(study, trial, f"its process {attrs['pid']} on this host is gone", log)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether `pid` is a dead process its parent has not reaped yet: a sweep's worker killed while the process that
+    started it still trains (it reaps its workers at the end), which `kill(pid, 0)` takes for alive."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):  # gone meanwhile, or no /proc (not Linux): as `pid_alive` says
+        return False
 
 
 @contextlib.contextmanager
@@ -364,8 +375,10 @@ def defer_waiting(study, until: str) -> None:
         frozen = study.get_trials(deepcopy=False)[taken.number]
         params = {**(frozen.system_attrs.get("fixed_params") or {}), **frozen.params}
         if taken.number != trial.number or frozen.user_attrs.get(until):  # another process took one
+            taken.set_user_attr("deferred", True)  # moved, not failed: no run counts it, nor any report
             study.tell(taken, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(params, user_attrs=dict(frozen.user_attrs))
+            study.enqueue_trial(params, user_attrs={k: v for k, v in frozen.user_attrs.items()
+                                                    if k not in PROCESS_ATTRS + ("deferred",)})
             break
         taken.set_user_attr("deferred", True)
         study.tell(taken, state=optuna.trial.TrialState.FAIL)

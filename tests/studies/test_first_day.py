@@ -88,7 +88,8 @@ def test_compare_and_the_freezing_grid_take_the_first_runs_rate_per_route(monkey
     monkeypatch.setitem(glue_settings.FIRST_RUN_LR, "full fine-tuning", 1e-5)
     monkeypatch.setitem(glue_settings.FIRST_RUN_LR, "last k over the cache", 3e-4)
     monkeypatch.setitem(glue_settings.FIRST_RUN_LR, "method", 5e-4)
-    listed = comparison.runs(comparison.settings_by_label([2, {"method": "lora", "rank": 4}, {"trainable_layers": 3, "lr": 7e-5}]), [0], {})
+    settings = [2, {"method": "lora", "rank": 4}, {"trainable_layers": 3, "lr": 7e-5}]
+    listed = comparison.runs(comparison.settings_by_label(settings), [0], {})
     assert {name: run["lr"] for name, run in listed} == {"full fine-tuning": 1e-5, "last 2": 3e-4, "lora rank=4": 5e-4,
                                                           "last 3, lr=7e-05": 7e-5}  # a rate given is kept
     grid = {(run["trainable_layers"], run["lr"]) for run in freezing.GRID.runs("cpu")}

@@ -58,10 +58,25 @@ def main(argv):
         from tf_transfer.data import user_data
 
         read = user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric)  # said once, below
+    _check_depth(config)
     output_dir = FLAGS.output_dir or config.default_output_dir(FLAGS.runs_dir)
     logging.set_verbosity(logging.INFO)
     with locks.run_folder(output_dir, config.distribution):  # writable and this command's alone, before TensorFlow
         _train(config, output_dir, [line for line in (first_run, *read) if line])
+
+
+def _check_depth(config: GlueSettings) -> None:
+    """`--trainable_layers` beyond the depth of a preset known without loading it (a named preset or a local folder's
+    config): refused now, alone, not after TensorFlow's start below the first run's line. Others: when loaded."""
+    from tf_transfer.core.errors import TransferError
+    from tf_transfer.models import freezing
+    from tf_transfer.studies import grid
+
+    try:
+        depth = grid.preset_depth(config.preset)
+    except (TransferError, OSError, ValueError):
+        return
+    freezing.check_trainable_layers(config.trainable_layers, depth)
 
 
 def _train(config: GlueSettings, output_dir: str, announced: list) -> None:

@@ -174,6 +174,15 @@ def test_a_label_per_row_is_refused_with_the_numbers_unless_accepted(tmp_path):
     assert user_data.load(spec)[0].num_labels == 30
 
 
+def test_a_refusal_comes_alone_without_the_first_runs_line(tweets, tmp_path):
+    """Validated before announced: no "first run ... chose" line ahead of the error, here a depth the preset's
+    known depth (all-MiniLM-L6: 6 blocks) refuses without loading it."""
+    done = run_module("tf_transfer.glue", f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                      "--trainable_layers=9", f"--output_dir={tmp_path / 'run'}")
+    assert "--trainable_layers=9 exceeds the backbone's 6 encoder blocks" in _error_line(done)
+    assert done.stdout.strip() == "", done.stdout
+
+
 def test_labels_the_validation_split_lacks_or_only_it_has_are_said():
     task = user_data.describe(user_data.DataSpec(train_file="t.csv", label_column="y"), ("a", "b", "c"))
 

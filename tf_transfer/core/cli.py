@@ -29,7 +29,7 @@ ARGV: list = []
 
 
 # absl's help flags print the usage and exit with status 1; asked for, help is a success (status 0).
-HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "h", "?")
+HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
 
 
 def parse_flags(argv):

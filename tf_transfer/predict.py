@@ -222,7 +222,7 @@ def main(argv):
     for line, row in enumerate(rows, start=2):
         if len(row) < needed:
             raise TransferError(f"{FLAGS.input}:{line}: expected at least {needed} columns, found {len(row)}")
-    classifier, meta = export.load(folder)
+    classifier, meta = export.load(folder, meta)
     start = time.perf_counter()
     text_a = [row[positions[0]] for row in rows]
     text_b = [row[positions[1]] for row in rows] if len(positions) > 1 else None

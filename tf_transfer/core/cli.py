@@ -14,6 +14,7 @@ import sys
 
 from absl import app, flags
 
+from tf_transfer.core import disk
 from tf_transfer.core import flags as shared_flags
 from tf_transfer.core.errors import TransferError
 
@@ -56,6 +57,11 @@ def call(main, argv):
         return main(argv)
     except TransferError as e:
         fail(str(e))
+    except OSError as e:
+        if not disk.is_no_space(e):
+            raise
+        # A write no writer named (a library's own files): the same line, with the file the system names.
+        fail(str(disk.DiskFull(e.filename or "the disk", "the run's files")))
     except KeyboardInterrupt:
         fail("interrupted: every finished epoch and run is kept; rerun the same command to go on from there",
              status=130)

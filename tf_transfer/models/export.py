@@ -23,10 +23,13 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.data import inputs, packing
+from tf_transfer.core import disk
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import families
 
 META = "tf_transfer_task.json"
+# Present in an exported folder while it is being written (`export_classifier`).
+UNFINISHED = ".export-unfinished"
 
 
 def check_exportable(backbone) -> None:
@@ -54,15 +57,29 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     if head.hidden is not None:
         classifier.get_layer("pooled_dense").set_weights(head.hidden.get_weights())
     classifier.get_layer("logits").set_weights(head.dense.get_weights())
-    os.makedirs(folder, exist_ok=True)
-    classifier.save_to_preset(folder)
-    meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
-            "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
-            "label_column": task.label_column, "max_seq_length": max_seq_length,
-            "padding": padding}
-    with open(os.path.join(folder, META), "w") as f:
-        json.dump(meta, f, indent=2)
+    with disk.writing(folder, "the exported model"):
+        os.makedirs(folder, exist_ok=True)
+        # Until the export is whole, the folder says so (a full disk or a kill half way leaves it refused, not
+        # taken for the older export it partly replaced).
+        with open(os.path.join(folder, UNFINISHED), "w"):
+            pass
+        classifier.save_to_preset(folder)
+        meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
+                "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
+                "label_column": task.label_column, "max_seq_length": max_seq_length,
+                "padding": padding, "sha256": _digests(folder)}
+        with open(os.path.join(folder, META), "w") as f:
+            json.dump(meta, f, indent=2)
+        os.remove(os.path.join(folder, UNFINISHED))
     return classifier
+
+
+def _digests(folder: str) -> dict:
+    """`{file: SHA-256}` of every file keras-hub wrote in `folder` (weights, configs, `assets/` vocabulary; paths
+    relative to it), checked whenever the folder is read (`read_meta`)."""
+    names = sorted(os.path.relpath(os.path.join(root, name), folder)
+                   for root, _, files in os.walk(folder) for name in files)
+    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names if name not in (META, UNFINISHED)}
 
 
 def read_meta(folder: str) -> dict:
@@ -70,18 +87,34 @@ def read_meta(folder: str) -> dict:
     loading the model; `TransferError` for a folder that holds no exported classifier."""
     if not os.path.isfile(os.path.join(folder, "task.json")):
         raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
+    if os.path.exists(os.path.join(folder, UNFINISHED)):
+        raise TransferError(f"{folder} holds an export that did not finish (a full disk or a stopped process): export "
+                            "the run again")
     meta_path = os.path.join(folder, META)
     if not os.path.isfile(meta_path):
         return {}
-    with open(meta_path) as f:
-        return json.load(f)
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except ValueError as e:
+        raise TransferError(f"{meta_path} is unreadable ({type(e).__name__}: {e}): export the run again") from None
+    for name, digest in (meta.get("sha256") or {}).items():  # folders exported before digests were kept: none
+        path = os.path.join(folder, name)
+        why = ("is missing" if not os.path.isfile(path) else
+               "does not match the SHA-256 recorded when it was exported (damaged or changed since)"
+               if disk.file_sha256(path) != digest else None)
+        if why:
+            raise TransferError(f"{path} {why}: the exported model is not used; export the run again "
+                                "(python -m tf_transfer.glue with the run's flags and --export_dir)")
+    return meta
 
 
-def load(folder: str):
-    """Returns `(classifier, meta)` from an exported folder."""
+def load(folder: str, meta: Optional[dict] = None):
+    """Returns `(classifier, meta)` from an exported folder; `meta`: what `read_meta` returned for it already (its
+    files checked), else it is read and checked here."""
     import keras_hub
 
-    meta = read_meta(folder)
+    meta = read_meta(folder) if meta is None else meta
     return keras_hub.models.TextClassifier.from_preset(folder), meta
 
 

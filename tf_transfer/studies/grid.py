@@ -23,6 +23,7 @@ import os
 import time
 from typing import Callable, Optional
 
+from tf_transfer.core import disk
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
 from tf_transfer.training import locks, record, run_folder, run_record
@@ -298,10 +299,15 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
             _train_once_more_if_unreadable(run_one, resolved, folder, lambda line: log(f"[{position}/{total}] {line}"))
             counts["ran"] += 1
             _clear_error(folder)
+        except disk.DiskFull:  # every later run would fail alike: the grid stops, its finished runs kept
+            raise
         except Exception as e:  # a failed run must not stop the grid; its error is kept beside it
+            if disk.is_no_space(e):  # a write not named by its writer (a library's own files)
+                raise disk.DiskFull(getattr(e, "filename", None) or folder, "the run's files") from None
             counts["failed"] += 1
             record.write_json_atomic(os.path.join(folder, "error.json"),
-                                     {"error": f"{type(e).__name__}: {e}", "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                                     {"error": f"{type(e).__name__}: {e}", "at": time.strftime("%Y-%m-%dT%H:%M:%S")},
+                                     "the grid's record of a failed run")
             log(f"[{position}/{total}] failed: {type(e).__name__}: {e}")
         finally:
             release_lock(folder)

@@ -26,6 +26,7 @@ from absl import flags, logging
 from tf_transfer import grid_flags
 from tf_transfer.core import cli, isolated
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
 from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -68,6 +69,12 @@ COMMAND_FLAGS = {
                         "tokens), bucket or fixed (padded; docs/glue.md#padding)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
+# --help shows the values every run takes (flags/sweep.flags': batch 32, up to 9 epochs), not the GLUE trainer's
+# defaults: only flags given on the command line replace the flagfile's (`grid_flags.given_settings`).
+COMMAND_FLAGS.update({name: (value, f"{COMMAND_FLAGS[name][1]} The sweep's runs: flags/sweep.flags' value, "
+                                     "unless given.")
+                      for name, value in settings_lib.read_flagfile("flags/sweep.flags", GlueSettings).items()
+                      if name in COMMAND_FLAGS})
 DEFAULT_PADDING = COMMAND_FLAGS["padding"][0]  # a new sweep's, where neither --padding nor its flagfile says one
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
 WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers this command starts: their number, then their deadline

@@ -141,7 +141,9 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         raise TransferError(f"could not load preset {preset!r} ({hub_error}); {_offline_options(preset)}")
     pip_name = OFFLINE_PACKAGES[preset][2]
     source = f"installed package {pip_name} ({folder}); the hub was unreachable"
-    logging.info("preset %s: hub unreachable (%s); loading the same weights from %s", preset, hub_error, folder)
+    # One short line on every start offline; the hub's own error (hundreds of characters) only at --verbosity=1.
+    logging.info("preset %s: the model hub is unreachable; loading the same weights from %s", preset, folder)
+    logging.debug("preset %s: the hub said %s", preset, hub_error)
     try:
         backbone, tokenizer = _from_preset(folder, kwargs, preset, supported, purpose)
     except TransferError:

@@ -277,6 +277,10 @@ class GlueSettings(RunSettings):
 # e.g. adaptive freezing's).
 FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2,
              "padding": "pack"}
+# The first run's learning rate by the kind of route it takes: the one table that glue's first run, `compare` and the
+# freezing grid on a user's file read (`first_run_lr`), so that a rate chosen from the first-run benchmark changes
+# all three at once. Today every kind keeps full fine-tuning's rate, GlueSettings' default (2e-5).
+FIRST_RUN_LR = {"full fine-tuning": 2e-5, "last k over the cache": 2e-5, "method": 2e-5}
 PACKING_WHY = ("--padding=pack lays each batch's examples end to end: the same model on fewer tokens, trained as "
                "another seed would train it")
 
@@ -299,6 +303,9 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
                   != freezing.ALL)
         if "cache_frozen" not in given and frozen and settings.method == methods.DEFAULT:
             chosen["cache_frozen"] = True
+        if "lr" not in given:  # named on the first line: the rate is a choice as much as the blocks it trains
+            chosen = _after(chosen, "trainable_layers", "lr", first_run_lr(
+                settings.method, chosen.get("trainable_layers", settings.trainable_layers)))
         if str(settings.jit_compile).lower() == "true":  # XLA would compile a program per packed row count
             chosen.pop("padding", None)
     chosen.update(from_method)  # the method's own, where they differ from a first run's
@@ -314,6 +321,31 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
     start = "first run" if settings.data_spec is not None else "run"
     return settings, (f"{start} on {settings.dataset}: chose {', '.join(shown)}{stopping}{full}{packing}{because}; "
                       "give any of these flags (or a --flagfile) to change them")
+
+
+def _after(chosen: dict, before: str, name: str, value) -> dict:
+    """`chosen` with `name` set to `value`, placed after `before` (at the end if `before` is absent)."""
+    items = [(k, v) for k, v in chosen.items() if k != name]
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == before), len(items))
+    return dict([*items[:at], (name, value), *items[at:]])
+
+
+def route_kind(method: str, trainable_layers) -> str:
+    """The row of `FIRST_RUN_LR` a run's route takes: full fine-tuning (freezing nothing), the last k blocks (over
+    the cache of the frozen rest, as a first run caches them), or another training method.
+
+    >>> [route_kind("freeze", "all"), route_kind("freeze", 2), route_kind("lora", "all")]
+    ['full fine-tuning', 'last k over the cache', 'method']
+    """
+    if method != methods.DEFAULT:
+        return "method"
+    full = freezing.parse_trainable_layers(trainable_layers) == freezing.ALL
+    return "full fine-tuning" if full else "last k over the cache"
+
+
+def first_run_lr(method: str, trainable_layers) -> float:
+    """The first run's learning rate for a route (`FIRST_RUN_LR`)."""
+    return FIRST_RUN_LR[route_kind(method, trainable_layers)]
 
 
 def _flag_text(name: str, value) -> str:

@@ -25,8 +25,10 @@ from typing import Callable, Optional
 
 from tf_transfer.core import disk
 from tf_transfer.core import settings as settings_lib
+from tf_transfer.models import methods
 from tf_transfer.training import locks, record, run_folder, run_record
 from tf_transfer.studies import registry
+from tf_transfer.studies.glue_settings import first_run_lr
 from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError
 
@@ -177,6 +179,8 @@ class Grid:
                             "part": part}
                 if settings.get("cache_frozen") == "auto":
                     settings["cache_frozen"] = settings["trainable_layers"] != "all"
+                if settings.get("lr") == FIRST_RUN_RATE:
+                    settings["lr"] = first_run_lr(settings.get("method", methods.DEFAULT), settings["trainable_layers"])
                 if tasks and settings.get("task") not in tasks:
                     continue
                 listed.append(settings)
@@ -197,6 +201,10 @@ def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
     """Where a run of the grid lives: the grid's `layout`, else its study's rule."""
     return (study.layout or study.entry.run_dir)(runs_dir, study, settings)
 
+
+# A rate axis's value that each run resolves to the first run's rate for its kind of route (full fine-tuning, the
+# last k, a method: `glue_settings.FIRST_RUN_LR`), as a user's first run would take it; `--lrs` replaces it.
+FIRST_RUN_RATE = "<the first run's rate>"
 
 # What a dependent setting resolves to when its run is not needed after all (e.g. a rate beyond the end of a search
 # whose best rate sits inside it): such a run is neither trained nor reported.

@@ -282,6 +282,10 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     trial, name, seed = taken
     base, max_epochs = study.user_attrs["base"], int(study.user_attrs["base"].get("max_epochs", 9))
     settings = {**base, **study.user_attrs["candidates"][name], "seed": seed}
+    # One frozen-prefix cache per depth and split on disk, built by the first candidate that needs it and read by
+    # every other (each rate, LoRA over the same blocks, a rerun): a cache's key is its data, depth and preset, so
+    # what a run computes is the same; only its build is not paid again.
+    settings["cache_dir"] = settings.get("cache_dir") or os.path.join(sweep_dir, "cache")
     is_reference = bool(trial.user_attrs.get("reference"))
     folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
     remaining = study.user_attrs["budget_s"] - sweep_storage.committed_s(study, but=trial.number)

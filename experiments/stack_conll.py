@@ -10,14 +10,20 @@ the best validation epoch. Every run trains 6 epochs (stack-and-finetune: phase 
 
 The cpu variant is sized for this project's 2-core machine: all-MiniLM-L6-v2 (uncased, where the paper's flagfile
 takes the cased BERT-base) on a fixed random sample of `SAMPLE` eng.train sentences drawn with seed 0, the same for
-every arm and seed (`--train_sample_seed`), so the runs of a seed differ only in what the strategy trains.
+every arm and seed (`--train_sample_seed`), so the runs of a seed differ only in what the strategy trains. At 1,500
+sentences and batch 32 an epoch is 47 steps: finetune-only takes 282 steps at 2e-5 in all, and a fine-tuning that
+has not converged by then favours the strategies whose head first trains at 1e-3; the report's numbers are for this
+budget, not for all of eng.train.
 
-**Budget** (measured 2026-11-28 on the AMD EPYC VM, pinned with `taskset -c 1` while another study used both
-cores; `SECONDS` holds the figures): training one epoch on 512 sentences took 42 CPU s with everything trained and
-15 CPU s with BERT frozen; scoring eng.testa and eng.testb (6,703 sentences) after each epoch takes 40 CPU s, and
-phase 1 also scores a training sample as large as the sample (up to 3,250 sentences). With `SAMPLE` = 2,000
-sentences a run takes about 1,000 CPU s (stack-only) to 1,500 CPU s (finetune-only) with loading and compilation:
-12 runs, **about 4.2 core-hours**, 2.1 hours on both cores, one run per core at a time.
+**Budget**, measured 2026-11-28 on this project's VM (AMD EPYC, AVX2), one process pinned with `taskset -c 1`
+while another study kept both cores busy (load about 9 on 2 cores, so these CPU seconds are if anything high), in
+CPU seconds of the process: one epoch on 512 sentences took 19.5 s with everything trained (38 ms a sentence) and
+7.9 s with BERT frozen (15 ms); scoring eng.testa and eng.testb (6,703 sentences) after every epoch about 78 s (12
+ms a sentence; the process's CPU seconds less its training and start-up); phase 1's epochs also score a training
+sample as large as the training set; loading, encoding and compiling take about 30-45 s a run. Per seed, with n
+training sentences: 24 epochs of scoring (1,870 s) and overheads (135 s) plus 0.80 n s of training, so 3 seeds take
+6,000 + 2.4 n CPU s. At n = `SAMPLE` = 1,500: **about 9,600 CPU s, 2.7 core-hours** (1.3-1.4 hours on both cores,
+one run per core); scoring, the same whatever n, is about two thirds of it.
 
     python -m tf_transfer.experiments run stack_conll --variant=cpu --dry_run
     taskset -c 0 python -m tf_transfer.experiments run stack_conll --variant=cpu --runs_dir=reports/stack_conll/runs \\

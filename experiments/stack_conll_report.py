@@ -164,8 +164,8 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     chosen = study.variant(variant)
     lines = [f"# Stack-and-finetune on CoNLL-2003 NER ({variant} variant)", "",
              f"{study.paper}: its BiLSTM head on BERT under the paper's three strategies, and plain token "
-             "classification as a reference point, with 3 seeds paired by seed; entity F1 and token accuracy on "
-             "eng.testb by conlleval's counting, at each run's best epoch on eng.testa. "
+             f"classification as a reference point, with {len(design.seeds)} seeds paired by seed; entity F1 and "
+             "token accuracy on eng.testb by conlleval's counting, at each run's best epoch on eng.testa. "
              f"{tables.completed_count(collected)}.", "",
              "## The paper's claims against these runs", "",
              claims.table(claim_rows(arms)), "",

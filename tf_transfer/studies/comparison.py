@@ -25,7 +25,8 @@ from typing import Callable, Optional
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods, user_model
 from tf_transfer.studies import grid as grid_lib
-from tf_transfer.studies.glue_settings import FIRST_RUN, GlueSettings, first_run_lr
+from tf_transfer.models.first_run_rates import first_run_lr
+from tf_transfer.studies.glue_settings import FIRST_RUN, GlueSettings
 
 FULL = {"method": methods.DEFAULT, "trainable_layers": freezing.ALL}
 FULL_LABEL = "full fine-tuning"

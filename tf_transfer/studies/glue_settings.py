@@ -25,6 +25,8 @@ from tf_transfer.core.settings import RunSettings, setting, shared_setting
 from tf_transfer.data import inputs
 from tf_transfer.data import tasks, user_data
 from tf_transfer.models import freezing, methods
+# The first run's rate per kind of route (one table, read by `compare` and the freezing grid too).
+from tf_transfer.models.first_run_rates import FIRST_RUN_LR, first_run_lr  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -277,10 +279,6 @@ class GlueSettings(RunSettings):
 # e.g. adaptive freezing's).
 FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2,
              "padding": "pack"}
-# The first run's learning rate by the kind of route it takes: the one table that glue's first run, `compare` and the
-# freezing grid on a user's file read (`first_run_lr`), so that a rate chosen from the first-run benchmark changes
-# all three at once. Today every kind keeps full fine-tuning's rate, GlueSettings' default (2e-5).
-FIRST_RUN_LR = {"full fine-tuning": 2e-5, "last k over the cache": 2e-5, "method": 2e-5}
 PACKING_WHY = ("--padding=pack lays each batch's examples end to end: the same model on fewer tokens, trained as "
                "another seed would train it")
 
@@ -328,24 +326,6 @@ def _after(chosen: dict, before: str, name: str, value) -> dict:
     items = [(k, v) for k, v in chosen.items() if k != name]
     at = next((i + 1 for i, (k, _) in enumerate(items) if k == before), len(items))
     return dict([*items[:at], (name, value), *items[at:]])
-
-
-def route_kind(method: str, trainable_layers) -> str:
-    """The row of `FIRST_RUN_LR` a run's route takes: full fine-tuning (freezing nothing), the last k blocks (over
-    the cache of the frozen rest, as a first run caches them), or another training method.
-
-    >>> [route_kind("freeze", "all"), route_kind("freeze", 2), route_kind("lora", "all")]
-    ['full fine-tuning', 'last k over the cache', 'method']
-    """
-    if method != methods.DEFAULT:
-        return "method"
-    full = freezing.parse_trainable_layers(trainable_layers) == freezing.ALL
-    return "full fine-tuning" if full else "last k over the cache"
-
-
-def first_run_lr(method: str, trainable_layers) -> float:
-    """The first run's learning rate for a route (`FIRST_RUN_LR`)."""
-    return FIRST_RUN_LR[route_kind(method, trainable_layers)]
 
 
 def _flag_text(name: str, value) -> str:

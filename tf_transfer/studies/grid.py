@@ -28,7 +28,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
 from tf_transfer.training import locks, record, run_folder, run_record
 from tf_transfer.studies import registry
-from tf_transfer.studies.glue_settings import first_run_lr
+from tf_transfer.models.first_run_rates import first_run_lr
 from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError
 
@@ -203,7 +203,7 @@ def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
 
 
 # A rate axis's value that each run resolves to the first run's rate for its kind of route (full fine-tuning, the
-# last k, a method: `glue_settings.FIRST_RUN_LR`), as a user's first run would take it; `--lrs` replaces it.
+# last k, a method: `models/first_run_rates.FIRST_RUN_LR`), as a user's first run would take it; `--lrs` replaces it.
 FIRST_RUN_RATE = "<the first run's rate>"
 
 # What a dependent setting resolves to when its run is not needed after all (e.g. a rate beyond the end of a search

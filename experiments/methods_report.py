@@ -19,7 +19,6 @@ from tf_transfer.data.tasks import get_task
 from tf_transfer.models import methods as methods_lib
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
-from tf_transfer.reporting.claims import Claim
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.reporting import validation_baselines
 
@@ -35,6 +34,11 @@ QUARTER_BAND = (0.16, 0.36)
 # Decided before the runs: a task counts for a score claim only where full fine-tuning's validation score beats the
 # constant prediction's by this many points (as `stats.learned`).
 LEARNED_POINTS = claims.LEARNED_POINTS
+# Every claim here is a paper's, tested at a smaller protocol than the papers'.
+CLAIMS_PROTOCOL = ("6-block all-MiniLM-L6-v2, at most 1,000 training examples and 4 epochs, one CPU core per run; "
+                   "the papers: RoBERTa, BERT, T5 or GPT-3 on GPUs")
+# `Claim` and `not_run` here make a paper's claims tested at CLAIMS_PROTOCOL (`claims.at_protocol`).
+Claim, not_run = claims.at_protocol(CLAIMS_PROTOCOL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,10 +315,10 @@ def _gains_text(gains: dict, tasks: list) -> str:
     return ", ".join(f"{t} {gains[t]:+.1f}" for t in tasks if t in gains)
 
 
-def _score_claim(table, tasks, method, claim, paper, gains) -> Claim:
+def _score_claim(table, tasks, method, claim, paper, gains) -> claims.Claim:
     ran = {t: i for t in tasks if (i := difference(table, method, t, "score")) is not None}  # both sides ran
     if not ran:
-        return claims.not_run(claim, paper, _score_basis(claims.Finding(stats.NOT_RUN), tasks))
+        return not_run(claim, paper, _score_basis(claims.Finding(stats.NOT_RUN), tasks))
     found = claims.as_good_as({t: (i if claims.testable(gains, t) else None) for t, i in ran.items()}, MATCH_POINTS,
                               on_mean=True)
     tested = [t for t, v in found.results.items() if v.interval is not None]
@@ -329,7 +333,7 @@ def _score_basis(found, tasks) -> str:
             f"(Holm over the testable tasks): " + (found.cells(order=tasks) or "no task"))
 
 
-def _faster_claim(table, tasks) -> Claim:
+def _faster_claim(table, tasks) -> claims.Claim:
     method = "LoRA r8"
     intervals = {t: saving(table, method, t, "epoch") for t in tasks if table.get((method, t))}
     found = claims.ahead({t: i for t, i in intervals.items() if i is not None})
@@ -339,7 +343,7 @@ def _faster_claim(table, tasks) -> Claim:
              "tasks; the size is the paper's, on a GPU, not tested); per task, the saving: "
              + (found.cells(scale=100, unit="%", order=tasks) or "no task"))
     if not found.results:
-        return claims.not_run(claim, paper, basis)
+        return not_run(claim, paper, basis)
     mean = stats.mean_of([v.interval for v in found.results.values()])
     return Claim(claim, paper, f"time per epoch saved: {mean.text(1, 100, '%')} (mean of {len(found.results)} tasks)",
                  found.verdict, basis, found.results)
@@ -349,7 +353,7 @@ def _memory_basis(memory: str) -> str:
     return f"memory is the {MEMORY[memory]}; seed-paired shares saved against full fine-tuning, mean of the tasks"
 
 
-def _small_saving_claim(table, tasks, summary, memory) -> Claim:
+def _small_saving_claim(table, tasks, summary, memory) -> claims.Claim:
     kinds, ours, per_method = [], [], []
     for method in PEFT:
         mean = summary[method]["intervals"].get("memory_saving")
@@ -373,7 +377,7 @@ def _small_saving_claim(table, tasks, summary, memory) -> Claim:
                  + "; " + _memory_basis(memory) + "; per task: " + " / ".join(per_method))
 
 
-def _top_saves_more_claim(table, tasks, summary, memory) -> Claim:
+def _top_saves_more_claim(table, tasks, summary, memory) -> claims.Claim:
     kinds, ours, ran = [], [], False
     for method in PEFT:
         per_task = []

@@ -568,7 +568,7 @@ def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, do
                                      + _unpaired_sentence(table, tasks)),
             "",
             claims.table(claims_of(table, tasks, gains)), "", pairs_sentence(table, tasks), "",
-            "## Issue 40's targets, task by task", "",
+            "## This project's targets, task by task (set before the runs)", "",
             "Per task, without Holm's correction: *met* where the whole 95% interval is on the target's side, "
             "*missed* where all of it is on the other side, *open* otherwise (a task whose seeds ran on two kinds of "
             "machine has a row per kind: the score over all its seeds, the times within the kind). The score target "

@@ -136,7 +136,7 @@ def _collected(study, grid_runs, tmp_path, glue_dir, tasks, seeds=(1, 2, 3, 4, 5
 
 
 def _claims(text: str) -> dict:
-    return {line.split(" | ")[0].lstrip("| "): line.split(" | ")[3] for line in text.split("## Issue 40")[0]
+    return {line.split(" | ")[0].lstrip("| "): line.split(" | ")[3] for line in text.split("## This project's targets")[0]
             .splitlines() if line.startswith("| ") and line.split(" | ")[3] in claims_model.VERDICTS}
 
 

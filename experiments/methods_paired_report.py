@@ -11,6 +11,8 @@ import os
 from collections import defaultdict
 from typing import Callable, Optional
 
+import numpy as np
+
 import experiments.methods_report as shared
 from experiments.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
 from tf_transfer.core import planning, stats
@@ -170,6 +172,50 @@ def design_section(design: Design) -> list:
         reports.markdown_table(["task", "planning SD (points)", "seeds needed", "expected 95% half-width",
                                 "at Holm's 97.5% (2 tasks)", "decision"], rows), "",
     ]
+
+
+# The planning SD pooled 3 comparisons (AutoFreeze, FreezeOut, the best static k against full fine-tuning) over
+# seeds 1-5 of the adaptive-freezing study: 3 x 4 degrees of freedom per task.
+PILOT_DF = 12
+
+
+def power_section(table: dict, design: Design) -> list:
+    """What the design could decide, computed after the runs for the reader (the verdicts stand as designed): per
+    score claim and task, the chance of a decision at a true difference of 0 (`planning.power`), at the level the
+    per-task cells used (Holm over the tasks' first step) and at the level a correction over the study's score claims
+    too would ask, from the planning SD, its one-sided 80% upper bound, and the SD the runs realised."""
+    score_claims = len(SCORE_CLAIMS)
+    holm = planning.study_level(len(design.tasks), 1)
+    strict = planning.study_level(len(design.tasks), score_claims)
+    rows = []
+    for method, *_ in SCORE_CLAIMS:
+        for task in design.tasks:
+            sd = design.planning_sd[task]
+            upper = planning.upper_sd(sd, PILOT_DF)
+            n = len(design.seeds[task])
+            found = shared.difference(table, method, task, "score")
+            realised = found.se * np.sqrt(found.n) if found is not None and found.defined else None
+            needed = planning.seeds_for_power(upper, design.margin, level=strict)
+            rows.append([method, task, str(n), f"{sd:.2f} / {upper:.2f}",
+                         "n/a" if realised is None else f"{realised:.2f}",
+                         f"{planning.power(0.0, design.margin, sd, n, holm):.2f}",
+                         f"{planning.power(0.0, design.margin, upper, n, strict):.2f}",
+                         "n/a" if realised is None else
+                         f"{planning.power(0.0, design.margin, realised, n, strict):.2f}",
+                         str(needed) if needed else "more than 100"])
+    return ["## What the design could decide (computed after the runs)", "",
+            f"Added on 2026-11-28 for the reader; the design above was fixed before the runs and its verdicts stand. "
+            f"The seeds were sized for an expected half-width equal to the margin, not for power. Below, the chance "
+            f"that a task's paired test decides the {design.margin:g}-point claim either way when the true difference "
+            f"is 0 (`tf_transfer/core/planning.py`, `power`): at the per-task level the cells used (one-sided "
+            f"{holm:g}: Holm's first step over {len(design.tasks)} tasks), and at the level a correction over the "
+            f"study's {score_claims} score claims too would ask ({strict:.4f}), from the planning SD's one-sided 80% "
+            f"upper bound ({PILOT_DF} df) and from the SD the runs realised. The last column is the seeds that bound "
+            f"needs for power 0.8 at the stricter level.", "",
+            reports.markdown_table(["score claim of", "task", "seeds", "planning SD / 80% bound", "realised SD",
+                                    "power (planning SD, Holm)", "power (bound, Holm x claims)",
+                                    "power (realised, Holm x claims)", "seeds for 0.8 (bound, Holm x claims)"], rows),
+            ""]
 
 
 def pairs_section(collected: list, design: Design) -> list:
@@ -370,6 +416,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     lines += design_section(design)
     lines += data_section(collected)
     lines += ["## The claims", "", claims.table(claims_of(table, tasks, gains, design, uncontended)), ""]
+    lines += power_section(table, design)
     lines += pairs_section(collected, design)
     lines += contention_section(relabeled)
     spent = core_hours(collected)

@@ -315,7 +315,7 @@ def _gains_text(gains: dict, tasks: list) -> str:
     return ", ".join(f"{t} {gains[t]:+.1f}" for t in tasks if t in gains)
 
 
-def _score_claim(table, tasks, method, claim, paper, gains) -> claims.Claim:
+def _score_claim(table, tasks, method, claim, paper, gains, majority=None) -> claims.Claim:
     ran = {t: i for t in tasks if (i := difference(table, method, t, "score")) is not None}  # both sides ran
     if not ran:
         return not_run(claim, paper, _score_basis(claims.Finding(stats.NOT_RUN), tasks))
@@ -324,7 +324,13 @@ def _score_claim(table, tasks, method, claim, paper, gains) -> claims.Claim:
     tested = [t for t, v in found.results.items() if v.interval is not None]
     ours = (f"{found.mean.text()} points vs full fine-tuning (mean of {', '.join(tested)})" if found.mean else
             "no task where full fine-tuning learned enough to test it")
-    return Claim(claim, paper, ours, found.verdict, _score_basis(found, tasks), found.results)
+    # A run that collapsed to the constant prediction stays in the comparison; the row names it, since one such
+    # seed can carry a task's difference and its interval.
+    flat = [f"{t} {m} seed {reports.run_seed(summary)}" for t in tested for m in (method, FULL)
+            for summary in table[(m, t)]["summaries"] if collapsed(summary, (majority or {}).get(t))]
+    return Claim(claim, paper, ours, found.verdict, _score_basis(found, tasks)
+                 + ("; collapsed to the constant prediction (kept): " + ", ".join(flat) if flat else ""),
+                 found.results)
 
 
 def _score_basis(found, tasks) -> str:
@@ -408,15 +414,15 @@ def _difference_of(table, task: str, method: str, memory: str):
     return stats.paired_difference([(b[s] - a[s]) / c[s] for s in common], [0.0] * len(common)) if common else None
 
 
-def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str) -> list:
+def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str, majority=None) -> list:
     """The papers' claims about the methods, as `Claim`s."""
     return [
         _score_claim(table, tasks, "LoRA r8", "LoRA (rank 8 on query and value) scores as full fine-tuning "
                      "does", "RoBERTa-base GLUE mean 87.2 vs 86.4 (+0.8), 0.3M of 125M weights trained "
-                     "(LoRA, Table 2)", gains),
+                     "(LoRA, Table 2)", gains, majority),
         _score_claim(table, tasks, "BitFit", "BitFit (biases only) is competitive with full fine-tuning "
                      "on small to medium data", "competitive with, sometimes better than, fine-tuning the entire "
-                     "model (BitFit, abstract; BERT on GLUE)", gains),
+                     "model (BitFit, abstract; BERT on GLUE)", gains, majority),
         _faster_claim(table, tasks),
         _small_saving_claim(table, tasks, summary, memory),
         _top_saves_more_claim(table, tasks, summary, memory),
@@ -425,14 +431,17 @@ def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str)
 
 def search_rows(collected: list, tasks: list, design: Design) -> list:
     """Per task and search: each rate's best validation score (x100) at seed 0, the chosen rate (the runs' own rule,
-    once every rate has run) in bold, and whether it lies at an end of the rates tried."""
-    found = defaultdict(dict)
+    once every rate has run) in bold, whether it lies at an end of the rates tried, and "(collapsed)" beside a run
+    whose best validation score is the constant prediction's (`collapsed`)."""
+    found, flat = defaultdict(dict), set()
     for run in collected:
         part = run["settings"]["part"]
         if part.startswith(("search", "beyond")) and not isinstance(run["settings"]["lr"], str):  # str: pending
             label = part.split(":", 1)[1].strip() if ":" in part else design.search_labels[part]
             value = validation(run["summary"]) if run["summary"] else "missing"
             found[(run["settings"]["task"], label)][run["settings"]["lr"]] = value
+            if run["summary"] and collapsed(run["summary"]):
+                flat.add((run["settings"]["task"], label, run["settings"]["lr"]))
     rows = []
     for task in tasks:
         for (t, label), scores in found.items():
@@ -445,7 +454,8 @@ def search_rows(collected: list, tasks: list, design: Design) -> list:
             rows.append([task, label, "yes" if edge else "", ", ".join(
                 ("**" if lr == chosen else "") + f"{lr:g}: " + (scores[lr] if scores[lr] == "missing" else "n/a"
                                                                  if scores[lr] is None else f"{scores[lr]:.1f}")
-                + ("**" if lr == chosen else "") for lr in rates)])
+                + ("**" if lr == chosen else "") + (" (collapsed)" if (task, label, lr) in flat else "")
+                for lr in rates)])
     return rows
 
 
@@ -540,7 +550,7 @@ def _gate_text(table: dict, task: str, baselines: dict) -> str:
 
 
 def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory: str, done: str,
-                   decided: str = "before the runs", baselines=None) -> list:
+                   decided: str = "before the runs", baselines=None, majority=None) -> list:
     barely = [t for t in tasks if t in gains and not claims.testable(gains, t)]
     unrun = [t for t in tasks if t not in gains]
     never = [why for t in barely if (why := _gate_text(table, t, baselines or {}))]
@@ -552,7 +562,7 @@ def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory:
                  + ". Seeds pair across methods (a seed fixes the validation split, the training sample and "
                  "order), so every interval is seed-paired; a claim about the mean over tasks is tested on the mean "
                  "of the tasks' intervals.", decided), "",
-             claims.table(claims_of(table, tasks, summary, gains, memory)), ""]
+             claims.table(claims_of(table, tasks, summary, gains, memory, majority)), ""]
     if barely:
         lines += [f"Not testable at this budget (full fine-tuning less than {LEARNED_POINTS:g} points above the "
                   f"constant prediction on validation, or no baseline): {', '.join(barely)}. Differences between "
@@ -623,7 +633,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
              "the runs below by the command at the end; rerunning it keeps the report current.", ""]
     lines += data_section(collected)
     lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done,
-                            design.gate_decided, baselines)
+                            design.gate_decided, baselines, majority)
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock)
               + f" Memory: the {MEMORY[memory]}. Scores: GLUE dev at the best validation epoch, in points of each "
               "task's metric; means of the tasks (each a mean over seeds), the difference to full fine-tuning with "

@@ -627,13 +627,20 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     seeds = sorted({r["settings"]["seed"] for r in compared})
     own = sum(1 for r in collected if r["summary"])
     done = runs_sentence(collected, compared, design)
-    lines = [f"# What to train: freezing, LoRA and BitFit compared ({variant} variant)", "",
+    retired = bool(design.stopped) and not any(r["summary"] for r in compared)
+    lines = [("# Retired, superseded before any compared run: " if retired else "# ")
+             + f"What to train: freezing, LoRA and BitFit compared ({variant} variant)", "",
              f"Checks {study.paper} on {', '.join(tasks)} with all-MiniLM-L6-v2 (6 blocks, 384 wide), seeds "
              f"{', '.join(map(str, seeds))} compared, each method at its own rate searched per task. Generated from "
              "the runs below by the command at the end; rerunning it keeps the report current.", ""]
     lines += data_section(collected)
-    lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done,
-                            design.gate_decided, baselines, majority)
+    if retired:
+        # A study retired before any compared run has nothing to check a claim on: no claims table, and a pointer to
+        # what superseded it.
+        lines += ["## Retired", "", done + " It checks no claims: no compared run was made.", ""]
+    else:
+        lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done,
+                                design.gate_decided, baselines, majority)
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock)
               + f" Memory: the {MEMORY[memory]}. Scores: GLUE dev at the best validation epoch, in points of each "
               "task's metric; means of the tasks (each a mean over seeds), the difference to full fine-tuning with "

@@ -19,6 +19,7 @@ import datetime
 import os
 from collections import defaultdict
 from functools import partial
+from typing import Optional
 
 import numpy as np
 
@@ -155,10 +156,16 @@ def time_savings(table: dict, method: str, tasks: list, reference: str = FULL, k
 
 
 def with_probed(claim: claims.Claim, table: dict, method: str, tasks: list, reference: str = FULL,
-                decide=None) -> claims.Claim:
+                decide=None, uncontended: Optional[dict] = None) -> claims.Claim:
     """A time claim with each task's share saved once divided by the speed probe beside it, where both sides of at
     least two seeds recorded the probe (the raw interval decides). With `decide` (the claim's verdict kind and
-    margin), a task whose probe-divided interval would read another verdict says so in the cell."""
+    margin), a task whose probe-divided interval would read another verdict says so in the cell; with `uncontended`
+    (`method_cells` of the runs that had their core to themselves), the share saved over those pairs is shown too."""
+    alone = time_savings(uncontended, method, tasks, reference)[1] if uncontended is not None else {}
+    suffix = ("; uncontended pairs only: " + (", ".join(f"{label} {i.text(0, 100, '%')} over {i.n} seed"
+                                                        + "s" * (i.n != 1) for label, i in alone.items())
+                                              or "none")) if uncontended is not None else ""
+    claim = dataclasses.replace(claim, ours=claim.ours + suffix) if suffix else claim
     extra = []
     labels, probed = time_savings(table, method, tasks, reference, "probed")
     usable = {label: probed[label] for label in labels if probed.get(label) is not None and probed[label].n >= 2}
@@ -182,7 +189,7 @@ def premise_note(table: dict, tasks: list) -> str:
             "it is a cheaper but worse comparator") if below else ""
 
 
-def claims_of(table: dict, tasks: list, gains: dict) -> list:
+def claims_of(table: dict, tasks: list, gains: dict, uncontended: Optional[dict] = None) -> list:
     """The papers' claims and this project's targets for AutoFreeze and FreezeOut, as `Claim`s."""
     rows = []
     papers = {AUTOFREEZE: "up to 2.55x faster fine-tuning \"while preserving accuracy\" (AutoFreeze, arXiv "
@@ -206,7 +213,7 @@ def claims_of(table: dict, tasks: list, gains: dict) -> list:
                "the paper's 2.55x is an \"up to\" on a GPU, which this CPU target neither confirms nor contradicts)"
                if method == AUTOFREEZE else "the paper's 20%"), 100, "%", 0,
             source=claims.TARGET if method == AUTOFREEZE else claims.PAPER_AT_PROTOCOL), table, method, tasks,
-            decide=partial(claims.at_least, margin=target))
+            decide=partial(claims.at_least, margin=target), uncontended=uncontended)
         rows += [
             claim_of(f"{method} scores as full fine-tuning does", papers[method], scores, tasks,
                      partial(claims.as_good_as, margin=SCORE_MARGIN), f"GLUE dev, points, {method} minus full "
@@ -219,7 +226,7 @@ def claims_of(table: dict, tasks: list, gains: dict) -> list:
                 "share of the best static k's time to stop saved (the k chosen at seed 0 as the cheapest within "
                 f"{WITHIN:g} points of full fine-tuning on validation), pairs within one kind of machine"
                 + premise_note(table, tasks), 100, "%", 0, source=claims.TARGET), table, method, tasks, STATIC,
-                claims.ahead),
+                claims.ahead, uncontended),
         ]
     return rows
 
@@ -574,7 +581,8 @@ def _unpaired_sentence(table: dict, tasks: list) -> str:
     return text
 
 
-def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str, intervals=None) -> list:
+def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, done: str, intervals=None,
+                    uncontended: Optional[dict] = None) -> list:
     return ["## The claims, checked", "", done, "",
             claims.testable_sentence(learned_sentence(table, tasks, gains, provisional, intervals) + " Seeds pair "
                                      "across methods (a seed fixes the validation split and the training order), so "
@@ -582,7 +590,7 @@ def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, do
                                      "claim holds only where it holds on every task."
                                      + _unpaired_sentence(table, tasks)),
             "",
-            claims.table(claims_of(table, tasks, gains)), "", pairs_sentence(table, tasks), "",
+            claims.table(claims_of(table, tasks, gains, uncontended)), "", pairs_sentence(table, tasks), "",
             "## This project's targets, task by task (set before the runs)", "",
             "Per task, without Holm's correction: *met* where the whole 95% interval is on the target's side, "
             "*missed* where all of it is on the other side, *open* otherwise (a task whose seeds ran on two kinds of "
@@ -744,7 +752,12 @@ def write_report(collected: list, out: str, study, variant: str) -> str:
              "report current. How to read it: [docs/methods.md](../../docs/methods.md#the-adaptive-freezing-study).",
              ""]
     lines += data_section(collected)
-    lines += _claims_section(table, tasks, gains, provisional, done, gain_intervals)
+    # Time claims are shown over all pairs (they decide) and over the runs that had their core to themselves.
+    uncontended = method_cells([r for r in collected if not (r["summary"] and reports.contended(r["summary"]))])
+    lines += _claims_section(table, tasks, gains, provisional, done, gain_intervals, uncontended)
+    lines += reports.contention_section([(f"{r['settings']['task']} {compared_method(r['settings']['part'])} seed "
+                                          f"{r['settings']['seed']}", r["summary"]) for r in collected
+                                         if r["summary"] and compared_method(r["settings"]["part"])])
     lines += _task_section(collected, table, tasks, majority, out)
     lines += drift_section(collected, table, tasks)
     lines += ["## How the rate and the static k were chosen", "",

@@ -240,18 +240,9 @@ def pairs_section(collected: list, design: Design) -> list:
 
 
 def contention_section(compared: list) -> list:
-    """The compared runs (`by_method`'s entries) that waited for their core (`tables.contended`), by a rule fixed
-    after this study's design: listed, with their lowest CPU/wall ratio."""
-    done = [r for r in compared if r["summary"]]
-    rows = reports.contended_rows([(f"{r['settings']['task']} {r['settings']['part']} seed {r['settings']['seed']}",
-                                    r["summary"]) for r in done])
-    return ["## Contended runs", "",
-            f"A run is contended where any epoch's CPU seconds were below {reports.CONTENDED_BELOW:g} of its wall "
-            "seconds (a rule fixed on 2026-11-28, after this study's runs): it waited for its core, so its wall time "
-            "is not its CPU time. The time claim above shows its share saved over all pairs (which decides, as the "
-            f"design fixed) and over the pairs with neither run contended. {len(rows)} of the {len(done)} compared "
-            "runs were contended" + (":" if rows else "."), "",
-            *([reports.markdown_table(["run", "lowest CPU/wall", "wall s", "CPU s"], rows), ""] if rows else [])]
+    """`tables.contention_section` over the compared runs (`by_method`'s entries)."""
+    return reports.contention_section([(f"{r['settings']['task']} {r['settings']['part']} seed "
+                                        f"{r['settings']['seed']}", r["summary"]) for r in compared if r["summary"]])
 
 
 def core_hours(collected: list) -> dict:

@@ -152,6 +152,19 @@ def contended_rows(labelled: list) -> list:
     return [row for _, row in sorted(rows, key=lambda pair: pair[0])]
 
 
+def contention_section(labelled: list) -> list:
+    """A report's *Contended runs* section over its compared runs (`[(label, summary)]`): the rule, how many were
+    contended, and the list (`contended_rows`)."""
+    rows = contended_rows(labelled)
+    return ["## Contended runs", "",
+            f"A run is contended where any epoch's CPU seconds were below {CONTENDED_BELOW:g} of its wall seconds (a "
+            "rule fixed on 2026-11-28, after these runs): it waited for its core, so its wall time is not its CPU "
+            "time. Time claims show the share saved over all pairs (which decides, as before) and over the pairs with "
+            f"neither run contended. {len(rows)} of the {len(labelled)} compared runs were contended"
+            + (":" if rows else "."), "",
+            *([markdown_table(["run", "lowest CPU/wall", "wall s", "CPU s"], rows), ""] if rows else [])]
+
+
 def percent(share) -> str:
     """A share as a whole percentage, `n/a` where unknown: `percent(0.337)` is `34%`."""
     return "n/a" if share is None else f"{100 * share:.0f}%"

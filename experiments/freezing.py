@@ -1,5 +1,6 @@
 """How much of BERT to train, on your own data: the last k encoder blocks for every k from 0 (head and pooler only)
-to L (every block, embeddings frozen), and full fine-tuning, at each learning rate and seed given.
+to L (every block, embeddings frozen), and full fine-tuning, at each learning rate and seed given (without
+`--lrs`, each setting at the rate a first run takes for it: `glue_settings.FIRST_RUN_LR`).
 
 The data set is the `experiments` command's: a file (`--train_file` with `--text_columns` and `--label_column`,
 optionally `--validation_file`, `--test_file`, `--regression`), or a GLUE task or `tfds:<name>` (`--task`).
@@ -16,7 +17,7 @@ time to the best epoch (cache build charged), time saved, peak memory, and a fig
 from __future__ import annotations
 
 from experiments.freezing_report import write_report
-from tf_transfer.studies.grid import Grid, Variant
+from tf_transfer.studies.grid import FIRST_RUN_RATE, Grid, Variant
 
 
 def every_depth(depth: int) -> list:
@@ -28,7 +29,7 @@ GRID = Grid(
     name="freezing",
     paper="none: a sweep of the freezing rule on the user's own data set",
     flagfile="flags/freezing.flags",
-    axes={"trainable_layers": every_depth, "lr": [2e-5], "seed": [0, 1, 2]},
+    axes={"trainable_layers": every_depth, "lr": [FIRST_RUN_RATE], "seed": [0, 1, 2]},
     variants={"paper": Variant(settings={"cache_frozen": "auto"}),
               "cpu": Variant(settings={"cache_frozen": "auto"})},
     report=write_report,

@@ -19,7 +19,6 @@ from tf_transfer.data.tasks import get_task
 from tf_transfer.models import methods as methods_lib
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
-from tf_transfer.reporting.claims import Claim
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.reporting import validation_baselines
 
@@ -35,6 +34,11 @@ QUARTER_BAND = (0.16, 0.36)
 # Decided before the runs: a task counts for a score claim only where full fine-tuning's validation score beats the
 # constant prediction's by this many points (as `stats.learned`).
 LEARNED_POINTS = claims.LEARNED_POINTS
+# Every claim here is a paper's, tested at a smaller protocol than the papers'.
+CLAIMS_PROTOCOL = ("6-block all-MiniLM-L6-v2, at most 1,000 training examples and 4 epochs, one CPU core per run; "
+                   "the papers: RoBERTa, BERT, T5 or GPT-3 on GPUs")
+# `Claim` and `not_run` here make a paper's claims tested at CLAIMS_PROTOCOL (`claims.at_protocol`).
+Claim, not_run = claims.at_protocol(CLAIMS_PROTOCOL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,16 +315,22 @@ def _gains_text(gains: dict, tasks: list) -> str:
     return ", ".join(f"{t} {gains[t]:+.1f}" for t in tasks if t in gains)
 
 
-def _score_claim(table, tasks, method, claim, paper, gains) -> Claim:
+def _score_claim(table, tasks, method, claim, paper, gains, majority=None) -> claims.Claim:
     ran = {t: i for t in tasks if (i := difference(table, method, t, "score")) is not None}  # both sides ran
     if not ran:
-        return claims.not_run(claim, paper, _score_basis(claims.Finding(stats.NOT_RUN), tasks))
+        return not_run(claim, paper, _score_basis(claims.Finding(stats.NOT_RUN), tasks))
     found = claims.as_good_as({t: (i if claims.testable(gains, t) else None) for t, i in ran.items()}, MATCH_POINTS,
                               on_mean=True)
     tested = [t for t, v in found.results.items() if v.interval is not None]
     ours = (f"{found.mean.text()} points vs full fine-tuning (mean of {', '.join(tested)})" if found.mean else
             "no task where full fine-tuning learned enough to test it")
-    return Claim(claim, paper, ours, found.verdict, _score_basis(found, tasks), found.results)
+    # A run that collapsed to the constant prediction stays in the comparison; the row names it, since one such
+    # seed can carry a task's difference and its interval.
+    flat = [f"{t} {m} seed {reports.run_seed(summary)}" for t in tested for m in (method, FULL)
+            for summary in table[(m, t)]["summaries"] if collapsed(summary, (majority or {}).get(t))]
+    return Claim(claim, paper, ours, found.verdict, _score_basis(found, tasks)
+                 + ("; collapsed to the constant prediction (kept): " + ", ".join(flat) if flat else ""),
+                 found.results)
 
 
 def _score_basis(found, tasks) -> str:
@@ -329,7 +339,7 @@ def _score_basis(found, tasks) -> str:
             f"(Holm over the testable tasks): " + (found.cells(order=tasks) or "no task"))
 
 
-def _faster_claim(table, tasks) -> Claim:
+def _faster_claim(table, tasks) -> claims.Claim:
     method = "LoRA r8"
     intervals = {t: saving(table, method, t, "epoch") for t in tasks if table.get((method, t))}
     found = claims.ahead({t: i for t, i in intervals.items() if i is not None})
@@ -339,7 +349,7 @@ def _faster_claim(table, tasks) -> Claim:
              "tasks; the size is the paper's, on a GPU, not tested); per task, the saving: "
              + (found.cells(scale=100, unit="%", order=tasks) or "no task"))
     if not found.results:
-        return claims.not_run(claim, paper, basis)
+        return not_run(claim, paper, basis)
     mean = stats.mean_of([v.interval for v in found.results.values()])
     return Claim(claim, paper, f"time per epoch saved: {mean.text(1, 100, '%')} (mean of {len(found.results)} tasks)",
                  found.verdict, basis, found.results)
@@ -349,7 +359,7 @@ def _memory_basis(memory: str) -> str:
     return f"memory is the {MEMORY[memory]}; seed-paired shares saved against full fine-tuning, mean of the tasks"
 
 
-def _small_saving_claim(table, tasks, summary, memory) -> Claim:
+def _small_saving_claim(table, tasks, summary, memory) -> claims.Claim:
     kinds, ours, per_method = [], [], []
     for method in PEFT:
         mean = summary[method]["intervals"].get("memory_saving")
@@ -373,7 +383,7 @@ def _small_saving_claim(table, tasks, summary, memory) -> Claim:
                  + "; " + _memory_basis(memory) + "; per task: " + " / ".join(per_method))
 
 
-def _top_saves_more_claim(table, tasks, summary, memory) -> Claim:
+def _top_saves_more_claim(table, tasks, summary, memory) -> claims.Claim:
     kinds, ours, ran = [], [], False
     for method in PEFT:
         per_task = []
@@ -404,15 +414,15 @@ def _difference_of(table, task: str, method: str, memory: str):
     return stats.paired_difference([(b[s] - a[s]) / c[s] for s in common], [0.0] * len(common)) if common else None
 
 
-def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str) -> list:
+def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str, majority=None) -> list:
     """The papers' claims about the methods, as `Claim`s."""
     return [
         _score_claim(table, tasks, "LoRA r8", "LoRA (rank 8 on query and value) scores as full fine-tuning "
                      "does", "RoBERTa-base GLUE mean 87.2 vs 86.4 (+0.8), 0.3M of 125M weights trained "
-                     "(LoRA, Table 2)", gains),
+                     "(LoRA, Table 2)", gains, majority),
         _score_claim(table, tasks, "BitFit", "BitFit (biases only) is competitive with full fine-tuning "
                      "on small to medium data", "competitive with, sometimes better than, fine-tuning the entire "
-                     "model (BitFit, abstract; BERT on GLUE)", gains),
+                     "model (BitFit, abstract; BERT on GLUE)", gains, majority),
         _faster_claim(table, tasks),
         _small_saving_claim(table, tasks, summary, memory),
         _top_saves_more_claim(table, tasks, summary, memory),
@@ -421,14 +431,17 @@ def claims_of(table: dict, tasks: list, summary: dict, gains: dict, memory: str)
 
 def search_rows(collected: list, tasks: list, design: Design) -> list:
     """Per task and search: each rate's best validation score (x100) at seed 0, the chosen rate (the runs' own rule,
-    once every rate has run) in bold, and whether it lies at an end of the rates tried."""
-    found = defaultdict(dict)
+    once every rate has run) in bold, whether it lies at an end of the rates tried, and "(collapsed)" beside a run
+    whose best validation score is the constant prediction's (`collapsed`)."""
+    found, flat = defaultdict(dict), set()
     for run in collected:
         part = run["settings"]["part"]
         if part.startswith(("search", "beyond")) and not isinstance(run["settings"]["lr"], str):  # str: pending
             label = part.split(":", 1)[1].strip() if ":" in part else design.search_labels[part]
             value = validation(run["summary"]) if run["summary"] else "missing"
             found[(run["settings"]["task"], label)][run["settings"]["lr"]] = value
+            if run["summary"] and collapsed(run["summary"]):
+                flat.add((run["settings"]["task"], label, run["settings"]["lr"]))
     rows = []
     for task in tasks:
         for (t, label), scores in found.items():
@@ -441,7 +454,8 @@ def search_rows(collected: list, tasks: list, design: Design) -> list:
             rows.append([task, label, "yes" if edge else "", ", ".join(
                 ("**" if lr == chosen else "") + f"{lr:g}: " + (scores[lr] if scores[lr] == "missing" else "n/a"
                                                                  if scores[lr] is None else f"{scores[lr]:.1f}")
-                + ("**" if lr == chosen else "") for lr in rates)])
+                + ("**" if lr == chosen else "") + (" (collapsed)" if (task, label, lr) in flat else "")
+                for lr in rates)])
     return rows
 
 
@@ -536,7 +550,7 @@ def _gate_text(table: dict, task: str, baselines: dict) -> str:
 
 
 def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory: str, done: str,
-                   decided: str = "before the runs", baselines=None) -> list:
+                   decided: str = "before the runs", baselines=None, majority=None) -> list:
     barely = [t for t in tasks if t in gains and not claims.testable(gains, t)]
     unrun = [t for t in tasks if t not in gains]
     never = [why for t in barely if (why := _gate_text(table, t, baselines or {}))]
@@ -548,7 +562,7 @@ def claims_section(table: dict, tasks: list, summary: dict, gains: dict, memory:
                  + ". Seeds pair across methods (a seed fixes the validation split, the training sample and "
                  "order), so every interval is seed-paired; a claim about the mean over tasks is tested on the mean "
                  "of the tasks' intervals.", decided), "",
-             claims.table(claims_of(table, tasks, summary, gains, memory)), ""]
+             claims.table(claims_of(table, tasks, summary, gains, memory, majority)), ""]
     if barely:
         lines += [f"Not testable at this budget (full fine-tuning less than {LEARNED_POINTS:g} points above the "
                   f"constant prediction on validation, or no baseline): {', '.join(barely)}. Differences between "
@@ -613,13 +627,20 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     seeds = sorted({r["settings"]["seed"] for r in compared})
     own = sum(1 for r in collected if r["summary"])
     done = runs_sentence(collected, compared, design)
-    lines = [f"# What to train: freezing, LoRA and BitFit compared ({variant} variant)", "",
+    retired = bool(design.stopped) and not any(r["summary"] for r in compared)
+    lines = [("# Retired, superseded before any compared run: " if retired else "# ")
+             + f"What to train: freezing, LoRA and BitFit compared ({variant} variant)", "",
              f"Checks {study.paper} on {', '.join(tasks)} with all-MiniLM-L6-v2 (6 blocks, 384 wide), seeds "
              f"{', '.join(map(str, seeds))} compared, each method at its own rate searched per task. Generated from "
              "the runs below by the command at the end; rerunning it keeps the report current.", ""]
     lines += data_section(collected)
-    lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done,
-                            design.gate_decided, baselines)
+    if retired:
+        # A study retired before any compared run has nothing to check a claim on: no claims table, and a pointer to
+        # what superseded it.
+        lines += ["## Retired", "", done + " It checks no claims: no compared run was made.", ""]
+    else:
+        lines += claims_section(table, tasks, summary, learned(table, tasks, baselines), memory, done,
+                                design.gate_decided, baselines, majority)
     lines += ["## Per method", "", reports.clock_sentence(chosen.clock)
               + f" Memory: the {MEMORY[memory]}. Scores: GLUE dev at the best validation epoch, in points of each "
               "task's metric; means of the tasks (each a mean over seeds), the difference to full fine-tuning with "

@@ -15,13 +15,17 @@ from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
-from tf_transfer.reporting.claims import Claim
 
 def completed_runs(by_cell, task, k, lr, part="main") -> list:
     return [r["summary"] for r in by_cell.get((task, k, lr, part), []) if r["summary"]]
 
 
 OTHER_MACHINE = "n/a: other machine"
+# Every claim here is the paper's, tested at a smaller protocol than its own: a shortfall says nothing about BERT-base.
+CLAIMS_PROTOCOL = ("6-block all-MiniLM-L6-v2 on one CPU core, batch 32, at most 10 epochs, 2 seeds; the paper: "
+                   "12-block BERT-base on a GPU")
+# `Claim` and `not_run` here make a paper's claims tested at CLAIMS_PROTOCOL (`claims.at_protocol`).
+Claim, not_run = claims.at_protocol(CLAIMS_PROTOCOL)
 
 
 def saved_cell(mean_time, base_time, setting_censored: bool, base_censored: bool, runs=()) -> str:
@@ -116,14 +120,14 @@ def claims_section(tasks, by_cell, clock, collected, baselines=None) -> list:
             claims.table(rows), ""]
 
 
-def _time_saved_claim(k: int, small: list, by_cell, clock, differs: str) -> Claim:
+def _time_saved_claim(k: int, small: list, by_cell, clock, differs: str) -> claims.Claim:
     """Small training sets: the last k trained saves time to the stopping point against fine-tuning (the paper:
     30–50%), judged on freezing + cache until freezing alone has run on every task of its arm."""
     claim = f"small training sets: last {k} trained saves time to the stopping point vs fine-tuning"
     paper = f"{PAPER_SMALL_TIME_SAVED[k]:.0f}% (abstract: 30–50%)"
     cached, alone, per_task, censored = _time_saved_by_task(k, small, by_cell, clock)
     if not cached:
-        return claims.not_run(claim, paper, "no completed runs of these settings")
+        return not_run(claim, paper, "no completed runs of these settings")
     # The paper had no cache: the verdict moves to freezing alone once it has run on every task of its arm.
     waiting = [t for t in UNCACHED_TASKS if t in small and t not in alone]
     on_alone = bool(alone) and not waiting
@@ -182,7 +186,7 @@ def _time_saved_by_task(k: int, small: list, by_cell, clock) -> tuple:
     return cached, alone, per_task, censored
 
 
-def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -> Claim:
+def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -> claims.Claim:
     """Small training sets: the last k trained scores within the paper's deduction (+ 2 points) of fine-tuning."""
     differences = {}
     for task in small:
@@ -197,7 +201,7 @@ def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -
     claim = f"small training sets: last {k} trained scores close to fine-tuning"
     paper = f"-{PAPER_SMALL_DEDUCTION[k]:.2f} points (\"% less\", read as points)"
     if not differences:
-        return claims.not_run(claim, paper, "no completed runs of these settings")
+        return not_run(claim, paper, "no completed runs of these settings")
     margin = (PAPER_SMALL_DEDUCTION[k] + 2) / 100
     found = claims.as_good_as(differences, margin, on_mean=True)
     ours = (f"{found.mean.text(2, 100)} points ({_over(differences)})" if found.mean else "no testable task")
@@ -208,18 +212,18 @@ def _close_score_claim(k: int, small: list, by_cell, learned: dict, note: str) -
                  + found.cells(scale=100) + "; " + note, found.results)
 
 
-def _large_claim(large: list) -> Claim:
+def _large_claim(large: list) -> claims.Claim:
     """Large training sets: the last 4 beats fine-tuning within the same time (not summarised here)."""
     claim = "large training sets: last 4 beats fine-tuning within the same time"
     paper = "MNLI +0.66/+0.39/+0.19 at 50k/100k/150k s; QQP +0.29/+0.2/+0.04"
     if large:
         return Claim(claim, paper, "see the tables below", stats.INCONCLUSIVE,
                      "large tasks present but not summarised here: read their budget tables")
-    return claims.not_run(claim, paper, "no large task here: QQP, MNLI and QNLI's training data are not on this "
-                          "machine, SST-2 is too large for the CPU budget")
+    return not_run(claim, paper, "no large task here: QQP, MNLI and QNLI's training data are not on this "
+                   "machine, SST-2 is too large for the CPU budget")
 
 
-def _budget_claim(small, by_cell, clock, note) -> Claim:
+def _budget_claim(small, by_cell, clock, note) -> claims.Claim:
     """Small training sets: within fine-tuning's time (25/50/100% of it), fine-tuning scores above every transfer
     setting (Wang, Figures 5-6). One family: every (task, budget, setting), fine-tuning minus the setting, paired by
     seed, Holm-corrected; `small`: the testable tasks."""
@@ -249,7 +253,7 @@ def _budget_claim(small, by_cell, clock, note) -> Claim:
     paper = "always (Figures 5–6)"
     if not comparisons and not decided:
         basis = "no completed runs of these settings; " + note
-        return claims.not_run(claim, paper, basis) if small else Claim(claim, paper, "no testable task",
+        return not_run(claim, paper, basis) if small else Claim(claim, paper, "no testable task",
                                                                        stats.NOT_TESTABLE, basis)
     found = claims.ahead(comparisons).results
     kinds = {key: v.kind for key, v in found.items()} | decided
@@ -296,7 +300,7 @@ def _rate_claims(tasks, by_cell, note) -> list:
                                                         "trainable_layers")), reports.run_seed(s)))
         if not changes:
             basis = "no completed runs at both rates; " + note
-            rows.append(claims.not_run(claim, paper, basis) if tasks else Claim(claim, paper, "no testable task",
+            rows.append(not_run(claim, paper, basis) if tasks else Claim(claim, paper, "no testable task",
                                                                                 stats.NOT_TESTABLE, basis))
             continue
         found = claims.at_most(changes, 0.0, on_mean=True)

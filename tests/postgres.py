@@ -8,6 +8,7 @@ Example:
 
 >>> server = postgres.start()  # doctest: +SKIP
 >>> url = server.database("sweep_test")  # doctest: +SKIP
+>>> server.pause(); server.resume()  # a server restart, as a sweep may meet one  # doctest: +SKIP
 >>> server.stop()  # doctest: +SKIP
 """
 
@@ -44,10 +45,19 @@ class Server:
             self.user = "postgres"
             shutil.chown(self.root, self.user, self.user)
         self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        self.resume()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def resume(self) -> None:
+        """Starts the server (again, on its port, after `pause`)."""
         self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.root, "log"), "-w", "-t", "60", "-o",
                   f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                   "-c synchronous_commit=off -c full_page_writes=off", "start")
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def pause(self) -> None:
+        """Stops the server as an administrator's restart does (`pg_ctl -m fast stop`: open connections are cut),
+        keeping its data for `resume`."""
+        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
 
     def _run(self, program: str, *args: str) -> None:
         command = [os.path.join(self.bindir, program), *args]

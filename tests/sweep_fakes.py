@@ -6,6 +6,9 @@ A process on the sweep, as a test starts it (prints "ended: done|budget" and the
 
     python tests/sweep_fakes.py URL NAME RUNS_DIR BUDGET_S
 
+(`SWEEP_FAKE_HOST`: the host name its trials record, another machine's; `SWEEP_FAKE_TRAINER_PID`: its first
+trial's trainer is a child to kill, `trainer_to_kill`.)
+
 The real sweep command, whose runs train, in a process of its own that measures the machine as `measured` does (as
 a test's own process does with `sweep_plan.measure` patched):
 
@@ -50,10 +53,15 @@ def _write(folder: str, summary: dict) -> None:
 
 def train(where, trial_id, settings, folder, keep_s):
     """A made-up run with the sweep's `train_trial` contract: reports each epoch, stops where the pruner or the
-    budget says, resumes from its folder."""
+    budget says, resumes from its folder. Where `SWEEP_FAKE_TRAINER_PID` names a file, this process's first trial
+    is a trainer child that writes its pid there and waits to be killed (`trainer_to_kill`)."""
     import optuna
 
     from tf_transfer.studies import sweep, sweep_trial
+
+    pid_file = os.environ.pop("SWEEP_FAKE_TRAINER_PID", None)  # popped: the first trial alone
+    if pid_file:
+        return trainer_to_kill(pid_file)
 
     study = sweep.load(where)
     trial = optuna.trial.Trial(study, trial_id)
@@ -99,10 +107,30 @@ def train(where, trial_id, settings, folder, keep_s):
     return {**result, "value": max(curve), "epochs": len(curve)}
 
 
+def trainer_to_kill(pid_file: str) -> None:
+    """A trial's trainer child (as `--isolate_runs` starts one, dying with this process) that waits for a test to
+    kill it with its sweep process (kill -9 of both: a machine's processes gone mid-trial); its pid is written to
+    `pid_file`. A bare Python (`-S`, nothing imported): the test pays for no child's imports."""
+    import subprocess
+
+    from tf_transfer.core import isolated
+
+    child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"],
+                             preexec_fn=isolated.die_with_parent)
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace(pid_file + ".tmp", pid_file)
+    child.wait()
+
+
 def main(url: str, name: str, runs_dir: str, budget_s: float) -> None:
     from tf_transfer.reporting import sweep_report
     from tf_transfer.studies import sweep
 
+    if os.environ.get("SWEEP_FAKE_HOST"):  # a process of another machine: its trials' death is told by heartbeats
+        import socket
+
+        socket.gethostname = lambda: os.environ["SWEEP_FAKE_HOST"]
     sweep_dir = os.path.join(runs_dir, "sweep", name)
     study, where = sweep.open_study(sweep_dir, {"max_epochs": 3}, candidates, budget_s, storage=url, name=name,
                                     heartbeat_s=1, constant={"score": None})

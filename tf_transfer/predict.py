@@ -97,7 +97,7 @@ def main(argv):
     for line, row in enumerate(rows, start=2):
         if len(row) < needed:
             raise TransferError(f"{FLAGS.input}:{line}: expected at least {needed} columns, found {len(row)}")
-    score, meta = export.load_scorer(folder)
+    score, meta = export.load_scorer(folder, meta)  # meta: read and its files checked above
     start = time.perf_counter()
     text_a = [row[positions[0]] for row in rows]
     text_b = [row[positions[1]] for row in rows] if len(positions) > 1 else None

@@ -15,6 +15,7 @@ larger `--budget` spends the difference. `python -m tf_transfer.sweep ...` is th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from absl import flags, logging
 from tf_transfer import grid_flags
 from tf_transfer.core import cli, isolated
 from tf_transfer.core import flags as flags_lib
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
 from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -51,6 +53,9 @@ flags.DEFINE_string("sweep_name", None, "The sweep's name, its Optuna study on -
                     "Processes and machines that give one name (and the same settings) work on one sweep.")
 flags.DEFINE_integer("sweep_heartbeat", 20, "Seconds between a process's heartbeats for the trial it runs; a trial "
                      "whose process missed 3 is failed and queued again by any other process on the sweep.")
+flags.DEFINE_integer("storage_retry_s", 180, "Seconds the sweep waits for a --storage that does not answer (a "
+                     "server restarting, a network blinking), trying again with backoff, before it stops with one "
+                     "error line; a rerun goes on where it stopped.")
 flags.adopt_module_key_flags(grid_flags)
 COMMAND_FLAGS = {
     **grid_flags.COMMAND_FLAGS,
@@ -64,11 +69,31 @@ COMMAND_FLAGS = {
                         "tokens), bucket or fixed (padded; docs/glue.md#padding)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
+# --help shows the values every run takes (flags/sweep.flags': batch 32, up to 9 epochs), not the GLUE trainer's
+# defaults: only flags given on the command line replace the flagfile's (`grid_flags.given_settings`).
+COMMAND_FLAGS.update({name: (value, f"{COMMAND_FLAGS[name][1]} The sweep's runs: flags/sweep.flags' value, "
+                                     "unless given.")
+                      for name, value in settings_lib.read_flagfile("flags/sweep.flags", GlueSettings).items()
+                      if name in COMMAND_FLAGS})
 DEFAULT_PADDING = COMMAND_FLAGS["padding"][0]  # a new sweep's, where neither --padding nor its flagfile says one
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --text_columns, ... (as glue: docs/glue.md)
 WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers this command starts: their number, then their deadline
 
 
+def _disk_full_is_one_line(main):
+    """`main`, where a full disk (or quota) met while writing the sweep's own files (its folder, its SQLite file,
+    its runs' folders) is one line, not a traceback."""
+    @functools.wraps(main)
+    def wrapped(argv):
+        try:
+            return main(argv)
+        except OSError as e:
+            _no_space(e, FLAGS.runs_dir, "the sweep's files")
+            raise
+    return wrapped
+
+
+@_disk_full_is_one_line
 def main(argv):
     from tf_transfer.core import metrics
     from tf_transfer.studies import sweep, sweep_storage
@@ -98,7 +123,7 @@ def main(argv):
                                     workers * budget_s, FLAGS.storage, settings.metric_name in metrics.LOWER_IS_BETTER,
                                     name=name, identity=identity, heartbeat_s=FLAGS.sweep_heartbeat,
                                     command=" ".join(["python -m tf_transfer.sweep", *sys.argv[1:]]),
-                                    log=log, workers=workers)
+                                    log=log, workers=workers, retry_s=FLAGS.storage_retry_s)
     if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
         os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
     if not worker:
@@ -126,7 +151,11 @@ def _finish(study, sweep_dir: str, ended: str, workers: int, started: float) -> 
     from tf_transfer.studies import sweep
 
     out = FLAGS.out or sweep_dir
-    _, line, use = sweep_report.write_report(study, sweep_dir, out)
+    try:
+        _, line, use = sweep_report.write_report(study, sweep_dir, out)
+    except OSError as e:
+        _no_space(e, out, "the sweep's report")
+        raise
     print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
           f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
           f"{(time.time() - started) / 60:.1f} min (--budget={FLAGS.budget}); report in {out}/README.md")
@@ -149,9 +178,19 @@ def _check_command(argv) -> float:
         raise TransferError("the sweep needs --budget: the wall time it may take, e.g. --budget=30m")
     if FLAGS.sweep_heartbeat < 1:
         raise TransferError(f"--sweep_heartbeat={FLAGS.sweep_heartbeat}: give whole seconds, 1 or more")
+    if FLAGS.storage_retry_s < 0:
+        raise TransferError(f"--storage_retry_s={FLAGS.storage_retry_s}: give whole seconds, 0 or more")
     if FLAGS.workers < 0:
         raise TransferError(f"--workers={FLAGS.workers}: give 1 or more processes, or 0 for one per usable core")
     return sweep.parse_budget(FLAGS.budget)
+
+
+def _no_space(error: OSError, path: str, what: str) -> None:
+    """One line for a full disk (or quota) met while writing the sweep's own files; any other `OSError` goes on."""
+    from tf_transfer.studies import sweep_retries
+
+    if error.errno in sweep_retries.NO_SPACE:
+        raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
 
 
 def _settings_of_flags() -> tuple:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A new user's check of issue #7's "each strategy x head combination runs from the documented commands": every head
+# A new user's check of the stack study's "each strategy x head combination runs from the documented commands": every head
 # each task allows, under all three strategies, on a CoNLL-format file, a classification CSV and a Quora pair file
 # (make_fixtures.py), plus a CNN + highway-LSTM ensemble; all-MiniLM-L6-v2, tiny sizes (it checks that the commands
 # run and write complete summaries, not what the heads score). From the repository root:

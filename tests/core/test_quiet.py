@@ -113,13 +113,19 @@ def test_bad_input_prints_exactly_one_error_line():
 
 
 DEVICES = "import tf_transfer, tensorflow as tf; print(tf.config.list_physical_devices('CPU'))"
+# docs/python.md's imports, in its order: tf_transfer first, then Keras and keras-hub (which import TensorFlow).
+PAGE_IMPORTS = ("import tf_transfer\nimport keras, keras_hub\nimport tensorflow as tf\n"
+                "print(tf.config.list_physical_devices('CPU'))")
 
 
 def test_importing_tf_transfer_first_keeps_tensorflow_quiet():
-    done = _run(script=DEVICES)
+    done = _run(script=PAGE_IMPORTS)
     assert done.returncode == 0, done.stderr
     assert "CPU" in done.stdout
     assert _noise(done.stderr) == [], done.stderr
+    with open(os.path.join(REPO, "docs", "python.md"), encoding="utf-8") as f:
+        first_block = f.read().split("```python\n", 1)[1]
+    assert first_block.startswith("import tf_transfer"), first_block[:200]  # the page imports it first
 
 
 def test_a_level_set_by_the_user_is_respected():

@@ -351,3 +351,26 @@ def test_python_cache_splits_keras_hubs_own_classifier_of_the_family(key):
     # Every kernel of the top block and the head moved (a key bias may not: softmax ignores it).
     assert all(id(v) in changed for layer in [backbone.transformer_layers[-1], *head] for v in layer.weights
                if len(v.shape) == 2 or layer in head)
+
+
+def test_an_unreachable_hub_is_one_short_line(monkeypatch, tmp_path):
+    """Offline, every command said the hub's whole ConnectionError (about 400 characters) on each start."""
+    from tf_transfer.models import backbones
+
+    hub_error = ConnectionError("Failed to resolve 'www.kaggle.com' " + "(name resolution) " * 20)
+
+    def from_preset(location, *args):
+        if location == "all_minilm_l6_v2_en":
+            raise hub_error
+        return "backbone", "tokenizer"
+
+    said = []
+    monkeypatch.setattr(backbones, "_from_preset", from_preset)
+    monkeypatch.setattr(backbones, "offline_folder", lambda preset: str(tmp_path))
+    monkeypatch.setattr(backbones.logging, "info", lambda text, *args: said.append(text % args))
+    monkeypatch.setattr(backbones.logging, "debug", lambda text, *args: said.append("debug: " + text % args))
+    loaded = backbones.load_preset("all_minilm_l6_v2_en")
+    assert loaded.backbone == "backbone"
+    assert said[0] == (f"preset all_minilm_l6_v2_en: the model hub is unreachable; loading the same weights from "
+                       f"{tmp_path}")
+    assert said[1].startswith("debug: ") and "name resolution" in said[1]  # the detail kept for --verbosity=1

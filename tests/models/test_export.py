@@ -30,9 +30,13 @@ def test_export_loads_with_from_preset_and_predicts_the_same(exported, glue_dir)
     config, summary, root = exported
     assert summary["exported"]["epoch"] == summary["best_epoch"]
     classifier, meta = export.load(str(root / "model"))
+    digests = meta.pop("sha256")
     assert meta == {"task": "rte", "labels": ["entailment", "not_entailment"], "regression": False, "pair": True,
                     "text_columns": ["sentence1", "sentence2"], "label_column": "label", "max_seq_length": 32,
                     "padding": "bucket"}
+    # Every file keras-hub wrote is recorded (and checked whenever the folder is read), the weights among them.
+    assert "model.weights.h5" in digests and "config.json" in digests
+    assert any(name.startswith("assets" + os.sep) for name in digests)
     dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
     outputs, predictions = export.predict(classifier, meta, dev.text_a, dev.text_b)
     accuracy = np.mean([meta["labels"].index(p) == y for p, y in zip(predictions, dev.labels)])

@@ -21,7 +21,11 @@ def _rows(table):
     return {part: trainable for part, trainable, _ in table}
 
 
-def test_freeze_then_fit_trains_only_the_last_blocks_the_pooler_and_the_head(two_block_preset):
+def test_freeze_then_fit_trains_only_the_last_blocks_the_pooler_and_the_head(two_block_preset, monkeypatch):
+    import warnings
+
+    from tf_transfer.models import user_model
+
     classifier = _classifier(two_block_preset)
     table = tf_transfer.freeze(classifier, trainable_layers=1)
     rows = _rows(table)
@@ -30,11 +34,36 @@ def test_freeze_then_fit_trains_only_the_last_blocks_the_pooler_and_the_head(two
     assert table.trainable == rows["block_1"] + rows["pooler"] + rows["head"] and "block_1" in str(table)
     blocks = classifier.backbone.transformer_layers
     before = [[v.numpy().copy() for v in block.weights] for block in blocks]
-    classifier.fit(SENTENCES[:8], np.arange(8) % 2, batch_size=8, epochs=1, verbose=0)
+    made, text_batches = [], user_model.text_batches
+    monkeypatch.setattr(user_model, "text_batches", lambda *args: made.append(args) or text_batches(*args))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        classifier.fit(SENTENCES[:8], np.arange(8) % 2, batch_size=8, epochs=1, verbose=0)
+    # Raw texts: shuffled batches, and no Keras warning that a `shuffle=True` the user never passed is ignored.
+    assert len(made) == 1 and made[0][2:] == (8, True)
+    assert not [w for w in caught if "shuffle" in str(w.message)], [str(w.message) for w in caught]
     after = [[v.numpy() for v in block.weights] for block in blocks]
     assert all((a == b).all() for a, b in zip(after[0], before[0]))  # block 0 frozen
     assert any((a != b).any() for a, b in zip(after[1], before[1]))  # block 1 trained
     assert tf_transfer.parameter_table(classifier).trainable == table.trainable
+
+
+def test_raw_texts_are_batched_in_another_seeded_order_each_epoch():
+    """keras-hub turns raw texts into a dataset in the order given, which Keras never shuffles: after `freeze`,
+    `fit` on texts takes these batches instead (the freezing test below checks it does, without Keras' warning)."""
+    import keras
+
+    from tf_transfer.models import user_model
+
+    def epochs(count):
+        keras.utils.set_random_seed(0)
+        batches = user_model.text_batches([f"text {i}" for i in range(16)], np.arange(16) % 2, 4)
+        return [[(t, label) for texts, labels in batches for t, label in zip(texts.numpy(), labels.numpy())]
+                for _ in range(count)]  # fit iterates the dataset once per epoch
+
+    first, second = epochs(2)
+    assert first != second and sorted(first) == sorted(second)  # another order of the same pairs
+    assert epochs(1)[0] == first  # seeded: the same order again from the same seed
 
 
 def test_lora_by_name_trains_the_papers_weights_and_merges_back_into_a_plain_model(tiny_preset):

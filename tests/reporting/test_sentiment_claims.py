@@ -26,10 +26,10 @@ def test_claims_from_made_up_results():
               "hash": _sparse([0.60 + j for j in jitter], [0.60] * 5)}
     found = sentiment_report.claims_of(sparse, bert)
     verdicts = {claim.claim.split(" (")[0]: claim.verdict for claim in found}
-    assert verdicts["Fine-tuning BERT gives no significant gain over frozen BERT"] == stats.NOT_REPRODUCED  # +10
+    assert verdicts["Fine-tuning BERT gives no significant gain over frozen BERT"] == claims.NOT_REPRODUCED_AT_PROTOCOL  # +10
     assert verdicts["Unfreezing only two blocks gives no significant gain over frozen BERT"] == stats.REPRODUCED
     assert verdicts["Frozen BERT beats the sparse baselines by about 3 accuracy points"] == stats.REPRODUCED
-    assert verdicts["The three sparse representations score alike"] == stats.NOT_REPRODUCED  # hashed 10 below
+    assert verdicts["The three sparse representations score alike"] == claims.NOT_REPRODUCED_AT_PROTOCOL  # hashed 10
     assert all("[" in claim.basis for claim in found)  # every basis states its interval
     assert claims.table(found).startswith("| claim |")
 

@@ -13,6 +13,7 @@ from experiments import load_study
 from tf_transfer.studies import grid as studies
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core import stats
+from tf_transfer.reporting import claims as claims_model
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.glue_settings import GlueSettings
 
@@ -466,7 +467,7 @@ def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
     assert header and header[0] < 60
     claims = lines[header[0] + 2:lines.index("", header[0])]
     verdicts = {line.split(" | ")[3] for line in claims}
-    assert verdicts <= set(stats.VERDICTS)
+    assert verdicts <= set(claims_model.VERDICTS)
     assert any("freezing alone: not yet run" in line for line in claims)
     assert all("[" in line.split(" | ")[4] for line in claims if line.split(" | ")[3] != stats.NOT_RUN)  # intervals
     text = "\n".join(lines)

@@ -83,11 +83,14 @@ def test_a_finished_run_is_found_by_content_and_exported_without_training(one_bl
     assert refused.returncode == 2 and len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
     assert old_hash in errors[0] and _sha256(train) in errors[0] and "--overwrite" in errors[0]
     assert "--output_dir" in errors[0] and "not training again" not in refused.stdout
+    assert refused.stdout.strip() == "", refused.stdout  # the refusal alone: no "first run ... chose" line before it
 
     # The identical file again: the completed run is found.
     open(train, "wb").write(original)
     again = run_module("tf_transfer.glue", *command)
     assert again.returncode == 0 and "already holds a completed run; not training again" in again.stdout
+    found = again.stdout.strip().splitlines()[-1]  # its scores said again, as its `done:` line said them
+    assert found.endswith(done.stdout.strip().splitlines()[-1].split("done: ")[1].split("; summary in")[0]), found
 
 
 def _assert_exported_holds_the_kept_weights(model: str, kept: str) -> None:

@@ -57,15 +57,48 @@ def test_a_misspelt_hugging_face_name_is_suggested():
     assert done.returncode == 2 and "Did you mean: per_device_train_batch_size" in done.stderr
 
 
-def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
+# The first run's default, pinned: a change to what a stranger's first run trains must be made here on purpose,
+# with the first-run benchmark's evidence (benchmarks/first_run), not slip in through another change.
+PINNED_FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "patience": 2,
+                    "method": "freeze", "trainable_layers": 2, "lr": 2e-5, "lr_schedule": "constant",
+                    "padding": "pack", "cache_frozen": True}
+PINNED_FIRST_LINE = ("first run on tweets: chose --preset=all_minilm_l6_v2_en, --batch_size=32, --max_epochs=5, "
+                     "--trainable_layers=2, --lr=2e-05, --padding=pack, --cache_frozen=true (early stopping after 2 "
+                     "epochs without improvement) (--trainable_layers=all fine-tunes everything) (--padding=pack lays "
+                     "each batch's examples end to end: the same model on fewer tokens, trained as another seed would "
+                     "train it); give any of these flags (or a --flagfile) to change them")
+
+
+def test_the_first_runs_choice_is_pinned(tweets):
     settings, line = _first_run(f"--train_file={tweets}", "--text_column_names=text", "--label_column_name=target")
-    assert (settings.preset, settings.batch_size, settings.max_epochs, settings.patience, settings.trainable_layers,
-            settings.padding, settings.cache_frozen) == ("all_minilm_l6_v2_en", 32, 5, 2, 2, "pack", True)
-    assert line == ("first run on tweets: chose --preset=all_minilm_l6_v2_en, --batch_size=32, --max_epochs=5, "
-                    "--trainable_layers=2, --padding=pack, --cache_frozen=true (early stopping after 2 epochs without "
-                    "improvement) (--trainable_layers=all fine-tunes everything) (--padding=pack lays each batch's "
-                    "examples end to end: the same model on fewer tokens, trained as another seed would train it); "
-                    "give any of these flags (or a --flagfile) to change them")
+    assert {name: getattr(settings, name) for name in PINNED_FIRST_RUN} == PINNED_FIRST_RUN
+    assert line == PINNED_FIRST_LINE
+    # Every setting the first run changes from the trainer's defaults is pinned above (a new one fails here).
+    defaults = {field.name: field.default for field in dataclasses.fields(GlueSettings)}
+    changed = {name for name, value in dataclasses.asdict(settings).items() if value != defaults.get(name, value)}
+    assert changed - {"train_file", "text_columns", "label_column"} <= set(PINNED_FIRST_RUN), changed
+
+
+def test_compare_and_the_freezing_grid_take_the_first_runs_rate_per_route(monkeypatch):
+    """One table of rates (`FIRST_RUN_LR`) read by the first run, `compare` and the freezing grid: a rate changed
+    there changes all three."""
+    from experiments import freezing
+    from tf_transfer.models import first_run_rates
+    from tf_transfer.studies import comparison
+
+    monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "full fine-tuning", 1e-5)
+    monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "last k over the cache", 3e-4)
+    monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "method", 5e-4)
+    settings = [2, {"method": "lora", "rank": 4}, {"trainable_layers": 3, "lr": 7e-5}]
+    listed = comparison.runs(comparison.settings_by_label(settings), [0], {})
+    assert {name: run["lr"] for name, run in listed} == {"full fine-tuning": 1e-5, "last 2": 3e-4, "lora rank=4": 5e-4,
+                                                          "last 3, lr=7e-05": 7e-5}  # a rate given is kept
+    grid = {(run["trainable_layers"], run["lr"]) for run in freezing.GRID.runs("cpu")}
+    assert ("all", 1e-5) in grid and (2, 3e-4) in grid and (0, 3e-4) in grid and len({lr for _, lr in grid}) == 2
+    assert {run["lr"] for run in freezing.GRID.runs("cpu", axes={"lr": [1e-4]})} == {1e-4}  # --lrs still wins
+
+
+def test_a_users_file_gets_first_run_defaults_and_says_so(tweets, tmp_path):
     # Padding given, or XLA asked for (one program per packed row count): no packing chosen.
     for flag, padding in (("--padding=bucket", "bucket"), ("--jit_compile=true", "bucket")):
         settings, line = _first_run(f"--train_file={tweets}", "--text_columns=text", "--label_column=target", flag)
@@ -140,6 +173,15 @@ def test_a_label_per_row_is_refused_with_the_numbers_unless_accepted(tmp_path):
             "learnt)") in line and "--allow_many_labels" in line
     spec = user_data.DataSpec(train_file=path, text_columns=("text",), label_column="id", allow_many_labels=True)
     assert user_data.load(spec)[0].num_labels == 30
+
+
+def test_a_refusal_comes_alone_without_the_first_runs_line(tweets, tmp_path):
+    """Validated before announced: no "first run ... chose" line ahead of the error, here a depth the preset's
+    known depth (all-MiniLM-L6: 6 blocks) refuses without loading it."""
+    done = run_module("tf_transfer.glue", f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                      "--trainable_layers=9", f"--output_dir={tmp_path / 'run'}")
+    assert "--trainable_layers=9 exceeds the backbone's 6 encoder blocks" in _error_line(done)
+    assert done.stdout.strip() == "", done.stdout
 
 
 def test_labels_the_validation_split_lacks_or_only_it_has_are_said():

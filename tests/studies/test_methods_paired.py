@@ -11,6 +11,7 @@ from experiments import methods_paired as study_module
 from experiments import methods_paired_report as report
 from experiments import methods_report
 from tf_transfer.core import planning, stats
+from tf_transfer.reporting import claims as claims_model
 from tf_transfer.studies import grid as studies
 
 RUNS_DIR = "reports/runs"
@@ -143,7 +144,7 @@ def _report(tmp_path, last_seed: int) -> str:
 def _verdicts(text: str) -> tuple:
     claims = text.split("## The claims")[1].split("##")[0]
     return claims, {row.split(" | ")[0].lstrip("| "): row.split(" | ")[3] for row in claims.splitlines()
-                    if row.startswith("| ") and " | " in row and row.split(" | ")[3] in stats.VERDICTS}
+                    if row.startswith("| ") and " | " in row and row.split(" | ")[3] in claims_model.VERDICTS}
 
 
 def test_the_report_opens_with_the_answer_and_judges_on_seed_paired_intervals(tmp_path):
@@ -155,8 +156,9 @@ def test_the_report_opens_with_the_answer_and_judges_on_seed_paired_intervals(tm
     assert "| BitFit | 12 | -6.0 [-6.0, -6.0] | 66% [66%, 66%] |" in answer
     claims, verdicts = _verdicts(text)
     assert "LoRA (rank 8 on query and value) scores as full fine-tuning does" in claims
-    assert verdicts["LoRA (rank 8 on query and value) scores as full fine-tuning does"] == "not reproduced"
-    assert verdicts["The last 2 blocks over the frozen-prefix cache score as full fine-tuning does"] == "reproduced"
+    assert verdicts["LoRA (rank 8 on query and value) scores as full fine-tuning does"] == (
+        "not reproduced at this protocol")
+    assert verdicts["The last 2 blocks over the frozen-prefix cache score as full fine-tuning does"] == "target met"
     # LoRA saves 35% of the CPU seconds on both tasks (33% of its epochs' probe-divided seconds): both say faster.
     assert verdicts["LoRA r8 trains faster than full fine-tuning (no gradients for the frozen weights)"] == "reproduced"
     assert "sst2 reproduced: +35% [+35%, +35%], divided by the probe +33% [+33%, +33%]" in claims

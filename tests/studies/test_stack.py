@@ -147,6 +147,7 @@ def test_entities_follow_conllevals_start_and_end_rules():
     ({"head": "bimpm", "task": "classification"}, "head bimpm does not fit"),
     ({"phase1_epochs": 2, "max_epochs": 2}, "leaves no epoch for phase 2"),
     ({"head": None, "ensemble": ("cnn",)}, "two or more different heads"),
+    ({"train_sample_seed": 0}, "draws a sample of --max_train_examples"),
 ])
 def test_config_rejects_impossible_settings(changes, message):
     from tf_transfer.studies.stack_settings import StackSettings

@@ -109,6 +109,22 @@ def test_the_recommendation_line_names_the_cost_to_the_stopping_rule_with_the_ca
     assert line.endswith("81 s to its stopping rule here (CPU seconds, cache build included).")
 
 
+def test_the_recommendation_says_how_many_candidates_were_never_compared():
+    """A budget that decides among the cheapest candidates must not read as an answer over all of them."""
+    from tf_transfer.reporting import sweep_report
+
+    found = sweep.candidates(["freeze"], num_layers=6)  # 8: k in {1, 2, 3} and full fine-tuning, 2 rates each
+    cheap = [name for name in found if not name.startswith("freeze_kall")][:3]
+    scores = {cheap[0]: [0.84, 0.86, 0.85], cheap[1]: [0.838, 0.857, 0.846], cheap[2]: [0.7]}
+    runs = _runs(scores, {cheap[0]: 80.0, cheap[1]: 90.0, cheap[2]: 10.0}, cut={(cheap[2], 0): "pruned"})
+    constant = {seed: {"score": v, "predicts": "1"} for seed, v in CONSTANT.items()}
+    decided, line = sweep_report.recommendation(runs, constant, "f1", candidates=found)
+    assert sweep_report.never_compared(found, runs, decided) == [n for n in found if n not in cheap]  # pruned: weighed
+    assert (f"; but {len(found) - 3} of the {len(found)} candidates, full fine-tuning among them, were never "
+            "compared: no run of theirs finished within the budget") in line
+    assert "never compared" not in sweep_report.recommendation(runs, constant, "f1")[1]  # no list: nothing claimed
+
+
 def test_a_runs_row_reads_its_cut_score_and_cost_from_its_summary():
     def summary(epochs, **facts):
         return {"seed": 1, "metric": "f1", "completed": True, "best_epoch": 2, "config": {"max_epochs": 9},

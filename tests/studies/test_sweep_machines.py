@@ -1,6 +1,7 @@
 """One sweep over many processes (standing in for machines) on a real PostgreSQL server started on loopback
-(tests/postgres.py): one queue, one record, one report; a trial whose process dies is retried and completes; a
-resumed trial is pruned at the rung an unbroken one is; a storage that cannot be used is one error line.
+(tests/postgres.py): one queue, one record, one report; a trial whose process dies is retried once and completes; a
+resumed trial is pruned at the rung an unbroken one is; a storage that cannot be used is one error line, one that
+restarts is waited for.
 
 The runs are made up (tests/sweep_fakes.py), so that the faults are cheap to inject, except in the command's own
 tests: two processes on one sweep, and a trainer child killed (tests/sweep_children.py).
@@ -190,36 +191,6 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     assert summary["config"]["padding"] == "pack"  # a new sweep's runs pack their batches
 
 
-def test_a_trial_whose_sweep_process_stops_heartbeating_is_retried_by_another(postgres_url, tmp_path, monkeypatch):
-    """kill -9 of a whole sweep process (a machine gone): its trial's heartbeat stops, the process still alive fails
-    it after 3 missed beats and runs it again (afresh: its own --runs_dir has no checkpoint of it). The process
-    alive, in this test's process, takes `FAST_EPOCH_S` epochs: nothing here depends on how long they take."""
-    gone = _process(postgres_url, "beat", tmp_path / "gone")
-    study = None
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            study = sweep.load((postgres_url, "beat"))
-            running = [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"
-                       and t.user_attrs.get("pid") == gone.pid]
-        except KeyError:  # not created yet
-            running = []
-        if running:
-            break
-        time.sleep(0.2)
-    assert running, gone.communicate(timeout=5)
-    os.kill(gone.pid, signal.SIGKILL)
-    gone.wait()
-    monkeypatch.setattr(sweep_fakes, "EPOCH_S", FAST_EPOCH_S)
-    sweep_fakes.main(postgres_url, "beat", str(tmp_path / "alive"), 600.0)
-    study = sweep.load((postgres_url, "beat"))
-    dead = study.trials[running[0].number]
-    assert dead.state.name == "FAIL"
-    retried = [t for t in study.trials if sweep_storage.retried_from(t) == dead.number]
-    assert len(retried) == 1 and retried[0].state.name in ("COMPLETE", "PRUNED")
-    assert all(states[-1] in ("COMPLETE", "PRUNED") for states in _runs(study).values())
-
-
 # Rivals' validation scores at the rungs (epochs 1 and 3 of successive halving from epoch 1), and two curves of the
 # trial that is killed (and of the same unbroken): one passes epoch 1 and is pruned at 3, one is pruned at 1 though
 # its epoch 2 would pass there (what a resumed run that reports epoch 1 without asking the pruner would let through).
@@ -348,3 +319,71 @@ def test_the_dashboard_serves_the_sweeps_trials_scores_and_pruning(postgres_url,
              [v["value"] for v in t["intermediate_values"]] for t in trials if t["params"]}
     # b was pruned at epoch 1 (0.60 against a's 0.70); a ran its 3 epochs, each its best score so far.
     assert shown[("b", "0", "Pruned")] == [0.6] and shown[("a", "0", "Complete")] == [0.7, 0.8, 0.85]
+
+
+def test_a_sweep_process_killed_with_its_trainer_has_its_trial_queued_again_once(postgres_url, tmp_path,
+                                                                                monkeypatch):
+    """kill -9 of a sweep process (on another machine, as far as the others can tell) and its trainer child
+    mid-trial, while another process works on the sweep; then the killed one is run again at once (in this test's
+    process, whose epochs take `FAST_EPOCH_S`). The trial's heartbeat stops, and both live processes find it stale
+    after 3 missed beats and race to fail it and queue it again: exactly one copy is queued (a claim in the
+    storage), it runs, and the report counts each candidate and seed once."""
+    pid_file = tmp_path / "trainer.pid"
+    killed = _process(postgres_url, "killed", tmp_path / "a",
+                      env={"SWEEP_FAKE_TRAINER_PID": str(pid_file), "SWEEP_FAKE_HOST": "elsewhere"})
+    other = _process(postgres_url, "killed", tmp_path / "b")
+    deadline = time.time() + 120
+    while not pid_file.exists() and time.time() < deadline and killed.poll() is None:
+        time.sleep(0.1)
+    assert pid_file.exists(), killed.communicate(timeout=5)
+    for pid in (killed.pid, int(pid_file.read_text())):
+        os.kill(pid, signal.SIGKILL)
+    killed.communicate(timeout=30)
+    monkeypatch.setattr(sweep_fakes, "EPOCH_S", FAST_EPOCH_S)
+    sweep_fakes.main(postgres_url, "killed", str(tmp_path / "a"), 600.0)
+    out, err = other.communicate(timeout=120)
+    assert other.returncode == 0, err[-3000:]
+    study = sweep.load((postgres_url, "killed"))
+    seen = [(t.number, t.state.name, t.params, t.user_attrs.get("pid"), t.system_attrs.get("retry_history"))
+            for t in study.trials]
+    dead = [t for t in study.trials if t.user_attrs.get("pid") == killed.pid]
+    assert len(dead) == 1 and dead[0].state.name == "FAIL" and dead[0].user_attrs["host"] == "elsewhere", seen
+    retried = [t for t in study.trials if sweep_storage.retried_from(t) == dead[0].number]
+    assert len(retried) == 1 and retried[0].state.name in ("COMPLETE", "PRUNED"), seen
+    ran = _runs(study)
+    key = (dead[0].params["candidate"], dead[0].params["seed"])
+    assert ran[key][:-1] == ["FAIL"] and all(len(states) == 1 for k, states in ran.items() if k != key), seen
+    assert all(states[-1] in ("COMPLETE", "PRUNED") for states in ran.values()), seen
+    for root in ("a", "b"):  # each candidate is one row of the report, its seeds counted once
+        rows = (tmp_path / root / "sweep" / "killed" / "candidates.csv").read_text().splitlines()[1:]
+        assert sorted(row.split(",")[0] for row in rows) == sorted(sweep_fakes.CURVES), rows
+    assert out.strip().splitlines()[-1].startswith("Recommended: ")
+
+
+def test_the_sweep_rides_out_a_server_restart_and_its_heartbeat_goes_on(postgres_server, postgres_url, tmp_path,
+                                                                          monkeypatch):
+    """The PostgreSQL server stopped (`pg_ctl -m fast stop`: connections cut) and started again a second later,
+    while a trial runs: a write to the study waits for it (one line when it starts waiting, one when it goes on)
+    and the heartbeat thread neither dies nor lets the trial be taken for dead once the server is back."""
+    import threading
+
+    lines, died = [], []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    study, _ = sweep.open_study(str(tmp_path), {}, sweep_fakes.candidates, 60.0, storage=postgres_url, name="blink",
+                                heartbeat_s=1, constant={"score": None}, log=lines.append, retry_s=60)
+    trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
+    with sweep_storage.heartbeat(study, trial):
+        postgres_server.pause()
+        restart = threading.Timer(1.0, postgres_server.resume)
+        restart.start()
+        try:
+            trial.set_user_attr("train_s", 1.5)  # waits for the server
+        finally:
+            restart.join()
+        time.sleep(sweep_storage.GRACE_BEATS + 0.5)  # a heartbeat that stopped would be stale by now
+        sweep_storage.recover(study, lines.append)
+    assert study.trials[trial.number].state.name == "RUNNING" and study.trials[trial.number].user_attrs[
+        "train_s"] == 1.5, lines
+    assert [line.split(" (")[0].split(" after ")[0] for line in lines] == [
+        f"[sweep] the storage {postgres_url} does not answer", f"[sweep] the storage {postgres_url} answers again"]
+    assert not died

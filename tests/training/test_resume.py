@@ -142,7 +142,8 @@ def test_full_disk_keeps_the_previous_summary(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(json, "dump", no_space)
-    with pytest.raises(OSError):
+    with pytest.raises(TransferError, match=rf"^no space left on {path} while writing summary.json: the last "
+                                            "finished epoch is kept; free space and rerun$"):
         record.write_json_atomic(path, {"epochs": [1, 2], "completed": True})
     monkeypatch.undo()
     with open(path) as f:

@@ -14,6 +14,7 @@ import sys
 
 from absl import app, flags
 
+from tf_transfer.core import disk
 from tf_transfer.core import flags as shared_flags
 from tf_transfer.core.errors import TransferError
 
@@ -28,13 +29,20 @@ def fail(message: str, status: int = 2) -> None:
 ARGV: list = []
 
 
+# absl's help flags print the usage and exit with status 1; asked for, help is a success (status 0).
+HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
+
+
 def parse_flags(argv):
-    """Parses `argv` into the flags; a bad flag is one `error:` line and exit status 2."""
+    """Parses `argv` into the flags; a bad flag is one `error:` line and exit status 2; `--help` exits 0."""
     ARGV[:] = list(argv)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
         fail(f"{e} (see --help)")
+    except SystemExit as e:
+        asked = any(arg.lstrip("-").split("=")[0] in HELP_FLAGS for arg in argv[1:] if arg.startswith("-"))
+        raise SystemExit(0 if asked and e.code == 1 else e.code) from None
 
 
 def flagfile_given() -> bool:
@@ -49,6 +57,11 @@ def call(main, argv):
         return main(argv)
     except TransferError as e:
         fail(str(e))
+    except OSError as e:
+        if not disk.is_no_space(e):
+            raise
+        # A write no writer named (a library's own files): the same line, with the file the system names.
+        fail(str(disk.DiskFull(e.filename or "the disk", "the run's files")))
     except KeyboardInterrupt:
         fail("interrupted: every finished epoch and run is kept; rerun the same command to go on from there",
              status=130)

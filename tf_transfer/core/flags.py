@@ -130,3 +130,5 @@ def apply(chosen: dict) -> None:
     for name, (default, help_text) in chosen.items():
         FLAGS.set_default(name, default)
         FLAGS[name].help = help_text
+        for alias in (alias for alias, target in HF_ALIASES.items() if target == name and alias in FLAGS):
+            FLAGS.set_default(alias, default)  # an alias keeps a copy of the default it was defined with (--help)

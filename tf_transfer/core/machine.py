@@ -34,6 +34,17 @@ import numpy as np
 _FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this machine is running (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def cpu_seconds() -> float:
     """CPU time of this process so far (all threads, user and system)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

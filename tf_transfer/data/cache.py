@@ -17,7 +17,10 @@ Caches are keyed by preset, task, split, sequence length, the exact token ids (s
 frozen depth, precision and, for `--padding=pack`, packing (the prefix then runs on packed rows,
 `packed.prefix_model`, and the feed lays each batch out in packed rows again for `packed.suffix_classifier`); they
 are kept in memory for the process (a learning-rate or seed sweep pays once) and, with `cache_dir`, on disk as
-`.npy` files loaded by memory map (for tasks too large for memory).
+`.npy` files loaded by memory map (for tasks too large for memory). A cache on disk is trusted only whole: its
+meta.json records each array's SHA-256 as written, every process checks them when it opens the cache, and one that
+fails (damaged, cut short, or written before digests were recorded) is named, removed and built again. A build
+writes into a `.tmp-*` folder naming its process; a later open removes such a folder of a dead process.
 
 The two models on either side of the cache, the frozen prefix and the trained suffix, are built in
 `tf_transfer.models.cached_prefix`; this module holds the cached arrays and their batches.
@@ -36,11 +39,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from typing import Optional
@@ -48,7 +53,7 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.data import inputs, packing
-from tf_transfer.core import machine
+from tf_transfer.core import disk, machine
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.setting_groups import InputSettings
 
@@ -150,7 +155,8 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     if key in _MEMORY:
         return _MEMORY[key], 0.0, True
     if cache_dir:
-        loaded = _load(os.path.join(cache_dir, key), encoded)
+        remove_stale_builds(cache_dir)
+        loaded = _open_checked(os.path.join(cache_dir, key), encoded)
         if loaded is not None:
             _MEMORY[key] = loaded
             return loaded, 0.0, True
@@ -159,36 +165,42 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     hidden_dim = int(prefix.output.shape[-1])
-    folder = tmp = None
-    if cache_dir:
-        os.makedirs(cache_dir, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir)
-        hidden = np.lib.format.open_memmap(os.path.join(tmp, "hidden.npy"), "w+", np.float16,
-                                           (int(offsets[-1]), hidden_dim))
-    else:
-        hidden = np.empty((int(offsets[-1]), hidden_dim), np.float16)
+    shape = (int(offsets[-1]), hidden_dim)
     import tensorflow as tf
 
     # A traced function: calling the Keras model eagerly per batch is several times slower on CPU.
     run_prefix = run or tf.function(lambda features: prefix(features, training=False), reduce_retracing=True,
                                     autograph=False)
-    with _bucket_retraces_unreported():
-        _store_outputs(run_prefix, encoded, batching, packed, lengths, offsets, hidden)
-    cached = CachedSplit(hidden, offsets, lengths, encoded.labels, encoded.regression)
-    if cache_dir:
+    if not cache_dir:
+        hidden = np.empty(shape, np.float16)
+        with _bucket_retraces_unreported():
+            _store_outputs(run_prefix, encoded, batching, packed, lengths, offsets, hidden)
+        cached = CachedSplit(hidden, offsets, lengths, encoded.labels, encoded.regression)
+        cached.build_s, cached.build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
+        _MEMORY[key] = cached
+        return cached, cached.build_s, False
+    folder = os.path.join(cache_dir, key)
+    with disk.writing(folder, "the frozen-prefix cache"), _build_folder(cache_dir) as tmp:
+        hidden = _allocated_memmap(os.path.join(tmp, ARRAYS[0]), shape)
+        with _bucket_retraces_unreported():
+            _store_outputs(run_prefix, encoded, batching, packed, lengths, offsets, hidden)
         hidden.flush()
-    cached.build_s, cached.build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
-    if cache_dir:
-        np.save(os.path.join(tmp, "offsets.npy"), offsets)
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump({"key": key, "examples": len(lengths), "hidden_dim": hidden_dim, "build_s": cached.build_s,
-                       "build_cpu_s": cached.build_cpu_s}, f)
-        folder = os.path.join(cache_dir, key)
+        del hidden  # unmapped before the folder is renamed (and removed, should that fail)
+        build_s, build_cpu_s = time.perf_counter() - start, machine.cpu_seconds() - cpu_start
+        np.save(os.path.join(tmp, ARRAYS[1]), offsets)
+        # The digests are of the files as written, read back from the page cache: what every later open checks.
+        digests = {name: disk.file_sha256(os.path.join(tmp, name)) for name in ARRAYS}
+        with open(os.path.join(tmp, META), "w") as f:
+            json.dump({"key": key, "examples": len(lengths), "hidden_dim": hidden_dim, "build_s": build_s,
+                       "build_cpu_s": build_cpu_s, "sha256": digests}, f)
         try:
             os.rename(tmp, folder)
-        except OSError:  # another process finished the same cache first: use theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-        cached = _load(folder, encoded) or cached
+            ours = True
+        except OSError:  # another process finished the same cache first: use theirs, once it passes its check
+            ours = False
+    cached = _open_checked(folder, encoded, checked=folder if ours else None)
+    if cached is None:  # the other process's cache failed its check and is gone: ours is whole, build again
+        return build(prefix, encoded, key, batching, cls_only, cache_dir, run, packed)
     _MEMORY[key] = cached
     return cached, cached.build_s, False
 
@@ -263,13 +275,137 @@ def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = Inpu
     return extended, extended.build_s, False
 
 
-def _load(folder: str, encoded: inputs.Encoded) -> Optional[CachedSplit]:
-    if not os.path.exists(os.path.join(folder, "meta.json")):
+# A cache folder: meta.json (what it is, what it cost, each array's SHA-256 as written) and its arrays.
+META, ARRAYS = "meta.json", ("hidden.npy", "offsets.npy")
+# In a folder being built (`.tmp-*`): who builds it, so that a later open can tell a dead builder's leftovers.
+OWNER = "owner.json"
+# Caches of this process read back from disk, or rebuilt there after failing their check: `{folder: what}`, for
+# the likely causes of a non-finite loss (`suspects`).
+_FROM_DISK: dict = {}
+
+
+@contextlib.contextmanager
+def _build_folder(cache_dir: str):
+    """A new `.tmp-*` folder in `cache_dir`, with the process that builds it recorded in it (`OWNER`); removed if
+    the block fails, so a failed build (a full disk included) leaves nothing that looks like a cache. Yields its
+    path; the block renames it into place when it succeeds."""
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir)
+    try:
+        with open(os.path.join(tmp, OWNER), "w") as f:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.isdir(tmp):  # not renamed: another process's cache took its place
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _allocated_memmap(path: str, shape: tuple) -> np.memmap:
+    """A float16 `.npy` memory map of `shape` whose blocks are allocated at once: writing into the pages of a sparse
+    file on a full disk kills the process (SIGBUS), where allocating says ENOSPC first."""
+    hidden = np.lib.format.open_memmap(path, "w+", np.float16, shape)
+    with open(path, "r+b") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+        except OSError as e:
+            if disk.is_no_space(e):
+                raise
+            # A file system without fallocate (EOPNOTSUPP, EINVAL): the sparse file it was before.
+    return hidden
+
+
+def remove_stale_builds(cache_dir: str, log=None) -> list:
+    """Removes `.tmp-*` folders in `cache_dir` left by a build whose process is dead (its `OWNER` names a process of
+    this machine that no longer runs: a killed build leaves tens of megabytes for good otherwise); says so through
+    `log` (default: absl's warning). Folders of live processes, of other machines, and without an owner (a build
+    that has only just begun) are left. Returns the folders removed."""
+    removed = []
+    for tmp in glob.glob(os.path.join(cache_dir, ".tmp-*")):
+        try:
+            with open(os.path.join(tmp, OWNER)) as f:
+                owner = json.load(f)
+            pid, host = int(owner["pid"]), owner["host"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if host != socket.gethostname() or machine.pid_alive(pid):
+            continue
+        shutil.rmtree(tmp, ignore_errors=True)
+        removed.append(tmp)
+        (log or logging.getLogger("absl").warning)(
+            f"removed {tmp}: an unfinished frozen-prefix cache of process {pid}, which is no longer running")
+    return removed
+
+
+def _open_checked(folder: str, encoded: inputs.Encoded, checked: Optional[str] = None) -> Optional[CachedSplit]:
+    """The cache in `folder`, after each array is checked against the SHA-256 its meta.json records (`checked`: the
+    folder this process has just written and hashed, not read again); None when there is none, or when it fails its
+    check: then it is named, said to be rebuilt (absl's warning) and removed, so that the caller builds it again.
+    `TransferError` where it cannot be removed."""
+    if not os.path.isdir(folder):
         return None
-    with open(os.path.join(folder, "meta.json")) as f:
+    why = None if checked == folder else damage(folder)
+    why = why or _shape_mismatch(folder, encoded)
+    if why is None:
+        loaded = _load(folder, encoded)
+        _FROM_DISK.setdefault(folder, "was read back from disk")
+        return loaded
+    _FROM_DISK[folder] = f"failed its check ({why}) and was rebuilt"
+    logging.getLogger("absl").warning(f"frozen-prefix cache {folder}: {why}; rebuilding it")
+    try:
+        shutil.rmtree(folder)
+    except OSError as e:
+        raise TransferError(f"frozen-prefix cache {folder}: {why}, and it cannot be removed to be rebuilt "
+                            f"({e.strerror}): delete the folder (or give another --cache_dir) and rerun") from None
+    return None
+
+
+def damage(folder: str) -> Optional[str]:
+    """What is wrong with the cache in `folder` (named file first), or None when every array matches the SHA-256
+    recorded when it was written: a cache is only trusted whole (random bytes, or plausible float16 values over
+    some of its rows, trained other scores without a word before it was checked)."""
+    if not os.path.exists(os.path.join(folder, META)):
+        return f"{META} is missing"
+    try:
+        with open(os.path.join(folder, META)) as f:
+            recorded = json.load(f)["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return (f"{META} records no SHA-256 of its arrays (written by an earlier version, or damaged: "
+                f"{type(e).__name__})")
+    for name in ARRAYS:
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            return f"{name} is missing"
+        if disk.file_sha256(path) != recorded.get(name):
+            return f"{name} does not match the SHA-256 recorded when it was written (damaged or changed since)"
+    return None
+
+
+def _shape_mismatch(folder: str, encoded: inputs.Encoded) -> Optional[str]:
+    """Whether the arrays (whole, by their digests) fit the split: a cache of as many examples as it was keyed by."""
+    try:
+        offsets = np.load(os.path.join(folder, ARRAYS[1]))
+        hidden = np.load(os.path.join(folder, ARRAYS[0]), mmap_mode="r")
+    except (OSError, ValueError, EOFError) as e:
+        return f"its arrays cannot be read ({type(e).__name__}: {e})"
+    if len(offsets) != len(encoded.lengths) + 1 or hidden.ndim != 2 or hidden.shape[0] != offsets[-1]:
+        return (f"its arrays do not fit the split ({len(offsets) - 1} examples and {hidden.shape[0]} rows recorded "
+                f"for {len(encoded.lengths)} examples)")
+    return None
+
+
+def suspects() -> dict:
+    """`{folder: what}` of the caches this process read back from disk or rebuilt after a failed check: the first
+    place to look when a loss turns non-finite."""
+    return dict(_FROM_DISK)
+
+
+def _load(folder: str, encoded: inputs.Encoded) -> CachedSplit:
+    with open(os.path.join(folder, META)) as f:
         meta = json.load(f)
-    offsets = np.load(os.path.join(folder, "offsets.npy"))
-    hidden = np.load(os.path.join(folder, "hidden.npy"), mmap_mode="r")
+    offsets = np.load(os.path.join(folder, ARRAYS[1]))
+    hidden = np.load(os.path.join(folder, ARRAYS[0]), mmap_mode="r")
     return CachedSplit(hidden, offsets, np.diff(offsets).astype(np.int32), encoded.labels, encoded.regression,
                        meta.get("build_s"), meta.get("build_cpu_s"))
 

@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.disk import file_sha256
 
 
 @dataclasses.dataclass
@@ -60,17 +61,6 @@ class Examples:
         return dataclasses.replace(self, text_a=[self.text_a[i] for i in indices],
                                    text_b=None if self.text_b is None else [self.text_b[i] for i in indices],
                                    labels=self.labels[indices])
-
-
-def file_sha256(path: str) -> str:
-    """The SHA-256 of a data file's bytes: which data a run or result was made from."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def data_files(paths: dict) -> dict:

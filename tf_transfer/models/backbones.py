@@ -55,6 +55,31 @@ def offline_folder(preset: str) -> Optional[str]:
     return folder if os.path.isdir(folder) else None
 
 
+def preset_depth(preset: str) -> Optional[int]:
+    """The number of encoder blocks of `preset` read from its `config.json` alone (no TensorFlow, no weights): a
+    local folder in Keras (`config.num_layers`) or Hugging Face layout (`num_hidden_layers`), or the installed
+    package that ships a preset offline; None where no local config says (a hub preset not downloaded)."""
+    folder = preset if os.path.isdir(preset) else offline_folder(preset)
+    return config_depth(os.path.join(folder, "config.json")) if folder else None
+
+
+def config_depth(path: str) -> Optional[int]:
+    """`num_layers` (keras-hub) or `num_hidden_layers` (Hugging Face, TF1 `bert_config.json`) of the config file at
+    `path`; None when it is missing or says neither (the loader then checks the depth it loaded)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    inner = config.get("config") if isinstance(config.get("config"), dict) else {}
+    depth = inner.get("num_layers", config.get("num_hidden_layers"))
+    return depth if isinstance(depth, int) and not isinstance(depth, bool) else None
+
+
 def _offline_options(preset: str) -> str:
     installed = [name for name in OFFLINE_PACKAGES if offline_folder(name)]
     known = ", ".join(f"{name} (pip install {pip})" for name, (_, _, pip) in OFFLINE_PACKAGES.items())
@@ -116,7 +141,9 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         raise TransferError(f"could not load preset {preset!r} ({hub_error}); {_offline_options(preset)}")
     pip_name = OFFLINE_PACKAGES[preset][2]
     source = f"installed package {pip_name} ({folder}); the hub was unreachable"
-    logging.info("preset %s: hub unreachable (%s); loading the same weights from %s", preset, hub_error, folder)
+    # One short line on every start offline; the hub's own error (hundreds of characters) only at --verbosity=1.
+    logging.info("preset %s: the model hub is unreachable; loading the same weights from %s", preset, folder)
+    logging.debug("preset %s: the hub said %s", preset, hub_error)
     try:
         backbone, tokenizer = _from_preset(folder, kwargs, preset, supported, purpose)
     except TransferError:

@@ -23,10 +23,13 @@ from typing import Optional
 import numpy as np
 
 from tf_transfer.data import inputs, packing
+from tf_transfer.core import disk
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import families, serving
 
 META = "tf_transfer_task.json"
+# Present in an exported folder while it is being written (`export_classifier`).
+UNFINISHED = ".export-unfinished"
 
 
 def check_exportable(backbone, export_format: str = "preset") -> None:
@@ -67,15 +70,22 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
 
 
 def _write(classifier, folder: str, meta: dict, export_format: str) -> None:
-    """Saves `classifier` to `folder` in `export_format`, with `meta` (`tf_transfer_task.json`) beside it."""
-    if export_format == "saved_model":
-        serving.export_saved_model(classifier, folder, meta.get("labels"), meta["text_columns"],
-                                   bool(meta.get("regression")), meta)
-        return
-    os.makedirs(folder, exist_ok=True)
-    classifier.save_to_preset(folder)
-    with open(os.path.join(folder, META), "w") as f:
-        json.dump(meta, f, indent=2)
+    """Saves `classifier` to `folder` in `export_format`, with `meta` (`tf_transfer_task.json`) beside it (a
+    preset's with the SHA-256 of each file keras-hub wrote); until the export is whole the folder says so (a full
+    disk or a kill half way leaves it refused, not taken for the older export it partly replaced)."""
+    meta = {key: value for key, value in meta.items() if key != "sha256"}  # a converted folder's digests: not these
+    with disk.writing(folder, "the exported model"):
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, UNFINISHED), "w"):
+            pass
+        if export_format == "saved_model":
+            serving.export_saved_model(classifier, folder, meta.get("labels"), meta["text_columns"],
+                                       bool(meta.get("regression")), meta)
+        else:
+            classifier.save_to_preset(folder)
+            with open(os.path.join(folder, META), "w") as f:
+                json.dump({**meta, "sha256": _digests(folder)}, f, indent=2)
+        os.remove(os.path.join(folder, UNFINISHED))
 
 
 def export(model, folder: str, format: str = "saved_model", labels=None, text_columns=("text",),
@@ -123,9 +133,20 @@ def export(model, folder: str, format: str = "saved_model", labels=None, text_co
     return str(folder)
 
 
+def _digests(folder: str) -> dict:
+    """`{file: SHA-256}` of every file keras-hub wrote in `folder` (weights, configs, `assets/` vocabulary; paths
+    relative to it), checked whenever the folder is read (`read_meta`)."""
+    names = sorted(os.path.relpath(os.path.join(root, name), folder)
+                   for root, _, files in os.walk(folder) for name in files)
+    return {name: disk.file_sha256(os.path.join(folder, name)) for name in names if name not in (META, UNFINISHED)}
+
+
 def read_meta(folder: str) -> dict:
     """`tf_transfer_task.json` of an exported folder (`{}` for a folder exported before it was written), without
     loading the model; `TransferError` for a folder that holds no exported classifier."""
+    if os.path.exists(os.path.join(folder, UNFINISHED)):
+        raise TransferError(f"{folder} holds an export that did not finish (a full disk or a stopped process): export "
+                            "the run again")
     if serving.is_saved_model(folder):
         return serving.read_meta(folder)
     if not os.path.isfile(os.path.join(folder, "task.json")):
@@ -134,28 +155,42 @@ def read_meta(folder: str) -> dict:
     meta_path = os.path.join(folder, META)
     if not os.path.isfile(meta_path):
         return {}
-    with open(meta_path) as f:
-        return json.load(f)
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except ValueError as e:
+        raise TransferError(f"{meta_path} is unreadable ({type(e).__name__}: {e}): export the run again") from None
+    for name, digest in (meta.get("sha256") or {}).items():  # folders exported before digests were kept: none
+        path = os.path.join(folder, name)
+        why = ("is missing" if not os.path.isfile(path) else
+               "does not match the SHA-256 recorded when it was exported (damaged or changed since)"
+               if disk.file_sha256(path) != digest else None)
+        if why:
+            raise TransferError(f"{path} {why}: the exported model is not used; export the run again "
+                                "(python -m tf_transfer.glue with the run's flags and --export_dir)")
+    return meta
 
 
-def load(folder: str):
-    """Returns `(classifier, meta)` from an exported folder."""
+def load(folder: str, meta: Optional[dict] = None):
+    """Returns `(classifier, meta)` from an exported folder; `meta`: what `read_meta` returned for it already (its
+    files checked), else it is read and checked here."""
     import keras_hub
 
-    meta = read_meta(folder)
+    meta = read_meta(folder) if meta is None else meta
     return keras_hub.models.TextClassifier.from_preset(folder), meta
 
 
-def load_scorer(folder: str) -> tuple:
-    """`(score, meta)` of the model exported to `folder` (either format), loaded: `score(text_a, text_b,
-    batch_size, progress, padding)` returns `(values, predictions)` in the rows' order, each row's probabilities (a
-    column of scores for a regression) and its label (or score). `padding` is how a preset folder's classifier lays
-    out its rows (`predict`); a SavedModel pads each batch to its longest row (`serving.predict`)."""
+def load_scorer(folder: str, meta: Optional[dict] = None) -> tuple:
+    """`(score, meta)` of the model exported to `folder` (either format; `meta` as `load`'s), loaded:
+    `score(text_a, text_b, batch_size, progress, padding)` returns `(values, predictions)` in the rows' order, each
+    row's probabilities (a column of scores for a regression) and its label (or score). `padding` is how a preset
+    folder's classifier lays out its rows (`predict`); a SavedModel pads each batch to its longest row
+    (`serving.predict`)."""
     if serving.is_saved_model(folder):
         serve, meta = serving.load(folder)
         return (lambda text_a, text_b, batch_size, progress, padding: serving.predict(
             serve, meta, text_a, text_b, batch_size, progress)), meta
-    classifier, meta = load(folder)
+    classifier, meta = load(folder, meta)
 
     def score(text_a, text_b, batch_size, progress, padding):
         outputs, predictions = predict(classifier, meta, text_a, text_b, batch_size, progress, padding=padding)

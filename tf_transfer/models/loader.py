@@ -30,6 +30,7 @@ def load_model(model: ModelSettings, supported: Optional[tuple] = None,
     >>> loaded.backbone.num_layers  # doctest: +SKIP
     6
     """
+    check_depth(model)
     if model.init_checkpoint:
         loaded = tf1_checkpoint.load_tf1_bert(model.init_checkpoint, model.bert_config_file, model.vocab_file,
                                               dropout=model.dropout)
@@ -38,3 +39,16 @@ def load_model(model: ModelSettings, supported: Optional[tuple] = None,
     freezing.check_trainable_layers(model.trainable_layers, loaded.backbone.num_layers)
     logging.info("preset %s: weights from %s", model.weights, loaded.source)
     return loaded
+
+
+def check_depth(model: ModelSettings) -> None:
+    """`model.trainable_layers` checked against the depth the model's config file gives (a preset folder's or an
+    installed package's `config.json`, a TF1 checkpoint's `bert_config.json`), before any weight is read: a k the
+    model does not have is refused in a moment, not after the model has loaded. Nothing is checked where no local
+    config says (a hub preset): `load_model` checks the depth it loaded."""
+    if model.init_checkpoint:
+        depth = backbones.config_depth(model.bert_config_file) if model.bert_config_file else None
+    else:
+        depth = backbones.preset_depth(model.preset)
+    if depth is not None and isinstance(model.trainable_layers, int):  # "all" fits any depth; None: decided later
+        freezing.check_trainable_layers(model.trainable_layers, depth)

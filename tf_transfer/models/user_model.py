@@ -136,7 +136,59 @@ def apply_method(model, method: str, trainable_layers="all", **options):
     model.trainable = True  # what a previous call froze, the head included, is the rule's to set again
     methods.apply(backbone, method, trainable_layers, **method_settings(method, options))
     setattr(backbone, _METHOD_ATTRIBUTE, method)
+    shuffle_texts_each_epoch(model)
     return parameter_table(model)
+
+
+def shuffle_texts_each_epoch(model) -> None:
+    """Makes `model.fit` on raw texts (a list, array or pandas Series, or a tuple of two for sentence pairs, with
+    labels) shuffle them each epoch, in an order from Keras' global seed (`keras.utils.set_random_seed`), as Keras'
+    `fit` does for arrays. keras-hub's classifiers turn raw texts into a `tf.data.Dataset` in the order given, which
+    Keras never shuffles (and then warns that `shuffle=True` is ignored, a default the user did not pass): every
+    epoch would see the same order. Other inputs, `sample_weight` and `validation_split` go to the model's own `fit`
+    unchanged. `apply_method` and `freeze` call it on a model with a preprocessor; calling it again does nothing."""
+    if getattr(model, "preprocessor", None) is None or getattr(model, _SHUFFLING_ATTRIBUTE, False):
+        return
+    own_fit = model.fit
+
+    def fit(x=None, y=None, batch_size=None, epochs=1, shuffle=True, **kwargs):
+        if y is None or not _raw_texts(x) or {"sample_weight", "validation_split"} & set(kwargs):
+            return own_fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=shuffle, **kwargs)
+        batches = text_batches(x, y, batch_size or 32, shuffle)
+        return own_fit(batches, epochs=epochs, shuffle=False, **kwargs)  # the batches are shuffled: no warning
+
+    model.fit = fit
+    setattr(model, _SHUFFLING_ATTRIBUTE, True)
+
+
+_SHUFFLING_ATTRIBUTE = "_tf_transfer_shuffles_texts"
+
+
+def text_batches(x, y, batch_size: int, shuffle: bool = True):
+    """A `tf.data.Dataset` of `(texts, labels)` batches of raw texts `x` (a tuple of two for sentence pairs),
+    reshuffled each time it is iterated (each epoch of `fit`) when `shuffle`; seeded by Keras' global seed."""
+    import numpy as np
+    import tensorflow as tf
+
+    texts = tuple(np.asarray(part, dtype=object).astype(str) for part in x) if isinstance(x, tuple) \
+        else np.asarray(x, dtype=object).astype(str)
+    dataset = tf.data.Dataset.from_tensor_slices((texts, np.asarray(y)))
+    if shuffle:
+        dataset = dataset.shuffle(len(y), reshuffle_each_iteration=True)
+    return dataset.batch(batch_size)
+
+
+def _raw_texts(x) -> bool:
+    """Texts as a list, array or pandas Series of strings, or a tuple of two of those (sentence pairs)."""
+    import numpy as np
+
+    parts = x if isinstance(x, tuple) and len(x) == 2 else (x,)
+    for part in parts:
+        if not isinstance(part, (list, np.ndarray)) and type(part).__name__ != "Series":
+            return False
+        if len(part) == 0 or not isinstance(part[0] if not hasattr(part, "iloc") else part.iloc[0], str):
+            return False
+    return True
 
 
 def method_settings(method: str, options: dict) -> dict:

@@ -1,7 +1,7 @@
 """A paper's claims checked against our runs: the one model every report's claims table is built from.
 
-A `Claim` is one row: what is claimed, the paper's figure, ours, the verdict (one of `stats.VERDICTS`) and its
-basis, with the per-task verdicts behind it (`stats.Verdict`s, each with its interval). Each kind of verdict has one
+A `Claim` is one row: what is claimed, the paper's figure, ours, the verdict and its basis, with the per-task
+verdicts behind it (`stats.Verdict`s, each with its interval). Each kind of verdict has one
 function that decides it on `tf_transfer/core/stats.py`'s rule and returns a `Finding` (the verdict, the per-task
 verdicts Holm-corrected across the tasks, the interval of the mean where the claim is about the mean over tasks):
 
@@ -14,6 +14,14 @@ verdicts Holm-corrected across the tasks, the interval of the mean where the cla
 Each takes one interval (decided alone) or a family `{task: interval}` (None where the task is not testable at this
 budget), decided on every task (`stats.overall`) or, with `on_mean=True`, on the mean over the testable tasks.
 
+A claim declares where its margin comes from, and its verdict reads in that source's words (`VERDICTS`):
+
+- `PAPER`, a paper's claim at conditions the report shows match the paper's: *reproduced* / *contradicted*;
+- `PAPER_AT_PROTOCOL`, a paper's claim tested at a smaller model or budget, named in the basis cell: *reproduced* /
+  *not reproduced at this protocol* (a shortfall there does not contradict the paper at its own conditions);
+- `TARGET`, this project's own margin: *target met* / *target missed*;
+- and, for every source, *inconclusive*, *not testable at this budget*, *not run yet*.
+
 >>> from tf_transfer.core import stats
 >>> from tf_transfer.reporting import claims
 >>> score = {"rte": stats.paired_difference([0.84, 0.80, 0.86], [0.85, 0.82, 0.86]), "mrpc": None}
@@ -21,19 +29,21 @@ budget), decided on every task (`stats.overall`) or, with `on_mean=True`, on the
 >>> found.verdict, found.cells(scale=100)
 ('reproduced', 'rte reproduced: -1.0 [-3.5, +1.5]; mrpc not testable at this budget')
 >>> rows = [claims.Claim("scores as fine-tuning does", "-1 point", "-1.0 points", found.verdict,
-...                      found.cells(scale=100), found.results),
-...         claims.not_run("saves 30% of the time", "30%", "no completed runs of these settings")]
+...                      found.cells(scale=100), found.results, source=claims.PAPER_AT_PROTOCOL, protocol="MiniLM"),
+...         claims.not_run("saves 30% of the time", "30%", "no completed runs", source=claims.TARGET)]
 >>> print(claims.table(rows))  # doctest: +NORMALIZE_WHITESPACE
 | claim | paper | ours | verdict | basis |
 |---|---|---|---|---|
-| scores as fine-tuning does | -1 point | -1.0 points | reproduced | rte reproduced: -1.0 [-3.5, +1.5]; mrpc not
-  testable at this budget |
-| saves 30% of the time | 30% | not run yet | not run yet | no completed runs of these settings |
+| scores as fine-tuning does | -1 point | -1.0 points | reproduced | the paper's claim at a smaller protocol (MiniLM);
+  rte reproduced: -1.0 [-3.5, +1.5]; mrpc not testable at this budget |
+| saves 30% of the time | 30% | not run yet | not run yet | this project's target; no completed runs |
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from typing import Optional
 
 from tf_transfer.core import stats
@@ -44,15 +54,93 @@ HEADER = ("claim", "paper", "ours", "verdict", "basis")
 # by this many points on validation (`stats.learned`).
 LEARNED_POINTS = 10.0
 
+# Where a claim's margin comes from. The rule that decides is the same for all three (`stats.verdict`); the words it
+# is read in are not: a paper's claim tested on a 6-block model at a CPU budget and found short says nothing about the
+# paper's own conditions, and a miss of this project's own bar says nothing about any paper.
+PAPER = "paper"  # a paper's claim, at conditions the report shows match the paper's
+PAPER_AT_PROTOCOL = "paper at this protocol"  # a paper's claim, tested at a smaller model or budget than the paper's
+TARGET = "target"  # this project's own margin
+SOURCES = (PAPER, PAPER_AT_PROTOCOL, TARGET)
+CONTRADICTED = "contradicted"
+NOT_REPRODUCED_AT_PROTOCOL = "not reproduced at this protocol"
+# What the rule's two decided outcomes (`stats.REPRODUCED`, `stats.NOT_REPRODUCED`) read as, per source; the
+# undecided ones (inconclusive, not testable, not run yet) read the same for every source.
+WORDS = {PAPER: (stats.REPRODUCED, CONTRADICTED),
+         PAPER_AT_PROTOCOL: (stats.REPRODUCED, NOT_REPRODUCED_AT_PROTOCOL),
+         TARGET: (stats.TARGET_MET, stats.TARGET_MISSED)}
+UNDECIDED = (stats.INCONCLUSIVE, stats.NOT_TESTABLE, stats.NOT_RUN)
+VERDICTS = (stats.REPRODUCED, CONTRADICTED, NOT_REPRODUCED_AT_PROTOCOL, stats.TARGET_MET, stats.TARGET_MISSED,
+            *UNDECIDED)
+# How a claims table's basis cell opens, naming the margin's source (`Claim.basis_cell`; `source_of` reads it back).
+SOURCE_OPENINGS = {PAPER: "the paper's claim at the paper's conditions",
+                   PAPER_AT_PROTOCOL: "the paper's claim at a smaller protocol",
+                   TARGET: "this project's target"}
+
+
+def vocabulary(source: str) -> tuple:
+    """The verdict words a claim whose margin comes from `source` may read.
+
+    >>> vocabulary(TARGET)
+    ('target met', 'target missed', 'inconclusive', 'not testable at this budget', 'not run yet')
+    """
+    if source not in WORDS:
+        raise ValueError(f"a claim's margin source must be one of {SOURCES}, got {source!r}")
+    return (*WORDS[source], *UNDECIDED)
+
+
+def word(outcome: str, source: str) -> str:
+    """The rule's `outcome` (a `stats` verdict) in `source`'s words; a word already `source`'s stays as it is, and a
+    word of another source's vocabulary is an error (a claim worded for a paper cannot read "target met").
+
+    >>> word("not reproduced", PAPER_AT_PROTOCOL), word("reproduced", TARGET), word("inconclusive", PAPER)
+    ('not reproduced at this protocol', 'target met', 'inconclusive')
+    """
+    words = vocabulary(source)
+    if outcome in words:
+        return outcome
+    if outcome in (stats.REPRODUCED, stats.NOT_REPRODUCED):
+        return WORDS[source][outcome == stats.NOT_REPRODUCED]
+    raise ValueError(f"verdict {outcome!r} is not a word for a claim whose margin is {SOURCE_OPENINGS.get(source)!r}"
+                     f"; it must be one of {words}")
+
+
+_REPRODUCED = re.compile(r"(?<!not )\breproduced\b")
+_NOT_REPRODUCED = re.compile(r"\bnot reproduced\b(?! at this protocol)")
+
+
+def reword(text: str, source: str) -> str:
+    """`text` (a cell: per-task verdicts, a rule) with the rule's outcomes in `source`'s words.
+
+    >>> reword("sst2 not reproduced: -2.3 [-3.3, -1.3]; reproduced where above -1", TARGET)
+    'sst2 target missed: -2.3 [-3.3, -1.3]; target met where above -1'
+    """
+    met, missed = WORDS[source]
+    return _REPRODUCED.sub(met, _NOT_REPRODUCED.sub("\0", text)).replace("\0", missed)
+
+
+def source_of(basis_cell: str) -> Optional[str]:
+    """The margin source a claims table's basis cell names (`Claim.basis_cell`), None where it names none.
+
+    >>> source_of("this project's target; reproduced where above 0")
+    'target'
+    """
+    return next((source for source, opening in SOURCE_OPENINGS.items() if basis_cell.startswith(opening)), None)
+
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One row of a claims table: `claim` (what is claimed), `paper` (the paper's figure), `ours`, `verdict` (one of
-    `stats.VERDICTS`), `basis` (what the verdict rests on), and `results`, the per-task `stats.Verdict`s behind it
-    (with their intervals; empty where the verdict rests on one interval or none).
+    """One row of a claims table: `claim` (what is claimed), `paper` (the paper's figure), `ours`, `verdict`, `basis`
+    (what the verdict rests on), and `results`, the per-task `stats.Verdict`s behind it (with their intervals; empty
+    where the verdict rests on one interval or none).
 
-    >>> Claim("saves time", "30%", "+40% [+35%, +45%]", "reproduced", "the mean over tasks").row()[3]
-    'reproduced'
+    Every claim declares its margin's `source` (`PAPER`, `PAPER_AT_PROTOCOL` with the `protocol` it was tested at,
+    or `TARGET`): `verdict` is the rule's outcome (`stats.VERDICTS`) and is read in that source's words (`word`), as
+    are the verdicts inside `ours`; a verdict worded for another source is an error.
+
+    >>> found = Claim("saves time", "30%", "+40% [+35%, +45%]", "not reproduced", "the mean over tasks",
+    ...               source=PAPER_AT_PROTOCOL, protocol="MiniLM, CPU")
+    >>> found.row()[3:]
+    ['not reproduced at this protocol', "the paper's claim at a smaller protocol (MiniLM, CPU); the mean over tasks"]
     """
 
     claim: str
@@ -61,13 +149,27 @@ class Claim:
     verdict: str
     basis: str
     results: dict = dataclasses.field(default_factory=dict, compare=False)
+    source: str = dataclasses.field(default="", kw_only=True)
+    protocol: str = dataclasses.field(default="", kw_only=True)
 
     def __post_init__(self):
-        if self.verdict not in stats.VERDICTS:
-            raise ValueError(f"verdict must be one of {stats.VERDICTS}, got {self.verdict!r}")
+        if self.verdict not in (*stats.VERDICTS, *VERDICTS):
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if self.source == PAPER_AT_PROTOCOL and not self.protocol:
+            raise ValueError(f"claim {self.claim!r}: a paper's claim tested at a smaller protocol names it "
+                             "(protocol=...)")
+        object.__setattr__(self, "verdict", word(self.verdict, self.source))
+        object.__setattr__(self, "ours", reword(self.ours, self.source))
+
+    def basis_cell(self) -> str:
+        """The basis as the table shows it: the margin's source first, then what the verdict rests on."""
+        opening = SOURCE_OPENINGS[self.source]
+        if self.source == PAPER_AT_PROTOCOL:
+            opening += f" ({self.protocol})"
+        return f"{opening}; {reword(self.basis, self.source)}"
 
     def row(self) -> list:
-        return [self.claim, self.paper, self.ours, self.verdict, self.basis]
+        return [self.claim, self.paper, self.ours, self.verdict, self.basis_cell()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,26 +284,25 @@ def alike(intervals: dict, margin: float) -> Finding:
     return Finding(stats.overall(results), results)
 
 
-def not_run(claim: str, paper: str, basis: str) -> Claim:
+def not_run(claim: str, paper: str, basis: str, *, source: str, protocol: str = "") -> Claim:
     """A claim none of whose comparisons has run yet: no interval, so no verdict, not even "inconclusive".
 
-    >>> not_run("saves time", "30%", "no completed runs").verdict
+    >>> not_run("saves time", "30%", "no completed runs", source=TARGET).verdict
     'not run yet'
     """
-    return Claim(claim, paper, stats.NOT_RUN, stats.NOT_RUN, basis)
+    return Claim(claim, paper, stats.NOT_RUN, stats.NOT_RUN, basis, source=source, protocol=protocol)
 
 
-def as_target(claim: Claim) -> Claim:
-    """A claim that checks this project's own target, not a paper's: its verdicts read as a target's (met, missed).
+def at_protocol(protocol: str) -> tuple:
+    """`(claim, not_run)`: `Claim` and `not_run` for a report's papers' claims, all tested at `protocol` (smaller
+    than the papers'); a row whose margin is this project's own passes `source=TARGET` instead.
 
-    >>> as_target(Claim("at most 50% of the time", "none", "mrpc reproduced: 40%", "reproduced", "")).ours
-    'mrpc target met: 40%'
+    >>> claim, _ = at_protocol("MiniLM on a CPU")
+    >>> claim("scores as full does", "-0.1", "-2.0 [-3.0, -1.0]", "not reproduced", "above -1").verdict
+    'not reproduced at this protocol'
     """
-    def read(text: str) -> str:
-        text = text.replace(stats.NOT_REPRODUCED, "\0")
-        return text.replace(stats.REPRODUCED, stats.TARGET_MET).replace("\0", stats.TARGET_MISSED)
-
-    return dataclasses.replace(claim, ours=read(claim.ours), verdict=read(claim.verdict))
+    return (functools.partial(Claim, source=PAPER_AT_PROTOCOL, protocol=protocol),
+            functools.partial(not_run, source=PAPER_AT_PROTOCOL, protocol=protocol))
 
 
 def testable(gains: dict, task: str, points: float = LEARNED_POINTS) -> bool:
@@ -244,8 +345,11 @@ def testable_sentence(metric_note: str, decided: str = "before the runs") -> str
     True
     """
     return ("Each verdict rests on the 95% interval of the difference, not its point estimate (`tf_transfer/core/"
-            "stats.py`): reproduced where the whole interval is on the claim's side of its margin, not reproduced "
-            "where all of it is on the other side, inconclusive otherwise; a claim tested on several tasks is "
+            "stats.py`): decided where the whole interval is on one side of the claim's margin, inconclusive "
+            "otherwise. The words say where the margin comes from (the basis cell opens with it): a paper's claim "
+            "tested at a smaller model or budget than the paper's reads reproduced or not reproduced at this "
+            "protocol (named in the cell), one at the paper's conditions reproduced or contradicted, this project's "
+            "own target met or missed. A claim tested on several tasks is "
             f"Holm-corrected across them, and each verdict cell states its interval. Decided {decided}: a task "
             "counts for a score claim only where full fine-tuning beats the constant prediction by at least 10 "
             "points; elsewhere the claim there is not testable at this budget. " + metric_note)
@@ -254,10 +358,11 @@ def testable_sentence(metric_note: str, decided: str = "before the runs") -> str
 def table(claims: list, header=HEADER, fields=HEADER) -> str:
     """A Markdown table of `Claim`s: `fields` of each (a study may show fewer, under its own `header`).
 
-    >>> print(table([not_run("saves time", "30%", "none yet")], ("claim", "verdict"), ("claim", "verdict")))
+    >>> print(table([not_run("saves time", "30%", "none yet", source=TARGET)], ("claim", "verdict"),
+    ...             ("claim", "verdict")))
     | claim | verdict |
     |---|---|
     | saves time | not run yet |
     """
-    return markdown_table(list(header), [[str(getattr(claim, field)).replace("|", "/") for field in fields]
-                                         for claim in claims])
+    return markdown_table(list(header), [[str(claim.basis_cell() if field == "basis" else getattr(claim, field))
+                                          .replace("|", "/") for field in fields] for claim in claims])

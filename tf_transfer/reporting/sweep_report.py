@@ -15,17 +15,23 @@ Example:
 from __future__ import annotations
 
 import os
+import shlex
 import statistics
 import time
 from collections import defaultdict
 from typing import Optional
 
 from tf_transfer.core import metrics
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models import methods
+from tf_transfer.models import freezing, methods
 from tf_transfer.reporting import tables
 from tf_transfer.studies import sweep
 from tf_transfer.training import record, run_record
+
+
+# The sweep's fixed settings (every candidate's run), by absolute path: a command that names them works anywhere.
+SWEEP_FLAGS = os.path.join(settings_lib.REPO, "flags", "sweep.flags")
 
 
 def columns() -> tuple:
@@ -116,8 +122,10 @@ def constants(study, seeds) -> dict:
     return known
 
 
-def recommendation(runs: list, constant: dict, metric: str, lower_is_better: bool = False):
-    """`(sweep.recommend's result, one line saying it)`; `constant` is `{seed: constant_prediction's dict}`."""
+def recommendation(runs: list, constant: dict, metric: str, lower_is_better: bool = False,
+                   candidates: Optional[dict] = None):
+    """`(sweep.recommend's result, one line saying it)`; `constant` is `{seed: constant_prediction's dict}`;
+    `candidates` (`{name: settings}`, the sweep's whole list) lets the line say how many were never compared."""
     decided = sweep.recommend(runs, {seed: c.get("score") for seed, c in constant.items()}, lower_is_better)
     found, margin = decided["candidates"], 100 * decided["margin"]
     shown = next((c for _, c in sorted(constant.items()) if c.get("score") is not None), None)
@@ -146,9 +154,32 @@ def recommendation(runs: list, constant: dict, metric: str, lower_is_better: boo
         judged = (f"within {margin:g} point of the best, {best} at {found[best]['mean']:.3f} (difference "
                   f"{chosen['vs_best'].text(scale=100)} points, {chosen['vs_best'].method}), and cheaper")
     line = (f"Recommended: {name}: validation {metric} {chosen['mean']:.3f} over seeds "
-            f"{', '.join(map(str, chosen['seeds']))}{above}; {judged}; {chosen['cost_s']:.0f} s to its stopping rule "
-            f"here (CPU seconds, cache build included).")
+            f"{', '.join(map(str, chosen['seeds']))}{above}; {judged}{_not_compared(candidates, runs, decided)}; "
+            f"{chosen['cost_s']:.0f} s to its stopping rule here (CPU seconds, cache build included).")
     return decided, line
+
+
+def never_compared(candidates: dict, runs: list, decided: dict) -> list:
+    """The candidates of `candidates` that the recommendation never weighed: neither eligible (enough seeds to their
+    stopping rule) nor pruned at a rung by the others' scores; never started, cut by the budget, or unfinished."""
+    weighed = ({name for name, c in decided["candidates"].items() if c["why_not"] is None}
+               | {run.candidate for run in runs if run.cut == "pruned"})
+    return [name for name in candidates if name not in weighed]
+
+
+def _not_compared(candidates: Optional[dict], runs: list, decided: dict) -> str:
+    """What the recommendation line adds when some candidates were never compared (`never_compared`): how many of
+    how many, and whether full fine-tuning (the reference a user would otherwise train) is among them."""
+    if not candidates:
+        return ""
+    missing = never_compared(candidates, runs, decided)
+    if not missing:
+        return ""
+    full = [name for name, settings in candidates.items() if methods.name_of(settings) == methods.DEFAULT
+            and settings["trainable_layers"] == freezing.ALL]
+    among = ", full fine-tuning among them," if full and set(full) <= set(missing) else ""
+    return (f"; but {len(missing)} of the {len(candidates)} candidates{among} were never compared: no run of theirs "
+            "finished within the budget (a larger --budget compares them)")
 
 
 def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:
@@ -191,7 +222,7 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     metric = next((s["metric"] for rs in runs.values() for _, _, s in rs if s), "accuracy")
     ran = rule_runs(runs)
     constant = constants(study, sorted({r.seed for r in ran}))
-    decided, line = recommendation(ran, constant, metric, study.direction.name == "MINIMIZE")
+    decided, line = recommendation(ran, constant, metric, study.direction.name == "MINIMIZE", found)
     rows = [_row(name, settings, runs.get(name, []), metric, decided["candidates"].get(name))
             for name, settings in found.items()]
     os.makedirs(out, exist_ok=True)
@@ -210,7 +241,7 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
               "-" if r["trainable_params"] is None else f"{r['trainable_params']:,}"] for r in rows]
     data = base.get("task") or os.path.basename(base.get("train_file") or "")
     # Where the runs ran (their summaries say), not where this report is written.
-    hosts = sorted({f"{s['machine']['cpu']}, {s['machine']['cores']} core(s)" for rs in runs.values()
+    hosts = sorted({_host(s["machine"], int(study.user_attrs.get("workers") or 1)) for rs in runs.values()
                     for _, _, s in rs if s and s.get("machine")})
     use = train_command(base, found[decided["candidate"]]) if decided.get("candidate") else None
     lines = [f"# Sweep: what to train on {data} ({base.get('preset')})", "", line, "",
@@ -236,6 +267,18 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
     return rows, line, use
 
 
+def _host(machine: dict, workers: int) -> str:
+    """Where a sweep's runs ran: the processor and the cores each run had (a run records its own, 1 when its
+    worker was pinned to a core), and how many workers ran at once.
+
+    >>> _host({"cpu": "AMD EPYC", "cores": 1}, 2), _host({"cpu": "AMD EPYC", "cores": 2}, 1)
+    ('AMD EPYC, 2 workers at once, each on 1 core', 'AMD EPYC, 2 cores')
+    """
+    cores = f"{machine['cores']} core{'s' * (machine['cores'] != 1)}"
+    at_once = f"{workers} workers at once, each on " if workers > 1 else ""
+    return f"{machine['cpu']}, {at_once}{cores}"
+
+
 def _planned(study, spent_s: float) -> list:
     """What the sweep said before it trained (`sweep_plan`), beside what it then spent: the plan's check."""
     planned = study.user_attrs.get("plan")
@@ -254,20 +297,20 @@ def _over_workers(study) -> str:
 
 
 def train_command(base: dict, candidate: dict) -> str:
-    """The `glue` command that trains `candidate` of a sweep whose runs took `base`, for use: flags/sweep.flags,
-    then every setting that differs from it.
+    """The `glue` command that trains `candidate` of a sweep whose runs took `base`, for use: flags/sweep.flags by
+    its absolute path (the command works from any folder, as the sweep did), then every setting that differs from it.
 
-    >>> train_command({"preset": "all_minilm_l6_v2_en", "max_epochs": 9, "train_file": "tweets.csv",
-    ...                "text_columns": ["text"], "label_column": "target"},
-    ...               {"trainable_layers": 2, "cache_frozen": True, "lr": 0.001})
-    'python -m tf_transfer.glue --flagfile=flags/sweep.flags --train_file=tweets.csv --text_columns=text \
+    >>> command = train_command({"preset": "all_minilm_l6_v2_en", "max_epochs": 9, "train_file": "tweets.csv",
+    ...                          "text_columns": ["text"], "label_column": "target"},
+    ...                         {"trainable_layers": 2, "cache_frozen": True, "lr": 0.001})
+    >>> command.replace(SWEEP_FLAGS, "/repo/flags/sweep.flags")
+    'python -m tf_transfer.glue --flagfile=/repo/flags/sweep.flags --train_file=tweets.csv --text_columns=text \
 --label_column=target --trainable_layers=2 --cache_frozen --lr=0.001 --export_dir=model'
     """
-    from tf_transfer.core import settings as settings_lib
     from tf_transfer.studies.glue_settings import GlueSettings
 
-    fixed = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
-    flags = ["python -m tf_transfer.glue --flagfile=flags/sweep.flags"]
+    fixed = settings_lib.read_flagfile(SWEEP_FLAGS, GlueSettings)
+    flags = [f"python -m tf_transfer.glue --flagfile={shlex.quote(SWEEP_FLAGS)}"]
     for key, value in {**base, **candidate}.items():
         if value is None or value == fixed.get(key) or key == "seed":
             continue

@@ -116,6 +116,55 @@ def others_load(summary: dict) -> Optional[float]:
     return sum(loads) / len(loads) if loads else None
 
 
+# Fixed on 2026-11-28, before any report read a run by it: an epoch whose CPU seconds are below this share of its
+# wall seconds waited for its core (other work shared it, or the VM was paused), and the run counts as contended.
+# A pinned run alone on its core stays above 0.95.
+CONTENDED_BELOW = 0.9
+
+
+def lowest_cpu_share(summary: dict) -> Optional[float]:
+    """The lowest CPU/wall ratio over a run's epochs (`epoch_cpu_s / epoch_time_s`), None where no epoch has both.
+
+    >>> lowest_cpu_share({"epochs": [{"epoch_cpu_s": 95.0, "epoch_time_s": 100.0},
+    ...                              {"epoch_cpu_s": 40.0, "epoch_time_s": 100.0}]})
+    0.4
+    """
+    shares = [e["epoch_cpu_s"] / e["epoch_time_s"] for e in (summary or {}).get("epochs") or []
+              if e.get("epoch_cpu_s") is not None and e.get("epoch_time_s")]
+    return min(shares) if shares else None
+
+
+def contended(summary: dict, below: float = CONTENDED_BELOW) -> bool:
+    """Whether any epoch of the run had less than `below` of its wall time on the CPU (`CONTENDED_BELOW`)."""
+    share = lowest_cpu_share(summary)
+    return share is not None and share < below
+
+
+def contended_rows(labelled: list) -> list:
+    """`[label, lowest CPU/wall, wall s, CPU s]` of every contended run among `labelled` (`[(label, summary)]`),
+    lowest ratio first: a report lists them beside its time claims."""
+    rows = []
+    for label, summary in labelled:
+        if contended(summary):
+            epochs, share = summary["epochs"], lowest_cpu_share(summary)
+            rows.append((share, [label, f"{share:.2f}", f"{sum(e.get('epoch_time_s') or 0 for e in epochs):.0f}",
+                                 f"{sum(e.get('epoch_cpu_s') or 0 for e in epochs):.0f}"]))
+    return [row for _, row in sorted(rows, key=lambda pair: pair[0])]
+
+
+def contention_section(labelled: list) -> list:
+    """A report's *Contended runs* section over its compared runs (`[(label, summary)]`): the rule, how many were
+    contended, and the list (`contended_rows`)."""
+    rows = contended_rows(labelled)
+    return ["## Contended runs", "",
+            f"A run is contended where any epoch's CPU seconds were below {CONTENDED_BELOW:g} of its wall seconds (a "
+            "rule fixed on 2026-11-28, after these runs): it waited for its core, so its wall time is not its CPU "
+            "time. Time claims show the share saved over all pairs (which decides, as before) and over the pairs with "
+            f"neither run contended. {len(rows)} of the {len(labelled)} compared runs were contended"
+            + (":" if rows else "."), "",
+            *([markdown_table(["run", "lowest CPU/wall", "wall s", "CPU s"], rows), ""] if rows else [])]
+
+
 def percent(share) -> str:
     """A share as a whole percentage, `n/a` where unknown: `percent(0.337)` is `34%`."""
     return "n/a" if share is None else f"{100 * share:.0f}%"
@@ -147,8 +196,10 @@ def pyplot():
 def clock_sentence(clock: str) -> str:
     if clock == "cpu":
         return ("Times are the training process's CPU seconds (no scoring, no compilation), each run pinned to one "
-                "core, so they equal the wall time on a dedicated core; plus what building the frozen-prefix caches "
-                "a run used cost, charged to every run that used them.")
+                "core: what the run computed, not what it waited for its core, so about the wall time it would "
+                "have taken alone on that core (equal to its wall time only where it had the core to itself: every "
+                f"epoch at least {CONTENDED_BELOW:g} CPU/wall); plus what building the frozen-prefix caches a run "
+                "used cost, charged to every run that used them.")
     return ("Times are wall seconds of training (no scoring, no compilation), plus what building the frozen-prefix "
             "caches a run used cost, charged to every run that used them.")
 

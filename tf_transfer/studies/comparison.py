@@ -25,6 +25,7 @@ from typing import Callable, Optional
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods, user_model
 from tf_transfer.studies import grid as grid_lib
+from tf_transfer.models.first_run_rates import first_run_lr
 from tf_transfer.studies.glue_settings import FIRST_RUN, GlueSettings
 
 FULL = {"method": methods.DEFAULT, "trainable_layers": freezing.ALL}
@@ -107,13 +108,16 @@ def data_file(data, folder: str, role: str) -> Optional[str]:
 
 def runs(settings: dict, seeds, common: dict) -> list:
     """`(label, run)` of each setting of `{label: setting}` at each seed, over `common` (data and shared settings)
-    and `DEFAULTS`: seed by seed, so that the runs of an unfinished comparison pair up. The frozen prefix is cached
+    and `DEFAULTS`: seed by seed, so that the runs of an unfinished comparison pair up. A setting without a rate
+    takes the first run's for its kind of route (`glue_settings.FIRST_RUN_LR`). The frozen prefix is cached
     where something is frozen and the method is not one that decides while training (as the freezing grid does),
     unless a setting or `common` says."""
     listed = []
     for seed in seeds:
         for name, chosen in settings.items():
             run = {**DEFAULTS, **common, **chosen, "seed": int(seed), "part": "main"}
+            if "lr" not in chosen and "lr" not in common:  # the first run's rate for this kind of route
+                run["lr"] = first_run_lr(run["method"], run["trainable_layers"])
             if "cache_frozen" not in chosen and "cache_frozen" not in common:
                 run["cache_frozen"] = (run["trainable_layers"] != freezing.ALL
                                        and methods.get(run["method"]).trainer is None)

@@ -25,6 +25,8 @@ from tf_transfer.core.settings import RunSettings, setting, shared_setting
 from tf_transfer.data import inputs
 from tf_transfer.data import tasks, user_data
 from tf_transfer.models import freezing, methods
+# The first run's rate per kind of route (one table, read by `compare` and the freezing grid too).
+from tf_transfer.models.first_run_rates import FIRST_RUN_LR, first_run_lr  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -299,6 +301,9 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
                   != freezing.ALL)
         if "cache_frozen" not in given and frozen and settings.method == methods.DEFAULT:
             chosen["cache_frozen"] = True
+        if "lr" not in given:  # named on the first line: the rate is a choice as much as the blocks it trains
+            chosen = _after(chosen, "trainable_layers", "lr", first_run_lr(
+                settings.method, chosen.get("trainable_layers", settings.trainable_layers)))
         if str(settings.jit_compile).lower() == "true":  # XLA would compile a program per packed row count
             chosen.pop("padding", None)
     chosen.update(from_method)  # the method's own, where they differ from a first run's
@@ -314,6 +319,13 @@ def first_run_defaults(settings: GlueSettings, given: set) -> tuple:
     start = "first run" if settings.data_spec is not None else "run"
     return settings, (f"{start} on {settings.dataset}: chose {', '.join(shown)}{stopping}{full}{packing}{because}; "
                       "give any of these flags (or a --flagfile) to change them")
+
+
+def _after(chosen: dict, before: str, name: str, value) -> dict:
+    """`chosen` with `name` set to `value`, placed after `before` (at the end if `before` is absent)."""
+    items = [(k, v) for k, v in chosen.items() if k != name]
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == before), len(items))
+    return dict([*items[:at], (name, value), *items[at:]])
 
 
 def _flag_text(name: str, value) -> str:

@@ -23,9 +23,12 @@ import os
 import time
 from typing import Callable, Optional
 
+from tf_transfer.core import disk
 from tf_transfer.core import settings as settings_lib
+from tf_transfer.models import methods
 from tf_transfer.training import locks, record, run_folder, run_record
 from tf_transfer.studies import registry
+from tf_transfer.models.first_run_rates import first_run_lr
 from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError
 
@@ -176,6 +179,8 @@ class Grid:
                             "part": part}
                 if settings.get("cache_frozen") == "auto":
                     settings["cache_frozen"] = settings["trainable_layers"] != "all"
+                if settings.get("lr") == FIRST_RUN_RATE:
+                    settings["lr"] = first_run_lr(settings.get("method", methods.DEFAULT), settings["trainable_layers"])
                 if tasks and settings.get("task") not in tasks:
                     continue
                 listed.append(settings)
@@ -196,6 +201,10 @@ def run_dir(runs_dir: str, study: Grid, settings: dict) -> str:
     """Where a run of the grid lives: the grid's `layout`, else its study's rule."""
     return (study.layout or study.entry.run_dir)(runs_dir, study, settings)
 
+
+# A rate axis's value that each run resolves to the first run's rate for its kind of route (full fine-tuning, the
+# last k, a method: `models/first_run_rates.FIRST_RUN_LR`), as a user's first run would take it; `--lrs` replaces it.
+FIRST_RUN_RATE = "<the first run's rate>"
 
 # What a dependent setting resolves to when its run is not needed after all (e.g. a rate beyond the end of a search
 # whose best rate sits inside it): such a run is neither trained nor reported.
@@ -290,10 +299,15 @@ def run_study(study: Grid, runs: list, runs_dir: str, run_one: Callable = None, 
             _train_once_more_if_unreadable(run_one, resolved, folder, lambda line: log(f"[{position}/{total}] {line}"))
             counts["ran"] += 1
             _clear_error(folder)
+        except disk.DiskFull:  # every later run would fail alike: the grid stops, its finished runs kept
+            raise
         except Exception as e:  # a failed run must not stop the grid; its error is kept beside it
+            if disk.is_no_space(e):  # a write not named by its writer (a library's own files)
+                raise disk.DiskFull(getattr(e, "filename", None) or folder, "the run's files") from None
             counts["failed"] += 1
             record.write_json_atomic(os.path.join(folder, "error.json"),
-                                     {"error": f"{type(e).__name__}: {e}", "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                                     {"error": f"{type(e).__name__}: {e}", "at": time.strftime("%Y-%m-%dT%H:%M:%S")},
+                                     "the grid's record of a failed run")
             log(f"[{position}/{total}] failed: {type(e).__name__}: {e}")
         finally:
             release_lock(folder)

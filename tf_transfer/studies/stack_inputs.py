@@ -25,9 +25,10 @@ from tf_transfer.studies.stack_settings import StackSettings
 
 
 def data_files(config: StackSettings) -> dict:
-    """`{flag: {"path", "sha256"}}` of the files the run reads (`--data`, `--test_data`): part of what a rerun in
-    its folder must match (`record.refuse_other_data`)."""
-    return examples.data_files({"data": config.data, "test_data": config.test_data})
+    """`{flag: {"path", "sha256"}}` of the files the run reads (`--data`, `--validation_data`, `--test_data`): part
+    of what a rerun in its folder must match (`record.refuse_other_data`)."""
+    return examples.data_files({"data": config.data, "validation_data": config.validation_data,
+                                "test_data": config.test_data})
 
 
 def data_hashes(config: StackSettings) -> dict:
@@ -36,31 +37,51 @@ def data_hashes(config: StackSettings) -> dict:
 
 
 def read_data(config: StackSettings) -> types.SimpleNamespace:
-    """Reads --data (split into train and validation) and --test_data; no TensorFlow yet, so bad files fail fast."""
-    test = None
+    """Reads --data (split into train and validation, unless --validation_data is given), --validation_data and
+    --test_data, and takes the training sample (`training_sample`); no TensorFlow yet, so bad files fail fast."""
+    read = {"data": config.data, "validation": config.validation_data, "test": config.test_data}
     if config.task == "conll_ner":
-        full = stack_data.read_conll(config.data)
-        test = stack_data.read_conll(config.test_data) if config.test_data else None
-        label_names = stack_data.tag_vocabulary(*[s for s in (full, test) if s is not None])
+        found = {name: stack_data.read_conll(path) for name, path in read.items() if path}
+        label_names = stack_data.tag_vocabulary(*found.values())
         skipped = {}
     else:
         if config.task == "classification":
             full = stack_data.read_texts(config.data, config.text_column, config.label_column)
-            if config.test_data:
-                test = stack_data.read_texts(config.test_data, config.text_column, config.label_column,
-                                             full.label_names)
+            found = {"data": full, **{name: stack_data.read_texts(path, config.text_column, config.label_column,
+                                                                  full.label_names)
+                                      for name, path in read.items() if path and name != "data"}}
         else:
-            full = stack_data.read_pairs(config.data)
-            test = stack_data.read_pairs(config.test_data) if config.test_data else None
-        label_names = full.label_names
-        skipped = {"train": full.skipped_rows, **({"test": test.skipped_rows} if test is not None else {})}
+            found = {name: stack_data.read_pairs(path) for name, path in read.items() if path}
+        label_names = found["data"].label_names
+        skipped = {"train" if name == "data" else name: split.skipped_rows for name, split in found.items()}
         if len(label_names) < 2:
             raise TransferError(f"{config.data}: every row has the label {label_names[0]!r}; need two classes or more")
-    train, validation = train_validation_split(full, config.validation_fraction, config.seed)
-    if config.max_train_examples is not None and config.max_train_examples < len(train):
-        train = train.take(range(config.max_train_examples))
-    splits = {"train": train, "validation": validation, **({"test": test} if test is not None else {})}
+    if "validation" in found:
+        train, validation = found["data"], found["validation"]
+    else:
+        train, validation = train_validation_split(found["data"], config.validation_fraction, config.seed)
+    train = training_sample(train, config.max_train_examples, config.train_sample_seed)
+    splits = {"train": train, "validation": validation, **({"test": found["test"]} if "test" in found else {})}
     return types.SimpleNamespace(splits=splits, label_names=tuple(label_names), skipped=skipped)
+
+
+def training_sample(train, max_examples, sample_seed):
+    """The training examples a run trains on: all of them (`max_examples` None or not below their number), the
+    first `max_examples` in file order (`sample_seed` None), or a random sample of `max_examples` drawn with
+    `sample_seed`, kept in file order: the same sample for every `--seed` and strategy, so that runs compared by seed
+    differ in their initialisation and batch order only.
+
+    >>> words = stack_data.Sentences([[w] for w in "abcdef"], [["O"]] * 6)
+    >>> training_sample(words, 3, None).words, training_sample(words, 3, 0).words == training_sample(words, 3, 0).words
+    ([['a'], ['b'], ['c']], True)
+    """
+    if max_examples is None or max_examples >= len(train):
+        return train
+    if sample_seed is None:
+        chosen = range(max_examples)
+    else:
+        chosen = np.sort(np.random.default_rng([sample_seed, 11]).choice(len(train), max_examples, replace=False))
+    return train.take(chosen)
 
 
 def train_sample_indices(n_train: int, n_validation: int, seed: int) -> np.ndarray:

@@ -51,7 +51,7 @@ class StackSettings(RunSettings):
         None, "conll_ner (CoNLL-2003 column file, entity F1), classification (CSV/TSV with text and label columns, "
               "accuracy) or quora (question pairs, GLUE QQP or CS224N Quora layout, accuracy).")
     data: Optional[str] = setting(None, "Training file; a seeded --validation_fraction of it is held out for "
-                                        "validation and the gap rule.")
+                                        "validation and the gap rule, unless --validation_data is given.")
     head: Optional[str] = setting(
         None, "linear, mlp, bilstm, cnn, highway_lstm, transformer (any task but conll_ner takes cnn), or for quora "
               "bimpm and sim_transformer (the two questions encoded separately by the shared BERT).")
@@ -71,7 +71,14 @@ class StackSettings(RunSettings):
     preset: str = shared_setting("preset")
     validation_fraction: float = shared_setting("validation_fraction", note="Here of --data, also for the gap rule.")
     test_data: Optional[str] = setting(None, "Optional test file in the same format, scored after every epoch.")
+    validation_data: Optional[str] = setting(
+        None, "Optional validation file in the same format (CoNLL-2003: eng.testa), for picking the best epoch, "
+              "early stopping and the gap rule; --data is then all training data (--validation_fraction unused).")
     settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
+    train_sample_seed: Optional[int] = setting(
+        None, "With --max_train_examples: train on a random sample of that many training examples drawn with this "
+              "seed, the same whatever --seed (so runs of every strategy and seed share it); default: the first "
+              "--max_train_examples in file order.")
     ensemble: tuple = setting((), "Instead of --head: train each of these heads (e.g. cnn,highway_lstm) the same way "
                                   "and average their class probabilities.")
     patience: int = shared_setting("patience", note="Counted in the last phase.")
@@ -105,6 +112,7 @@ class StackSettings(RunSettings):
         "phase1_lr": settings_lib.positive,
         "phase2_lr": settings_lib.positive,
         "head_units": (settings_lib.at_least(1), "must be at least 1"),
+        "train_sample_seed": (lambda value: value is None or value >= 0, "must be a number >= 0"),
         "perspectives": (settings_lib.at_least(1), "must be at least 1"),
         **study_method.checks("the stack study"),
     }
@@ -151,6 +159,9 @@ class StackSettings(RunSettings):
                  f"--phase1_epochs={self.phase1_epochs} leaves no epoch for phase 2 within --max_epochs="
                  f"{self.max_epochs}: --max_epochs counts both phases"),
                 *study_method.rules(self, trainable_layers=freezing.ALL),
+                (self.train_sample_seed is None or self.max_train_examples is not None,
+                 f"--train_sample_seed={self.train_sample_seed} draws a sample of --max_train_examples training "
+                 "examples: give --max_train_examples too, or leave --train_sample_seed out"),
                 (not self.method_in_phase1 or self.method != methods.DEFAULT,
                  f"--method_in_phase1 with --method={self.method} would train all of BERT in phase 1 (that is "
                  "--strategy=finetune_only): give another --method, or leave --method_in_phase1 off"),
@@ -162,10 +173,13 @@ class StackSettings(RunSettings):
 
     def to_dict(self) -> dict:
         """Every setting by its flag's name; the method's only for another method than the default, and
-        --method_in_phase1 only when on (`study_method.record`): older runs' settings stay what they were."""
+        --method_in_phase1, --validation_data and --train_sample_seed only when set (`study_method.record`): older
+        runs' settings stay what they were."""
         values = study_method.record(self, super().to_dict())
-        if not self.method_in_phase1:
-            del values["method_in_phase1"]
+        # `is`, not `in (None, False)`: a sample seed of 0 equals False.
+        for name in ("method_in_phase1", "validation_data", "train_sample_seed"):
+            if values[name] is None or values[name] is False:
+                del values[name]
         return values
 
     @property

@@ -117,14 +117,16 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
                storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None,
                name: Optional[str] = None, identity: Optional[dict] = None,
                heartbeat_s: int = sweep_storage.HEARTBEAT_S, command: Optional[str] = None, log: Callable = print,
-               workers: int = 1):
+               workers: int = 1, retry_s: float = sweep_storage.RETRY_S):
     """Creates the sweep's Optuna study `name` on `storage` (default SQLite in `sweep_dir`), or joins it (a rerun,
     another process or machine): its creator queues the reference (`reference`) first where the constant
     prediction's validation score at seed 0 is known (`constant`, else `constant_prediction` of `base`), then every
     candidate of `make_candidates()` once at seed 0 (`sweep_storage.create_or_join`). A sweep keeps its settings
     and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
     budget it had (a rerun with a larger budget goes on), `workers` the number of processes of this machine that
-    train its trials at once (`sweep_storage.committed_s` charges them all for the reference). Returns `(study, where)`; `where` is `(url, name)`."""
+    train its trials at once (`sweep_storage.committed_s` charges them all for the reference); every call on the
+    storage rides out an outage of up to `retry_s` (`sweep_retries`). Returns `(study, where)`; `where` is `(url,
+    name, retry_s)`."""
     os.makedirs(sweep_dir, exist_ok=True)
     url = sweep_storage.url_of(sweep_dir, storage)
     identity = identity or {"base": base}
@@ -150,13 +152,13 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
             study.enqueue_trial({"candidate": candidate, "seed": 0}, user_attrs={"queued": True})
 
     study = sweep_storage.create_or_join(url, name, "minimize" if lower_is_better else "maximize", pruner_of_sweeps(),
-                                         heartbeat_s, queue, identity, log)
+                                         heartbeat_s, queue, identity, log, retry_s)
     if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") for t in study.trials):
         study.set_user_attr("first_rung", 1)  # a sweep from before the first rung was measured
     study.set_user_attr("budget_s", budget_s)
     study.set_user_attr("workers", workers)
     study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
-    return study, (url, study.study_name)
+    return study, (url, study.study_name, retry_s)
 
 
 def reference(found: dict) -> str:
@@ -199,8 +201,8 @@ def pruner_of_sweeps(first_rung: Optional[int] = None):
 
 
 def load(where: tuple):
-    """The sweep's study at `where` (`(url, name)`), as another process (a trial's child) reads it, with the pruner
-    of its first rung."""
+    """The sweep's study at `where` (`(url, name[, retry_s])`), as another process (a trial's child) reads it, with
+    the pruner of its first rung."""
     study = sweep_storage.load(*where)
     study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
     return study
@@ -280,6 +282,10 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     trial, name, seed = taken
     base, max_epochs = study.user_attrs["base"], int(study.user_attrs["base"].get("max_epochs", 9))
     settings = {**base, **study.user_attrs["candidates"][name], "seed": seed}
+    # One frozen-prefix cache per depth and split on disk, built by the first candidate that needs it and read by
+    # every other (each rate, LoRA over the same blocks, a rerun): a cache's key is its data, depth and preset, so
+    # what a run computes is the same; only its build is not paid again.
+    settings["cache_dir"] = settings.get("cache_dir") or os.path.join(sweep_dir, "cache")
     is_reference = bool(trial.user_attrs.get("reference"))
     folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
     remaining = study.user_attrs["budget_s"] - sweep_storage.committed_s(study, but=trial.number)
@@ -296,7 +302,9 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
                 _keep_run(trial, folder)
                 sweep_storage.retry(study, trial, f"its training process died ({e or 'killed'})", log)
                 return
-            except Exception as e:  # a failed run must not stop the sweep: its error is kept beside it
+            except Exception as e:
+                _stop_sweep_on(e, folder)
+                # A failed run must not stop the sweep: its error is kept beside it.
                 _keep_run(trial, folder)
                 trial.set_user_attr("error", f"{type(e).__name__}: {e}")
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -307,6 +315,21 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     except optuna.exceptions.UpdateFinishedTrialError:
         log(f"[sweep] {name} seed {seed}: another process took this one for dead (no heartbeat for "
             f"{sweep_storage.GRACE_BEATS} beats) and queued its trial again; its run stays in {folder}")
+
+
+def _stop_sweep_on(error: Exception, folder: str) -> None:
+    """Raises what stops the whole sweep, not one trial: the storage gone for good (`StorageUnreachable`) or a full
+    disk, which every next trial would meet too (one line; the trial is left running, and a rerun's `recover`
+    queues it again to resume from its last finished epoch)."""
+    from tf_transfer.studies import sweep_retries
+
+    if isinstance(error, sweep_retries.StorageUnreachable):
+        raise error
+    if sweep_retries.is_no_space(error):
+        if isinstance(error, TransferError):  # the run's own line
+            raise error
+        raise sweep_retries.no_space(getattr(error, "filename", None) or folder, "a trial's run",
+                                     "its last finished epoch is kept") from None
 
 
 def _keep_run(trial, folder: str, pruned_at: Optional[int] = None) -> None:

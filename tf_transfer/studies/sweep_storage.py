@@ -5,10 +5,11 @@ ledger of its budget (what each trial spent and what a running one has reserved)
 any machine, sees one sweep and writes the same report.
 
 A process that dies leaves its trial RUNNING; its heartbeat (one row per trial that its process updates every
-`heartbeat_s`) stops, and whichever process on the sweep looks next fails it and queues it again (Optuna's
-`RetryHeartbeatStaleTrialCallback`, at most `MAX_RETRY` times), to resume from its run folder's checkpoint where that
-folder is reachable (a shared `--runs_dir`) and to start afresh elsewhere. A trial whose training child died (killed,
-out of memory) is queued again the same way at once.
+`heartbeat_s`) stops, and whichever process on the sweep looks next fails it and queues it again (`queue_retry`, as
+Optuna's `RetryHeartbeatStaleTrialCallback` does, at most `MAX_RETRY` times, and once however many processes notice
+it), to resume from its run folder's checkpoint where that folder is reachable (a shared `--runs_dir`) and to start
+afresh elsewhere. A trial whose training child died (killed, out of memory) is queued again the same way at once.
+Every call on the storage rides out an outage of up to `--storage_retry_s` (`sweep_retries`).
 
 Example:
 
@@ -28,10 +29,12 @@ import os
 import re
 import socket
 import time
+import uuid
 import warnings
 from typing import Callable, Optional
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.studies.sweep_retries import RETRY_S
 
 HEARTBEAT_S = 20  # a sweep process records its trial's heartbeat this often ...
 GRACE_BEATS = 3  # ... and a trial whose heartbeat is this many beats old is taken for dead
@@ -64,10 +67,27 @@ def check_name(name: str) -> str:
     return name
 
 
-def storage_of(url: str, heartbeat_s: Optional[int] = HEARTBEAT_S):
+def storage_of(url: str, heartbeat_s: Optional[int] = HEARTBEAT_S, retry_s: Optional[float] = None,
+               log: Callable = print):
     """Optuna's RDB storage on `url`, with heartbeats and retries of dead trials where `heartbeat_s` is given.
     `TransferError` (one line) where the URL is no SQLAlchemy URL, its driver is not installed or its server cannot
-    be reached."""
+    be reached. With `retry_s` (`--storage_retry_s`), a storage that rides out an outage of up to that long
+    (`sweep_retries`), opening it too; without, the plain storage, which fails at once (the command's first check)."""
+    from tf_transfer.studies import sweep_retries
+
+    if retry_s is None:
+        return _opened(url, heartbeat_s)
+    sqlite_file = url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
+    outage = sweep_retries.Outage(shown_url(url), log, sqlite_file)
+    rdb = sweep_retries.call(outage, retry_s, _opened, url, heartbeat_s, True)
+    from optuna.storages._cached_storage import _CachedStorage
+
+    return sweep_retries.retrying_storage(_CachedStorage(rdb), outage, retry_s, lambda *args: _claim(rdb, *args))
+
+
+def _opened(url: str, heartbeat_s: Optional[int], retried: bool = False):
+    """`RDBStorage(url)`; where it cannot be reached, one line, or (`retried`) the error for `sweep_retries.call`
+    to try again."""
     import optuna
     import sqlalchemy.exc
 
@@ -104,17 +124,77 @@ def storage_of(url: str, heartbeat_s: Optional[int] = HEARTBEAT_S):
         raise TransferError(f"--storage={shown_url(url)} is not an SQLAlchemy URL ({e}); e.g. "
                             "postgresql://user:password@host:5432/database") from None
     except sqlalchemy.exc.OperationalError as e:
+        if retried:
+            raise
         reason = str(e.orig if getattr(e, "orig", None) is not None else e).strip().splitlines()[0]
         raise TransferError(f"--storage={shown_url(url)}: cannot reach the database ({reason}); check that its "
                             "server runs and that host, port, database, user and password are right") from None
 
 
 def _retry_callback():
+    """What Optuna calls for each trial whose heartbeat it finds stale, in the process that failed it: `queue_retry`."""
+    return lambda study, trial: queue_retry(study, trial)
+
+
+def _claim(rdb, study_id: int, key: str, token: str) -> bool:
+    """Records `key` on the storage in one insert that its unique (study, key) constraint allows once: True in the
+    one process whose `token` it holds (a try whose commit went through though its answer was lost included)."""
+    import sqlalchemy.exc
+    from optuna.storages._rdb import models
+
+    session = rdb.scoped_session()
+    try:
+        session.add(models.StudySystemAttributeModel(study_id=study_id, key=key, value_json=json.dumps(token)))
+        session.commit()
+        return True
+    except sqlalchemy.exc.IntegrityError:
+        session.rollback()
+        held = session.query(models.StudySystemAttributeModel).filter_by(study_id=study_id, key=key).one()
+        return json.loads(held.value_json) == token
+    except Exception:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def claim(study, key: str) -> bool:
+    """True for the one process, of all on the sweep, that claims `key` first (`_claim`, in the storage); on a
+    storage that is no database (a test's in memory), the study's system attributes, unguarded."""
     import optuna
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+    if hasattr(study._storage, "claim"):
+        return study._storage.claim(study._study_id, key, token)
+    rdb = getattr(study._storage, "_backend", study._storage)  # Optuna's cache over it
+    if isinstance(rdb, optuna.storages.RDBStorage):
+        return _claim(rdb, study._study_id, key, token)
+    if key in study.system_attrs:
+        return False
+    study.set_system_attr(key, token)
+    return True
+
+
+PROCESS_ATTRS = ("host", "pid")  # of the process that ran a trial: a retry's are its own (`take`)
+
+
+def queue_retry(study, failed) -> bool:
+    """Queues a failed trial (`failed`, frozen) again once, as Optuna's `RetryHeartbeatStaleTrialCallback` does (the
+    same candidate, seed, marks and retry history, at most `MAX_RETRY` times), whichever process and however many
+    notice it: only the one that claims `retried:<number>` in the storage queues it. The copy keeps nothing of the
+    dead process (`PROCESS_ATTRS`), so that no process takes the copy, between being asked for it and marking it
+    its own, for a trial of that dead process. True where this call queued it."""
+    import optuna
+
+    system_attrs = {"failed_trial": failed.number, "retry_history": [], **failed.system_attrs}
+    system_attrs["retry_history"] = [*system_attrs["retry_history"], failed.number]
+    if len(system_attrs["retry_history"]) > MAX_RETRY or not claim(study, f"retried:{failed.number}"):
+        return False
+    study.add_trial(optuna.create_trial(
+        state=optuna.trial.TrialState.WAITING, params=failed.params, distributions=failed.distributions,
+        user_attrs={k: v for k, v in failed.user_attrs.items() if k not in PROCESS_ATTRS},
+        system_attrs=system_attrs))
+    return True
 
 
 def _ask(study):
@@ -124,12 +204,13 @@ def _ask(study):
         return study.ask()
 
 
-def load(url: str, name: str, pruner=None, heartbeat_s: Optional[int] = None):
-    """The sweep's study, as another process (a trial's child, a report) reads it. A storage that holds only a study
-    of the name every sweep had before `--sweep_name` (`LEGACY_NAME`) gives that one."""
+def load(url: str, name: str, retry_s: float = RETRY_S, pruner=None, heartbeat_s: Optional[int] = None):
+    """The sweep's study, as another process (a trial's child, a report) reads it, riding out outages of up to
+    `retry_s`. A storage that holds only a study of the name every sweep had before `--sweep_name` (`LEGACY_NAME`)
+    gives that one."""
     import optuna
 
-    storage = storage_of(url, heartbeat_s)
+    storage = storage_of(url, heartbeat_s, retry_s)
     names = [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
     if name not in names and names == [LEGACY_NAME]:
         name = LEGACY_NAME
@@ -137,14 +218,15 @@ def load(url: str, name: str, pruner=None, heartbeat_s: Optional[int] = None):
 
 
 def create_or_join(url: str, name: str, direction: str, pruner, heartbeat_s: int, queue: Callable,
-                   identity: dict, log: Callable = print):
+                   identity: dict, log: Callable = print, retry_s: float = RETRY_S):
     """The study `name` on `url`: created by the first process, which then calls `queue(study)` to enqueue its
     trials and records `identity` last (the sign that the queue is whole); every later process joins it (waiting,
     at most `WAIT_FOR_QUEUE_S`, for that sign) and is refused where the sweep there has other settings. Creating a
-    study is one insert that a unique name allows once, so of processes starting together exactly one queues."""
+    study is one insert that a unique name allows once, so of processes starting together exactly one queues.
+    Every call on the storage rides out an outage of up to `retry_s` (`sweep_retries`)."""
     import optuna
 
-    storage = storage_of(url, heartbeat_s)
+    storage = storage_of(url, heartbeat_s, retry_s, log)
     try:
         study = optuna.create_study(study_name=name, storage=storage, direction=direction, pruner=pruner)
         queue(study)
@@ -221,19 +303,20 @@ def retried_from(trial) -> Optional[int]:
 
 def retry(study, trial, why: str, log: Callable = print) -> None:
     """Fails a trial whose process died and queues it again (`MAX_RETRY` times at most) as a dead machine's trial
-    is: the same candidate, seed and marks, to resume from its run folder."""
+    is: the same candidate, seed and marks, to resume from its run folder. Where another process failed it first
+    (its heartbeat stopped), the trial is queued again once all the same (`queue_retry`)."""
     import optuna
 
-    study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-    frozen = study.get_trials(deepcopy=False)[trial.number]
-    before = len(study.get_trials(deepcopy=False))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        _retry_callback()(study, frozen)
-    again = len(study.get_trials(deepcopy=False)) > before
+    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+        study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
+    frozen = study._storage.get_trial(trial._trial_id)
+    if frozen.state != optuna.trial.TrialState.FAIL:  # it ended on its own meanwhile: nothing to run again
+        return
+    again = queue_retry(study, frozen)
+    already = not again and len(frozen.system_attrs.get("retry_history") or []) < MAX_RETRY
     log(f"[sweep] trial {trial.number} ({frozen.params.get('candidate')} seed {frozen.params.get('seed')}): {why}; "
         + ("queued again: it resumes from its last finished epoch where its run folder is reachable" if again else
-           f"not queued again (retried {MAX_RETRY} times already)"))
+           "already queued again" if already else f"not queued again (retried {MAX_RETRY} times already)"))
 
 
 def recover(study, log: Callable = print) -> None:
@@ -245,21 +328,37 @@ def recover(study, log: Callable = print) -> None:
 
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         attrs = trial.user_attrs
-        if attrs.get("host") == socket.gethostname() and "pid" in attrs and not locks.pid_alive(attrs["pid"]):
-            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, RuntimeError):
-                retry(study, trial, f"its process {attrs['pid']} on this host is gone", log)
+        if attrs.get("host") == socket.gethostname() and "pid" in attrs and (
+                not locks.pid_alive(attrs["pid"]) or _zombie(attrs["pid"])):
+            retry(study, trial, f"its process {attrs['pid']} on this host is gone", log)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
 
 
+def _zombie(pid: int) -> bool:
+    """Whether `pid` is a dead process its parent has not reaped yet: a sweep's worker killed while the process that
+    started it still trains (it reaps its workers at the end), which `kill(pid, 0)` takes for alive."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):  # gone meanwhile, or no /proc (not Linux): as `pid_alive` says
+        return False
+
+
 @contextlib.contextmanager
 def heartbeat(study, trial):
-    """Records `trial`'s heartbeat every `heartbeat_s` while the block runs (Optuna's own thread, as `optimize`
-    uses), so that other processes can tell this one is alive."""
-    from optuna.storages._heartbeat import get_heartbeat_thread
+    """Records `trial`'s heartbeat every `heartbeat_s` while the block runs, so that other processes can tell this
+    one is alive: on a thread of its own that rides out an outage of any length (`sweep_retries.Heartbeat`; Optuna's
+    own thread, as `optimize` uses, dies with a traceback at the first failed write)."""
+    from optuna.storages._heartbeat import is_heartbeat_enabled
 
-    with get_heartbeat_thread(trial._trial_id, study._storage):
+    from tf_transfer.studies import sweep_retries
+
+    if not is_heartbeat_enabled(study._storage):
+        yield
+        return
+    with sweep_retries.Heartbeat(study._storage, trial._trial_id, study._storage.get_heartbeat_interval()):
         yield
 
 
@@ -276,8 +375,10 @@ def defer_waiting(study, until: str) -> None:
         frozen = study.get_trials(deepcopy=False)[taken.number]
         params = {**(frozen.system_attrs.get("fixed_params") or {}), **frozen.params}
         if taken.number != trial.number or frozen.user_attrs.get(until):  # another process took one
+            taken.set_user_attr("deferred", True)  # moved, not failed: no run counts it, nor any report
             study.tell(taken, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(params, user_attrs=dict(frozen.user_attrs))
+            study.enqueue_trial(params, user_attrs={k: v for k, v in frozen.user_attrs.items()
+                                                    if k not in PROCESS_ATTRS + ("deferred",)})
             break
         taken.set_user_attr("deferred", True)
         study.tell(taken, state=optuna.trial.TrialState.FAIL)

@@ -25,6 +25,7 @@ import zlib
 
 import numpy as np
 
+from tf_transfer.core import disk
 from tf_transfer.core.errors import TransferError
 from tf_transfer.training import record
 
@@ -69,17 +70,18 @@ def _write(target: str, variables: list) -> None:
 
 def write_npz_atomic(target: str, arrays: dict) -> None:
     """`np.savez(target, **arrays)` through a synced temporary file beside it and a rename: all or nothing."""
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=os.path.dirname(os.path.abspath(target)))
-    try:
-        with os.fdopen(handle, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with disk.writing(target, f"the checkpoint {os.path.basename(target)}"):
+        handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=os.path.dirname(os.path.abspath(target)))
+        try:
+            with os.fdopen(handle, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
 
 
 def restore(output_dir: str, epoch, model, optimizer=None) -> None:
@@ -134,6 +136,24 @@ def check_readable(output_dir: str, epoch) -> None:
                 raise KeyError("no paths.npy: not a checkpoint")
     except UNREADABLE as e:
         raise record.UnreadableRecord(file, f"{type(e).__name__}: {e}") from None
+
+
+def check_intact(output_dir: str, epoch) -> None:
+    """`record.UnreadableRecord` when the checkpoint of `epoch` exists but any array in it fails the CRC-32 its zip
+    entry records (damaged bytes inside, not only a cut-short end: `check_readable`) or it cannot be read at all.
+    Reads the whole file (a kept best checkpoint of a small model: milliseconds), so a completed run's kept weights
+    are checked before the run is called complete or exported."""
+    file = path(output_dir, epoch)
+    if not os.path.exists(file):
+        return
+    check_readable(output_dir, epoch)
+    try:
+        with zipfile.ZipFile(file) as archive:
+            damaged = archive.testzip()
+    except UNREADABLE as e:
+        raise record.UnreadableRecord(file, f"{type(e).__name__}: {e}") from None
+    if damaged is not None:
+        raise record.UnreadableRecord(file, f"{damaged} fails its CRC-32 check: damaged")
 
 
 # What numpy and zipfile raise on a truncated, empty or foreign .npz.

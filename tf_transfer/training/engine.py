@@ -128,9 +128,20 @@ def probe_after(epoch_time_s: float) -> Optional[float]:
 
 
 def check_finite(loss, epoch: int) -> None:
+    """`TransferError` for a non-finite loss, naming its likely causes most likely first: a frozen-prefix cache this
+    process read from disk (above all one that failed its check), then the inputs, then the learning rate (a user
+    sent after the rate alone kept training on a damaged cache)."""
     if loss is None or not math.isfinite(loss):
-        raise TransferError(f"training loss became {loss} in epoch {epoch}: lower --lr or set --clip_norm; "
-                            "the summary keeps the epochs completed before it")
+        from tf_transfer.data import cache
+
+        caches = sorted(cache.suspects().items(), key=lambda item: "failed" not in item[1])
+        causes = [f"the frozen-prefix cache {folder}, which {what} (delete it to have it built afresh)"
+                  for folder, what in caches]
+        causes += ["the inputs (a row with extreme or missing values)", "the learning rate (lower --lr or set "
+                   "--clip_norm)"]
+        raise TransferError(f"training loss became {loss} in epoch {epoch}; likely causes, most likely first: "
+                            f"{'; '.join(f'({n}) {cause}' for n, cause in enumerate(causes, start=1))}; the summary "
+                            "keeps the epochs completed before it")
 
 
 class Engine:

@@ -35,21 +35,12 @@ import time
 from typing import Optional
 
 from tf_transfer.core.errors import TransferError
+from tf_transfer.core.machine import pid_alive
 
 LOCK = "lock.json"
 GRACE_S = 2.0  # how long an empty lock file may be a live process between creating and writing it
 
 _held: dict = {}  # folder (absolute) -> the open descriptor that holds its flock
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def acquire(folder: str) -> bool:

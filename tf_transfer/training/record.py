@@ -11,12 +11,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 import time
+from typing import Optional
 
+from tf_transfer.core import disk
 from tf_transfer.core.errors import TransferError
 
 SUMMARY = "summary.json"
@@ -32,11 +35,17 @@ def _finite_or_none(value):
     return value
 
 
-def write_json_atomic(path: str, data: dict) -> None:
+def write_json_atomic(path: str, data: dict, what: Optional[str] = None) -> None:
     """Writes `data` as JSON to a temporary file beside `path`, syncs it, then renames it over `path`.
 
-    A crash or a full disk leaves either the old file or the new one, never half of one.
+    A crash or a full disk leaves either the old file or the new one, never half of one; a full disk is
+    `disk.DiskFull` naming `path` and `what` (default: the file's name).
     """
+    with disk.writing(path, what or os.path.basename(path)):
+        _write_json_atomic(path, data)
+
+
+def _write_json_atomic(path: str, data: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
@@ -176,7 +185,7 @@ def start_summary(output_dir: str, fresh: dict, existing, resuming: bool):
     first attempt measured (`existing`) with a `resumes` list for the work of later attempts."""
     summary = {**existing, "resumes": existing.get("resumes", [])} if resuming else fresh
     path = os.path.join(output_dir, SUMMARY)
-    write_json_atomic(path, summary)
+    write_json_atomic(path, summary, "the run's summary")
     return summary, path
 
 
@@ -221,21 +230,40 @@ class TensorBoardRecorder:
         import tensorflow as tf
         from tensorboard.plugins.hparams import api as hp
 
-        self._tf = tf
-        self.writer = tf.summary.create_file_writer(logdir)
-        with self.writer.as_default():
-            hp.hparams({k: _hparam_value(v) for k, v in hparams.items()}, trial_id=run_name)
-        self.writer.flush()
+        self._tf, self.logdir = tf, logdir
+        with self._writing():
+            self.writer = tf.summary.create_file_writer(logdir)
+            with self.writer.as_default():
+                hp.hparams({k: _hparam_value(v) for k, v in hparams.items()}, trial_id=run_name)
+            self.writer.flush()
 
     def scalars(self, step: int, values: dict) -> None:
-        with self.writer.as_default():
-            for tag, value in values.items():
-                if value is not None and math.isfinite(float(value)):
-                    self._tf.summary.scalar(tag, float(value), step=step)
-        self.writer.flush()
+        with self._writing():
+            with self.writer.as_default():
+                for tag, value in values.items():
+                    if value is not None and math.isfinite(float(value)):
+                        self._tf.summary.scalar(tag, float(value), step=step)
+            self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        with self._writing():
+            self.writer.close()
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A full disk while writing events is `disk.DiskFull`: TensorFlow's writer reports it as an `OpError`
+        (its message carries the system's words), Python's file calls as an `OSError`."""
+        with disk.writing(self.logdir, "TensorBoard events"):
+            try:
+                yield
+            except self._tf.errors.OpError as e:
+                if any(words in str(e) for words in NO_SPACE_WORDS):
+                    raise disk.DiskFull(self.logdir, "TensorBoard events") from None
+                raise
+
+
+# How the C library words ENOSPC and EDQUOT, as TensorFlow's errors quote them.
+NO_SPACE_WORDS = ("No space left on device", "Disk quota exceeded")
 
 
 def _hparam_value(value):

@@ -38,6 +38,13 @@ def check_resumable(path: str, summary: dict) -> None:
         checkpoints.check_readable(path, last["epoch"])
 
 
+def check_kept_weights(path: str, summary: dict) -> None:
+    """`record.UnreadableRecord` when `summary` (of the run in `path`) is completed and the best weights it kept
+    (`checkpoints.BEST`, for a later export) are damaged: such a run is not called complete, nor exported."""
+    if summary.get("completed"):
+        checkpoints.check_intact(path, "best")
+
+
 class RunFolder:
     """`settings` (a JSON-able dict) is what a rerun must match; `ignored` settings (where data lives, speed knobs)
     may differ; `added` settings came after some runs were made, with the value those runs had; `data` (`{flag:
@@ -58,6 +65,7 @@ class RunFolder:
                 record.refuse_other_settings(existing, settings, path, ignored, added)
                 record.refuse_other_data(existing, data or {}, path)
                 check_resumable(path, existing)
+                check_kept_weights(path, existing)
             return existing
 
         self.existing = distributed.from_chief(strategy, read)
@@ -90,7 +98,7 @@ class RunFolder:
 
     def write(self) -> None:
         self._check(self.summary)
-        record.write_json_atomic(self.summary_path, self.summary)
+        record.write_json_atomic(self.summary_path, self.summary, "the run's summary")
 
     def note_resume(self, after_epoch: int, **facts) -> None:
         """Records a resume; compiling again after it is not training time, so it is kept here."""

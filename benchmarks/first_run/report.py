@@ -1,0 +1,193 @@
+"""The first-run benchmark's report (`study.py`'s runs): per file, each route's test score against full fine-tuning
+at its searched rate (seed-paired 95% t-intervals), its wall and CPU time to the end and to the best epoch, its peak
+memory, and a figure of score against time (the front); then the search that chose the candidate.
+
+    python benchmarks/first_run/report.py --runs=reports/first_run/runs --out=reports/first_run
+
+Writes `README.md`'s generated part (`results.md`) and `front.png` in `--out`. Only runs that completed count; a
+(file, seed) whose routes did not all complete is listed as still to run and left out of the pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import study  # noqa: E402  (the design: files, routes, seeds, the searched rate, the chosen candidate)
+
+from tf_transfer.core import stats  # noqa: E402
+
+CONTENDED = 0.9  # an epoch below this CPU/wall ratio, on a run pinned to one core, had to share it
+TARGET_POINTS, TARGET_SHARE = 1.0, 0.40
+
+
+def route_label(route: str) -> str:
+    if route.startswith("hf_"):
+        return f"HF Trainer, all blocks, lr {float(route.split('_lr')[1]):g}"
+    kind, rate = route.split("_lr")
+    if kind == "full":
+        return f"full fine-tuning, lr {float(rate):g}"
+    return f"last {kind[1:-1]} over the cache, lr {float(rate):g}"
+
+
+def run_facts(runs: str, file: str, route: str, seed: int):
+    """One completed run's numbers (scores in points), or None."""
+    folder = os.path.join(runs, file, route, f"seed{seed}")
+    summary, process = study.read(os.path.join(folder, "summary.json")), study.read(
+        os.path.join(folder, "process.json"))
+    if not summary or not summary.get("completed") or not process:
+        return None
+    metric, epochs = summary["metric"], summary["epochs"]
+    best = summary["best_epoch"]
+    scale = -1.0 if metric == "mse" else 100.0
+    ratios = [e["epoch_cpu_s"] / e["epoch_time_s"] for e in epochs if e.get("epoch_time_s")]
+    to_best = sum(e["epoch_time_s"] for e in epochs[:best]) + (summary.get("cache_build_s") or 0.0)
+    return {"score": scale * epochs[best - 1]["test"][metric], "validation": scale * epochs[best - 1]["val"][metric],
+            "wall_s": process["wall_s"], "cpu_s": process["cpu_s"], "to_best_s": to_best, "epochs": len(epochs),
+            "best_epoch": best, "peak_mb": summary.get("peak_memory_mb"), "metric": metric,
+            "contended": min(ratios) < CONTENDED if ratios else False}
+
+
+def compared(runs: str, file: str, routes: list) -> dict:
+    """`{seed: {route: facts}}` of the compared seeds whose every route completed."""
+    found = {}
+    for seed in study.COMPARED_SEEDS:
+        facts = {route: run_facts(runs, file, route, seed) for route in routes}
+        if all(facts.values()):
+            found[seed] = facts
+    return found
+
+
+def _fmt(interval, digits=1, scale=1.0, pct=False) -> str:
+    if np.isnan(interval.low):
+        return f"{interval.estimate * scale:+.{digits}f}{'%' if pct else ''}"
+    unit = "%" if pct else ""
+    return (f"{interval.estimate * scale:+.{digits}f}{unit} [{interval.low * scale:+.{digits}f}, "
+            f"{interval.high * scale:+.{digits}f}]")
+
+
+def target_verdict(score, share) -> str:
+    """Our own target (within 1 point of full fine-tuning at no more than 40% of its wall time): met, missed or
+    inconclusive, on the intervals' bounds."""
+    if np.isnan(score.low):
+        return "inconclusive (too few seeds for an interval)"
+    if score.high < -TARGET_POINTS or share.low > TARGET_SHARE:
+        return "target missed"
+    if score.low > -TARGET_POINTS and share.high <= TARGET_SHARE:
+        return "target met"
+    return "inconclusive"
+
+
+def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
+    pairs = compared(runs, file, routes)
+    lines = [f"| route | seeds | test score (points) | vs full fine-tuning [95%] | wall to the end (s) | "
+             f"share of full's wall [95%] | CPU s | training s to best epoch | peak memory (MB) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    points, verdicts = {}, {}
+    for route in routes:
+        seeds = sorted(pairs)
+        if not seeds:
+            continue
+        got = [pairs[s][route] for s in seeds]
+        ref = [pairs[s][reference] for s in seeds]
+        score = stats.paired_difference([g["score"] for g in got], [r["score"] for r in ref])
+        share = stats.paired_difference([g["wall_s"] / r["wall_s"] for g, r in zip(got, ref)], [0.0] * len(seeds))
+        mean = lambda key: float(np.mean([g[key] for g in got]))
+        points[route] = (mean("wall_s"), mean("score"), np.std([g["score"] for g in got], ddof=1)
+                         if len(got) > 1 else 0.0)
+        is_ref = route == reference
+        lines.append(f"| {route_label(route)}{' (reference)' if is_ref else ''} | {len(seeds)} | {mean('score'):.1f} | "
+                     f"{'reference' if is_ref else _fmt(score)} | {mean('wall_s'):.0f} | "
+                     f"{'100%' if is_ref else _fmt(share, 0, 100, pct=True).replace('+', '')} | {mean('cpu_s'):.0f} | "
+                     f"{mean('to_best_s'):.0f} | {mean('peak_mb'):.0f} |")
+        if not is_ref and not route.startswith("hf_"):
+            verdicts[route] = (score, share)
+    contended = [f"{route_label(r)} seed {s}" for s in sorted(pairs) for r in routes if pairs[s][r]["contended"]]
+    return lines, points, verdicts, contended, sorted(pairs)
+
+
+def search_table(runs: str, file: str) -> list:
+    rate = study.searched_full_rate(runs, file)
+    routes = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]] + [study.OLD_DEFAULT] + [
+        study.cached(k, lr) for k, lr in study.CANDIDATES]
+    full_cpu = None
+    if rate:
+        facts = run_facts(runs, file, study.full(rate), study.SEARCH_SEED)
+        full_cpu = facts and facts["cpu_s"]
+    lines = ["| route (seed 0) | best validation (points) | epochs (best) | wall (s) | CPU (s) | share of full's CPU |",
+             "|---|---|---|---|---|---|"]
+    for route in routes:
+        facts = run_facts(runs, file, route, study.SEARCH_SEED)
+        if not facts:
+            continue
+        mark = " (searched rate)" if rate and route == study.full(rate) else ""
+        share = f"{100 * facts['cpu_s'] / full_cpu:.0f}%" if full_cpu else "n/a"
+        lines.append(f"| {route_label(route)}{mark} | {facts['validation']:.1f} | {facts['epochs']} "
+                     f"({facts['best_epoch']}) | {facts['wall_s']:.0f} | {facts['cpu_s']:.0f} | {share} |")
+    return lines
+
+
+def figure(fronts: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(fronts), figsize=(4.2 * len(fronts), 3.6), squeeze=False)
+    for ax, (file, points) in zip(axes[0], fronts.items()):
+        for route, (wall, score, spread) in points.items():
+            ax.errorbar(wall / 60, score, yerr=spread, fmt="o", capsize=3, label=route_label(route))
+        ax.set_title(file)
+        ax.set_xlabel("wall time to the end, minutes (one core)")
+        ax.set_ylabel("test score, points")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", default=os.path.join(study.ROOT, "reports/first_run/runs"))
+    parser.add_argument("--out", default=os.path.join(study.ROOT, "reports/first_run"))
+    args = parser.parse_args()
+    choice = study.chosen_candidate(args.runs)
+    out = [f"New default chosen on the search seed: **{route_label(choice) if choice else 'not yet (search unfinished)'}**",
+           ""]
+    fronts = {}
+    for file in study.FILES:
+        rate = study.searched_full_rate(args.runs, file)
+        out += [f"## {file}", ""]
+        if rate:
+            routes = [study.full(rate), f"hf_lr{rate:.0e}", study.OLD_DEFAULT] + (
+                [choice] if choice and choice != study.OLD_DEFAULT else [])
+            lines, points, verdicts, contended, seeds = file_table(args.runs, file, routes, study.full(rate))
+            if seeds:
+                out += [f"Compared seeds: {', '.join(map(str, seeds))}. Test score at the best validation epoch; "
+                        "wall and CPU seconds of the whole process (start-up, cache builds and scoring included).",
+                        "", *lines, ""]
+                for route, (score, share) in verdicts.items():
+                    out.append(f"- {route_label(route)}: {target_verdict(score, share)} (within {TARGET_POINTS:g} "
+                               f"point at no more than {TARGET_SHARE:.0%} of full fine-tuning's wall time)")
+                if contended:
+                    out.append(f"- Contended runs (an epoch below {CONTENDED:.0%} CPU): {', '.join(contended)}")
+                out.append("")
+                fronts[file] = points
+            else:
+                out += ["No compared seed has completed yet.", ""]
+        out += [f"Search (seed 0, validation split of the training file):", "", *search_table(args.runs, file), ""]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(out) + "\n")
+    if fronts:
+        figure(fronts, os.path.join(args.out, "front.png"))
+    print(f"wrote {os.path.join(args.out, 'results.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The first-run benchmark's design (benchmarks/first_run/study.py): which rate full fine-tuning takes, which
+candidate becomes the new default, and that a (file, seed)'s compared runs wait until both are known; and the
+report's target verdict on interval bounds. Fabricated run records, no training."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                                "first_run"))
+import report  # noqa: E402
+import study  # noqa: E402
+
+from tf_transfer.core import stats  # noqa: E402
+
+
+def _run(runs, file, route, validation, cpu_s, seed=0):
+    folder = os.path.join(runs, file, route, f"seed{seed}")
+    os.makedirs(folder)
+    epochs = [{"epoch": 1, "epoch_time_s": 10.0, "epoch_cpu_s": 9.8, "val": {"accuracy": validation},
+               "test": {"accuracy": validation - 0.02}}]
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump({"completed": True, "metric": "accuracy", "epochs": epochs, "best_epoch": 1}, f)
+    with open(os.path.join(folder, "process.json"), "w") as f:
+        json.dump({"wall_s": cpu_s * 1.02, "cpu_s": cpu_s}, f)
+
+
+def _search(runs, candidates):
+    """Every file's full fine-tuning search (1e-4 best) and the candidates `{route: (validation, CPU s)}`."""
+    for file in study.FILES:
+        for lr, validation in zip(study.FULL_RATES, (0.85, 0.90, 0.88)):
+            _run(runs, file, study.full(lr), validation, 1000.0)
+        for route, (validation, cpu_s) in candidates.items():
+            _run(runs, file, route, validation, cpu_s)
+
+
+def test_the_candidate_is_the_closest_of_those_within_the_time_share(tmp_path):
+    runs = str(tmp_path)
+    assert study.chosen_candidate(runs) is None  # nothing searched yet
+    assert all(route is None for _, route, seed in study.jobs(runs) if seed in study.COMPARED_SEEDS)
+    _search(runs, {study.OLD_DEFAULT: (0.87, 300.0), study.cached(2, 1e-4): (0.895, 350.0),
+                   study.cached(2, 3e-4): (0.885, 340.0), study.cached(3, 1e-4): (0.899, 450.0)})
+    assert {study.searched_full_rate(runs, file) for file in study.FILES} == {5e-5}
+    # The last 3 is closest but over 40% of full fine-tuning's CPU seconds: the last 2 at 1e-4 is chosen.
+    assert study.chosen_candidate(runs) == study.cached(2, 1e-4)
+    compared = [(file, route) for file, route, seed in study.jobs(runs) if seed == study.COMPARED_SEEDS[0]]
+    assert ("sst2", study.full(5e-5)) in compared and ("sst2", "hf_lr5e-05") in compared
+    assert ("sst2", study.cached(2, 1e-4)) in compared and ("sst2", study.OLD_DEFAULT) in compared
+
+
+def test_none_fast_enough_falls_back_to_the_fastest_within_a_point(tmp_path):
+    runs = str(tmp_path)
+    _search(runs, {study.OLD_DEFAULT: (0.86, 500.0), study.cached(2, 1e-4): (0.895, 600.0),
+                   study.cached(2, 3e-4): (0.88, 420.0), study.cached(3, 1e-4): (0.899, 700.0)})
+    assert study.chosen_candidate(runs) == study.cached(2, 1e-4)
+
+
+def test_route_flags_name_what_they_train():
+    assert study.route_flags("full_lr1e-04") == ["--trainable_layers=all", "--cache_frozen=false", "--lr=0.0001"]
+    assert study.route_flags("k3c_lr3e-04") == ["--trainable_layers=3", "--cache_frozen=true", "--lr=0.0003"]
+
+
+@pytest.mark.parametrize("score, share, verdict", [
+    ((-0.3, -0.8, 0.2), (0.35, 0.30, 0.39), "target met"),
+    ((-2.5, -3.0, -1.5), (0.35, 0.30, 0.39), "target missed"),
+    ((-0.3, -0.8, 0.2), (0.45, 0.42, 0.48), "target missed"),
+    ((-0.5, -1.6, 0.6), (0.35, 0.30, 0.39), "inconclusive"),
+])
+def test_target_verdict_reads_the_bounds(score, share, verdict):
+    interval = lambda e, lo, hi: stats.Interval(e, lo, hi, 3, "paired t")
+    assert report.target_verdict(interval(*score), interval(*share)) == verdict

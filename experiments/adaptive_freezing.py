@@ -139,8 +139,8 @@ DIFFERENCES = (
     "block annealing with the head (--min_trainable_layers=1).",
     "MRPC is stopped and scored on accuracy, not F1: a constant 'paraphrase' scores F1 0.81, which would leave "
     "no room to test whether full fine-tuning learned (10 points above the constant).",
-    "Times are the process's CPU seconds, each run pinned to one core, i.e. about the wall time on a dedicated "
-    "core; the caches' builds and the new step's compilation at each freeze are inside AutoFreeze's and FreezeOut's "
+    "Times are the process's CPU seconds, each run pinned to one core: what the run computed, not its wall time "
+    "where another process shared the core; the caches' builds and the new step's compilation at each freeze are inside AutoFreeze's and FreezeOut's "
     "epochs, so their times include them. The study's first runs (2026-11-25 from 21:59 UTC) shared their core "
     "with the methods_full study's: the CPU clock keeps each run's own seconds, but shared caches and memory "
     "bandwidth slow both a little, and each run's `cpu_utilization` per epoch says how much of the wall time it "

@@ -123,8 +123,8 @@ CPU_DIFFERENCES = (
     "r = 8 is not rate-neutral for the other ranks (the methods_full study draws A as the paper does).",
     "The LoRA paper's GLUE results (Table 2) start MRPC, RTE and STS-B from a model already adapted to MNLI; here "
     "every task starts from the pretrained encoder.",
-    "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds, i.e. the "
-    "wall time on one dedicated core.",
+    "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds: what the "
+    "run computed (its wall time was longer wherever another process shared its core).",
 )
 
 GRID = Grid(

@@ -119,7 +119,8 @@ DIFFERENCES = (
     "The LoRA paper's GLUE results (Table 2) fine-tune RoBERTa and DeBERTa for 25-80 epochs at batch 16, and start "
     "MRPC, RTE and STS-B from a model already adapted to MNLI; BitFit's tune BERT-base and -large with their own "
     "rate grids. Neither compares against freezing over a cache.",
-    "Each run is pinned to one core; times are the process's CPU seconds, i.e. the wall time on one dedicated core.",
+    "Each run is pinned to one core; times are the process's CPU seconds: what the run computed (its wall time was "
+    "longer wherever another process shared its core).",
 )
 
 GRID = Grid(
@@ -137,7 +138,7 @@ GRID = Grid(
     report=Design(
         METHODS, TASKS, method_of, pick_rate,
         stopped="after 9 SST-2 rate-search runs and before any compared run, its design was replaced by the "
-                "methods_paired study's (seeds from a power calculation, pairs kept on one kind of machine, the "
+                "methods_paired study's (seeds from a precision calculation, pairs kept on one kind of machine, the "
                 "adaptive-freezing study's 4-epoch protocol: see reports/methods_paired/). Its runs stay here as "
                 "they are; nothing below is a verdict.").write_report,
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),

@@ -32,8 +32,9 @@ CPU_DIFFERENCES = (
     "an Intel machine's AMX units about 1.5x the float32 training rate on one core (benchmarks/README.md; the "
     "runs' machines are listed below, and on an AMD EPYC without AMX the gain was not measured). The "
     "paper trained in float32.",
-    "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds, i.e. "
-    "the wall time on one dedicated core (the paper: wall time on a GPU).",
+    "Each run is pinned to one core and two shards run side by side; times are the process's CPU seconds: "
+    "what the run computed, longer in wall time wherever another process shared its core (the paper: wall time on a "
+    "GPU).",
 )
 
 

@@ -39,6 +39,7 @@ _PUBLIC = {
     "CachedClassifier": "tf_transfer.models.cached_classifier",
     "AutoFreeze": "tf_transfer.models.methods.adaptive.callbacks",
     "FreezeOut": "tf_transfer.models.methods.adaptive.callbacks",
+    "export": "tf_transfer.models.export",
     "compare": "tf_transfer.reporting.comparison",
     "comparison_figure": "tf_transfer.reporting.comparison",
 }

@@ -32,6 +32,11 @@ COMMAND_FLAGS = {
                           "(backbone, tokenizer, preprocessor, task); score files with it using python -m "
                           "tf_transfer.predict. On a completed run: exports it without training (from the weights "
                           "the run kept)."),
+        export_format=("preset", "What --export_dir writes: preset, a keras-hub preset folder (tf_transfer.predict "
+                                 "and keras-hub load it), or saved_model, a TensorFlow SavedModel whose "
+                                 "serving_default signature takes raw strings and returns label and probabilities "
+                                 "(tf.saved_model.load, saved_model_cli and TensorFlow Serving load it without "
+                                 "keras-hub or tf_transfer; BERT and DistilBERT presets)."),
     ),
 }
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --learning_rate for --lr, ... (docs/glue.md)
@@ -55,8 +60,9 @@ def first_run_settings() -> tuple:
 def main(argv):
     del argv
     config, first_run = first_run_settings()  # validates every setting before anything heavy is imported
-    from tf_transfer.models import loader
+    from tf_transfer.models import loader, serving
 
+    serving.check_format(FLAGS.export_format)
     loader.check_depth(config.model)  # from the preset's config, before the data, TensorFlow or the weights
     read = []
     if config.data_spec is not None:  # bad files are one line within a second or two, not after TensorFlow's start
@@ -83,7 +89,7 @@ def _train(config: GlueSettings, output_dir: str, announced: list) -> None:
     if found is not None:
         results = results_text(found)
         if FLAGS.export_dir:
-            summary = study.export_finished(config, output_dir, FLAGS.export_dir)
+            summary = study.export_finished(config, output_dir, FLAGS.export_dir, FLAGS.export_format)
             print(f"{output_dir} already holds a completed run; not training again: exported its epoch-"
                   f"{summary['exported']['epoch'] or len(summary['epochs'])} model to {FLAGS.export_dir}"
                   f"{f' ({results})' if results else ''}")
@@ -92,7 +98,7 @@ def _train(config: GlueSettings, output_dir: str, announced: list) -> None:
               f"{f': {results}' if results else ''}")
         return
     summary = study.run_glue(config, output_dir, overwrite=FLAGS.overwrite, export_dir=FLAGS.export_dir,
-                             keep_weights=True)
+                             keep_weights=True, export_format=FLAGS.export_format)
     closing = methods.get(config.method).closing_line(summary)  # e.g. when each block froze, before the last line
     if closing:
         print(closing)

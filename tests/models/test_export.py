@@ -140,3 +140,68 @@ def test_predict_for_a_pipeline_ids_probabilities_csv_and_json_lines(exported, g
     assert {o["label"] for o in objects} <= {"entailment", "not_entailment"}
     bad = run_module("tf_transfer.predict", f"--export_dir={root / 'model'}", f"--input={test}", "--id_column=key")
     assert bad.returncode == 2 and "no column key for --id_column" in bad.stderr
+
+
+# Run by the venv's Python in a fresh process where keras-hub and tf_transfer cannot be imported: the SavedModel
+# must serve with TensorFlow and tensorflow-text alone (tensorflow_text itself imports Keras for its own layers).
+STANDALONE = """
+import json, sys
+for name in ("keras_hub", "tf_transfer"):
+    sys.modules[name] = None  # every later `import keras_hub...` raises ImportError
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer's ops
+for name in ("keras_hub", "tf_transfer"):
+    try:
+        __import__(name)
+        sys.exit(name + " was importable")
+    except ImportError:
+        pass
+texts = json.load(sys.stdin)
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+outputs = serve(**{name: tf.constant(values) for name, values in texts.items()})
+print(json.dumps({"inputs": sorted(serve.structured_input_signature[1]),
+                  **{name: value.numpy().tolist() for name, value in outputs.items()}}, default=bytes.decode))
+"""
+
+
+def test_saved_model_serves_raw_strings_as_predict_without_keras_hub_or_tf_transfer(exported, glue_dir, tmp_path):
+    """The finished run exported again as a SavedModel (no training), loaded in a process that cannot import
+    keras-hub or tf_transfer and called on the raw dev pairs: predict's labels and probabilities (float32
+    rounding), under inputs named as the training file's columns."""
+    import subprocess
+    import sys
+
+    config, _, root = exported
+    served = tmp_path / "served"
+    summary = runner.export_finished(config, str(root / "run"), str(served), "saved_model")
+    assert summary["exported"] == {"folder": str(served), "epoch": summary["best_epoch"]}
+    classifier, meta = export.load(str(root / "model"))
+    dev = tasks.read_glue_split(tasks.get_task("rte"), glue_dir, "dev")
+    logits, labels = export.predict(classifier, meta, dev.text_a, dev.text_b)
+    texts = {"sentence1": dev.text_a, "sentence2": dev.text_b}
+    done = subprocess.run([sys.executable, "-c", STANDALONE, str(served)], input=json.dumps(texts), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outputs["inputs"] == ["sentence1", "sentence2"]
+    assert outputs["label"] == labels
+    np.testing.assert_allclose(outputs["probabilities"], export.probabilities(logits), rtol=0, atol=1e-5)
+    assert outputs["label_names"] == [["entailment", "not_entailment"]] * len(dev)
+    record = json.loads((served / "assets.extra" / "tf_transfer_task.json").read_text())
+    assert record["inputs"] == ["sentence1", "sentence2"] and record["labels"] == ["entailment", "not_entailment"]
+    # predict scores with either format: the SavedModel's rows as the preset folder's.
+    out = tmp_path / "served.csv"
+    done = run_module("tf_transfer.predict", f"--model={served}", f"--input={glue_dir}/RTE/dev.tsv", f"--output={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader(open(out)))
+    assert [r["label"] for r in rows] == labels
+    np.testing.assert_allclose([[float(r["prob_entailment"]), float(r["prob_not_entailment"])] for r in rows],
+                               export.probabilities(logits), rtol=0, atol=1e-5)
+
+
+def test_glue_refuses_an_unknown_export_format_before_training(glue_dir, tmp_path):
+    bad = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}", f"--output_dir={tmp_path / 'run'}",
+                     f"--export_dir={tmp_path / 'model'}", "--export_format=onnx")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == "error: --export_format=onnx: choose one of preset, saved_model"
+    assert not (tmp_path / "run").exists()

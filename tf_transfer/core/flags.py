@@ -38,6 +38,7 @@ SHARED = {
     "label_column": (flags.DEFINE_string, "Column holding the label."),
     "text_columns": (flags.DEFINE_list, "Columns holding the texts, comma-separated."),
     "export_dir": (flags.DEFINE_string, "A classifier exported by glue --export_dir (a keras-hub preset folder)."),
+    "export_format": (flags.DEFINE_string, "What --export_dir writes: preset or saved_model."),
     "report": (flags.DEFINE_list, "Instead of training: print a Markdown table of these run folders."),
     "encoding": (flags.DEFINE_string, "Text encoding of the input files."),
     "padding": (flags.DEFINE_string, "How batches are laid out: bucket, fixed or pack."),

@@ -25,29 +25,33 @@ import numpy as np
 from tf_transfer.data import inputs, packing
 from tf_transfer.core import disk
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models import families
+from tf_transfer.models import families, serving
 
 META = "tf_transfer_task.json"
 # Present in an exported folder while it is being written (`export_classifier`).
 UNFINISHED = ".export-unfinished"
 
 
-def check_exportable(backbone) -> None:
-    """`TransferError` for a backbone whose family keras-hub has no text classifier for."""
+def check_exportable(backbone, export_format: str = "preset") -> None:
+    """`TransferError` for a backbone whose family keras-hub has no text classifier for, or (a SavedModel) whose
+    tokenizer the serving graph does not reproduce."""
     family = families.of(backbone)
     if family.classifier is None:
         exportable = ", ".join(f.name for f in families.FAMILIES.values() if f.classifier)
         raise TransferError(f"--export_dir: keras-hub has no {family.name} text classifier to export to; runs of "
                             f"{exportable} presets can be exported")
+    if serving.check_format(export_format) == "saved_model":
+        serving.check_family(family)
 
 
 def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, folder: str, dropout: float = 0.1,
-                      padding: str = "bucket"):
-    """Writes the preset folder; returns the keras-hub classifier that was saved. `padding` (how the run was
-    trained) is recorded as the way `predict` scores with it by default."""
+                      padding: str = "bucket", export_format: str = "preset"):
+    """Writes the preset folder (or, `export_format="saved_model"`, the SavedModel); returns the keras-hub
+    classifier that was saved. `padding` (how the run was trained) is recorded as the way `predict` scores with it
+    by default."""
     import keras_hub
 
-    check_exportable(backbone)
+    check_exportable(backbone, export_format)
     name = families.of(backbone).classifier
     preprocessor = getattr(keras_hub.models, name + "Preprocessor")(tokenizer, sequence_length=max_seq_length,
                                                                      truncate="round_robin")
@@ -57,21 +61,76 @@ def export_classifier(backbone, tokenizer, head, task, max_seq_length: int, fold
     if head.hidden is not None:
         classifier.get_layer("pooled_dense").set_weights(head.hidden.get_weights())
     classifier.get_layer("logits").set_weights(head.dense.get_weights())
+    meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
+            "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
+            "label_column": task.label_column, "max_seq_length": max_seq_length,
+            "padding": padding}
+    _write(classifier, folder, meta, export_format)
+    return classifier
+
+
+def _write(classifier, folder: str, meta: dict, export_format: str) -> None:
+    """Saves `classifier` to `folder` in `export_format`, with `meta` (`tf_transfer_task.json`) beside it (a
+    preset's with the SHA-256 of each file keras-hub wrote); until the export is whole the folder says so (a full
+    disk or a kill half way leaves it refused, not taken for the older export it partly replaced)."""
+    meta = {key: value for key, value in meta.items() if key != "sha256"}  # a converted folder's digests: not these
     with disk.writing(folder, "the exported model"):
         os.makedirs(folder, exist_ok=True)
-        # Until the export is whole, the folder says so (a full disk or a kill half way leaves it refused, not
-        # taken for the older export it partly replaced).
         with open(os.path.join(folder, UNFINISHED), "w"):
             pass
-        classifier.save_to_preset(folder)
-        meta = {"task": task.name, "labels": list(task.labels) if task.labels else None,
-                "regression": task.is_regression, "pair": task.is_pair, "text_columns": list(task.text_columns),
-                "label_column": task.label_column, "max_seq_length": max_seq_length,
-                "padding": padding, "sha256": _digests(folder)}
-        with open(os.path.join(folder, META), "w") as f:
-            json.dump(meta, f, indent=2)
+        if export_format == "saved_model":
+            serving.export_saved_model(classifier, folder, meta.get("labels"), meta["text_columns"],
+                                       bool(meta.get("regression")), meta)
+        else:
+            classifier.save_to_preset(folder)
+            with open(os.path.join(folder, META), "w") as f:
+                json.dump({**meta, "sha256": _digests(folder)}, f, indent=2)
         os.remove(os.path.join(folder, UNFINISHED))
-    return classifier
+
+
+def export(model, folder: str, format: str = "saved_model", labels=None, text_columns=("text",),
+           regression: bool = False) -> str:
+    """Exports a keras-hub text classifier, or a folder written by `glue --export_dir`, to `folder`.
+
+    `format="saved_model"`: a TensorFlow SavedModel whose `serving_default` signature takes one batch of raw
+    strings per text column and returns `label`, `probabilities` and `label_names` (or `score` for a regression),
+    tokenizing in its graph: `tf.saved_model.load`, `saved_model_cli` and TensorFlow Serving use it without keras-hub
+    or tf_transfer (BERT and DistilBERT presets). `format="preset"`: a keras-hub preset folder that
+    `python -m tf_transfer.predict` and `keras_hub.models.TextClassifier.from_preset` load.
+
+    Args:
+        model: a keras-hub `TextClassifier` with its preprocessor (e.g. `BertTextClassifier`), or the path of a
+            folder exported by `glue --export_dir` (its labels and columns are then its own).
+        folder: where to write.
+        format: `"saved_model"` or `"preset"`.
+        labels: the class names in the order of the classifier's outputs (default: `"0"`, `"1"`, ...).
+        text_columns: the names of the texts the classifier reads, one or two (a pair): the signature's inputs.
+        regression: the classifier's one output is a score (`score` in the signature).
+
+    Returns:
+        `folder`.
+
+    Examples:
+
+    >>> import tf_transfer
+    >>> tf_transfer.export(classifier, "served/sst2", labels=["negative", "positive"],
+    ...                    text_columns=["sentence"])  # doctest: +SKIP
+    'served/sst2'
+    >>> tf_transfer.export("exported/rte", "served/rte")  # a folder written by glue --export_dir  # doctest: +SKIP
+    'served/rte'
+    """
+    serving.check_format(format)
+    if isinstance(model, (str, os.PathLike)):
+        if not read_meta(str(model)):
+            raise TransferError(f"{model}: no {META} beside the model (exported before it was written): export the "
+                                "run again with --export_dir")
+        model, meta = load(str(model))
+    else:
+        meta = {"labels": None if labels is None else list(labels), "regression": bool(regression),
+                "text_columns": list(text_columns), "pair": len(text_columns) > 1}
+    check_exportable(model.backbone, format)
+    _write(model, str(folder), meta, format)
+    return str(folder)
 
 
 def _digests(folder: str) -> dict:
@@ -85,11 +144,14 @@ def _digests(folder: str) -> dict:
 def read_meta(folder: str) -> dict:
     """`tf_transfer_task.json` of an exported folder (`{}` for a folder exported before it was written), without
     loading the model; `TransferError` for a folder that holds no exported classifier."""
-    if not os.path.isfile(os.path.join(folder, "task.json")):
-        raise TransferError(f"{folder} is not an exported classifier (no task.json): export one with --export_dir")
     if os.path.exists(os.path.join(folder, UNFINISHED)):
         raise TransferError(f"{folder} holds an export that did not finish (a full disk or a stopped process): export "
                             "the run again")
+    if serving.is_saved_model(folder):
+        return serving.read_meta(folder)
+    if not os.path.isfile(os.path.join(folder, "task.json")):
+        raise TransferError(f"{folder} is not an exported classifier (no task.json, no saved_model.pb): export one "
+                            "with --export_dir")
     meta_path = os.path.join(folder, META)
     if not os.path.isfile(meta_path):
         return {}
@@ -116,6 +178,25 @@ def load(folder: str, meta: Optional[dict] = None):
 
     meta = read_meta(folder) if meta is None else meta
     return keras_hub.models.TextClassifier.from_preset(folder), meta
+
+
+def load_scorer(folder: str, meta: Optional[dict] = None) -> tuple:
+    """`(score, meta)` of the model exported to `folder` (either format; `meta` as `load`'s), loaded:
+    `score(text_a, text_b, batch_size, progress, padding)` returns `(values, predictions)` in the rows' order, each
+    row's probabilities (a column of scores for a regression) and its label (or score). `padding` is how a preset
+    folder's classifier lays out its rows (`predict`); a SavedModel pads each batch to its longest row
+    (`serving.predict`)."""
+    if serving.is_saved_model(folder):
+        serve, meta = serving.load(folder)
+        return (lambda text_a, text_b, batch_size, progress, padding: serving.predict(
+            serve, meta, text_a, text_b, batch_size, progress)), meta
+    classifier, meta = load(folder, meta)
+
+    def score(text_a, text_b, batch_size, progress, padding):
+        outputs, predictions = predict(classifier, meta, text_a, text_b, batch_size, progress, padding=padding)
+        return (outputs if meta.get("regression") else probabilities(outputs)), predictions
+
+    return score, meta
 
 
 def probabilities(logits: np.ndarray) -> np.ndarray:

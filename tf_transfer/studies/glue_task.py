@@ -92,15 +92,17 @@ def scores(feed, model, task, split: str) -> dict:
 
 class GlueTask(Task):
     """A GLUE run of `settings` (a GLUE task, or a user's own data set read the same way); `export_dir` saves the
-    best epoch's classifier there after training; `keep_weights` keeps the best epoch's trained weights in the run's
-    folder once it completes (`checkpoints.BEST`), so that `export_finished` can export it later."""
+    best epoch's classifier there after training, in `export_format` (`export.FORMATS`); `keep_weights` keeps the
+    best epoch's trained weights in the run's folder once it completes (`checkpoints.BEST`), so that
+    `export_finished` can export it later."""
 
     summary_schema = "glue"  # tf_transfer.training.run_record
 
-    def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None, keep_weights: bool = False):
+    def __init__(self, settings: GlueSettings, export_dir: Optional[str] = None, keep_weights: bool = False,
+                 export_format: str = "preset"):
         super().__init__(settings)
         self.added_settings = settings.added_settings()
-        self.export_dir, self.keep_weights = export_dir, keep_weights
+        self.export_dir, self.keep_weights, self.export_format = export_dir, keep_weights, export_format
         self.trained = []  # the variables training may change (`checkpoints.trained_variables`), once built
         self.metric = settings.metric_name
         self.task = None  # a `tasks.Task`, known once the data has been read
@@ -132,7 +134,7 @@ class GlueTask(Task):
         if self.export_dir:  # refused before training, not after it
             from tf_transfer.models import export
 
-            export.check_exportable(self.backbone)
+            export.check_exportable(self.backbone, self.export_format)
 
     def _data_and_backbone(self, strategy) -> dict:
         """Reads the data (the task, its labels) and loads the backbone under the run's strategy, seed and dtype
@@ -348,7 +350,7 @@ class GlueTask(Task):
         methods.get(self.settings.method).merge_for_export(self.backbone)
         export.export_classifier(self.backbone, self.loaded.tokenizer, self.model.get_layer("head"), self.task,
                                  self.settings.max_seq_length, self.export_dir, self.settings.dropout,
-                                 self.settings.padding)
+                                 self.settings.padding, self.export_format)
         summary["exported"] = {"folder": os.path.abspath(self.export_dir), "epoch": best}
         logging.info("exported the epoch-%s model to %s", best, self.export_dir)
 
@@ -375,7 +377,7 @@ class GlueTask(Task):
         self.trained = checkpoints.trained_variables(self.model)
         from tf_transfer.models import export
 
-        export.check_exportable(self.backbone)
+        export.check_exportable(self.backbone, self.export_format)
         folder.summary, folder.kind = dict(folder.existing), self.summary_schema
         self._export(folder.summary)
         folder.write()
@@ -383,27 +385,28 @@ class GlueTask(Task):
 
 
 def run_glue(settings: GlueSettings, output_dir: str, strategy=None, overwrite: bool = False,
-             export_dir: Optional[str] = None, keep_weights: bool = False) -> dict:
+             export_dir: Optional[str] = None, keep_weights: bool = False, export_format: str = "preset") -> dict:
     """Trains and scores one GLUE run in `output_dir` (`runner.run`); returns the final summary. `keep_weights`:
     the run keeps its best epoch's trained weights, for `export_finished`."""
-    return runner.run(task_for(settings, export_dir, keep_weights), output_dir, strategy, overwrite)
+    return runner.run(task_for(settings, export_dir, keep_weights, export_format), output_dir, strategy, overwrite)
 
 
-def export_finished(settings: GlueSettings, output_dir: str, export_dir: str) -> dict:
-    """Exports the completed run of `settings` in `output_dir` to `export_dir` without training
+def export_finished(settings: GlueSettings, output_dir: str, export_dir: str, export_format: str = "preset") -> dict:
+    """Exports the completed run of `settings` in `output_dir` to `export_dir` in `export_format` without training
     (`GlueTask.export_finished`); returns its summary."""
-    return task_for(settings, export_dir).export_finished(output_dir)
+    return task_for(settings, export_dir, export_format=export_format).export_finished(output_dir)
 
 
-def task_for(settings: GlueSettings, export_dir: Optional[str] = None, keep_weights: bool = False) -> GlueTask:
+def task_for(settings: GlueSettings, export_dir: Optional[str] = None, keep_weights: bool = False,
+             export_format: str = "preset") -> GlueTask:
     """The task of a GLUE run: `GlueTask`, with the run's method's `trainer` mixed in before it where the method has
     one (a method decided while training)."""
     from tf_transfer.models import methods
 
     trainer = methods.get(settings.method).trainer
     if trainer is None:
-        return GlueTask(settings, export_dir, keep_weights)
-    return _trained_by(trainer)(settings, export_dir, keep_weights)
+        return GlueTask(settings, export_dir, keep_weights, export_format)
+    return _trained_by(trainer)(settings, export_dir, keep_weights, export_format)
 
 
 @functools.lru_cache(maxsize=None)

@@ -602,6 +602,18 @@ def runs_sentence(collected: list, compared: list, design: Design) -> str:
                "run*)."))
 
 
+def figures(out: str, summary: dict, methods: dict, memory: str) -> list:
+    """The score-against-time and score-against-memory figures drawn in `out`, as Markdown image links."""
+    return [f"![{title}]({name})" for name, title, drawn in [
+        ("score_vs_time.png", "score against time", figure(
+            os.path.join(out, "score_vs_time.png"), summary, methods, "time_ratio",
+            "training time to the stopping point, share of full fine-tuning's (mean of tasks)",
+            "score against training time")),
+        ("score_vs_memory.png", "score against memory", figure(
+            os.path.join(out, "score_vs_memory.png"), summary, methods, "memory",
+            f"memory, MB (mean of tasks; {memory})", "score against memory"))] if drawn]
+
+
 def write_report(collected: list, out: str, study, variant: str, design: Design) -> str:
     chosen = study.variant(variant)
     methods = design.methods
@@ -610,14 +622,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     table = {key: measures(runs, chosen.clock, memory) for key, runs in cells(collected, methods).items()}
     summary = overall(table, tasks, methods)
     os.makedirs(out, exist_ok=True)
-    images = [f"![{title}]({name})" for name, title, drawn in [
-        ("score_vs_time.png", "score against time", figure(
-            os.path.join(out, "score_vs_time.png"), summary, methods, "time_ratio",
-            "training time to the stopping point, share of full fine-tuning's (mean of tasks)",
-            "score against training time")),
-        ("score_vs_memory.png", "score against memory", figure(
-            os.path.join(out, "score_vs_memory.png"), summary, methods, "memory",
-            f"memory, MB (mean of tasks; {memory})", "score against memory"))] if drawn]
+    images = figures(out, summary, methods, memory)
     reports.write_csv(os.path.join(out, "runs.csv"), CSV_HEADER, csv_rows(collected, chosen.clock, design))
     majority = reports.dev_baselines(tasks, collected, out)
     reports.write_baselines(out, majority)

@@ -113,7 +113,8 @@ GRID = Grid(
                          differences=("A check of the commands on 64 sentences, one epoch per phase: not a result.",),
                          clock="cpu"),
     },
-    report=report.Design(ARMS, SEEDS, arm_of).write_report,
+    report=report.Design(ARMS, SEEDS, arm_of, f"all-MiniLM-L6-v2 (uncased), a seeded sample of {SAMPLE:,} eng.train "
+                         "sentences, one CPU core per run").write_report,
     study="stack",
     layout=layout,
     data_settings=data_settings,

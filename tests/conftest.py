@@ -65,6 +65,8 @@ OUTSIDE_ENVIRONMENT = (
     "TF_TRANSFER_QUIET",  # the quiet start's marker
     "TF_TRANSFER_SWEEP_WORKER",  # a worker the sweep started: its number and deadline
     "SWEEP_FAKE_EPOCH_S",  # tests/sweep_fakes.py's epoch
+    "SWEEP_FAKE_HOST",  # tests/sweep_fakes.py: the host its trials record, another machine's
+    "SWEEP_FAKE_TRAINER_PID",  # tests/sweep_fakes.py: where its first trial's trainer writes its process id
 )
 
 

@@ -151,6 +151,23 @@ def figure(fronts: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def machines_line(runs: str) -> str:
+    """How many runs completed, on which kinds of machine, and when (the first and last finish)."""
+    kinds, finished = {}, []
+    for file, route, seed in study.jobs(runs):
+        summary = route and study.done(runs, file, route, seed)
+        if summary:
+            machine = summary.get("machine") or {}
+            isa = ", ".join(machine.get("isa") or []) or "instruction sets unrecorded"
+            kind = f"{machine.get('cpu', 'unknown')} ({isa})"
+            kinds[kind] = kinds.get(kind, 0) + 1
+            finished.append(summary.get("finished_at", "")[:16])
+    if not kinds:
+        return "No run has completed yet."
+    return (f"Runs completed: {sum(kinds.values())}, on {'; '.join(f'{k}: {n}' for k, n in kinds.items())}; "
+            f"finished {min(finished)} to {max(finished)} UTC. Each job ran pinned to one core.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", default=os.path.join(study.ROOT, "reports/first_run/runs"))
@@ -158,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     choice = study.chosen_candidate(args.runs)
     out = [f"New default chosen on the search seed: **{route_label(choice) if choice else 'not yet (search unfinished)'}**",
-           ""]
+           "", machines_line(args.runs), ""]
     fronts = {}
     for file in study.FILES:
         rate = study.searched_full_rate(args.runs, file)

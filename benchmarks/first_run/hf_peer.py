@@ -116,7 +116,8 @@ def main() -> None:
         per_device_eval_batch_size=64, num_train_epochs=args.max_epochs, eval_strategy="epoch",
         save_strategy="epoch", save_total_limit=2, load_best_model_at_end=True,
         metric_for_best_model=f"validation_{metric}", greater_is_better=metric != "mse",
-        train_sampling_strategy="group_by_length", seed=args.seed, data_seed=args.seed, report_to=[], logging_strategy="no",
+        train_sampling_strategy="group_by_length", seed=args.seed, data_seed=args.seed, report_to=[],
+        logging_strategy="no",
         use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(
         model=model, args=training_args, train_dataset=data["train"],

@@ -174,7 +174,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(study.ROOT, "reports/first_run"))
     args = parser.parse_args()
     choice = study.chosen_candidate(args.runs)
-    out = [f"New default chosen on the search seed: **{route_label(choice) if choice else 'not yet (search unfinished)'}**",
+    chosen = route_label(choice) if choice else "not yet (search unfinished)"
+    out = [f"New default chosen on the search seed: **{chosen}**",
            "", machines_line(args.runs), ""]
     fronts = {}
     for file in study.FILES:

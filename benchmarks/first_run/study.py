@@ -223,7 +223,8 @@ def work(data: str, runs: str) -> None:
         if not pending:
             return
         ready = [job for job in pending if job[1] is not None and not any(
-            os.path.exists(os.path.join(runs, job[0], job[1], f"seed{job[2]}", name)) for name in ("claim", "failed.json"))]
+            os.path.exists(os.path.join(runs, job[0], job[1], f"seed{job[2]}", name))
+            for name in ("claim", "failed.json"))]
         if not ready:
             time.sleep(30)  # a search another worker runs decides the rest
             continue

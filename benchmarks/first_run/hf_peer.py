@@ -106,9 +106,11 @@ def main() -> None:
                            "epoch_cpu_s": time.process_time() - self.cpu})
 
     def compute_metrics(prediction):
-        logits = prediction.predictions
-        split = "validation" if len(logits) == len(truth["validation"]) else "test"
-        return _scores(logits, truth[split], args.regression, n_labels)
+        # Scored against the labels the Trainer returns beside the predictions, in their order (its evaluation may
+        # not keep the dataset's); `truth` only checks that they are one split's labels.
+        logits, labels = prediction.predictions, np.asarray(prediction.label_ids).reshape(-1)
+        assert any(len(t) == len(labels) and np.allclose(np.sort(t), np.sort(labels)) for t in truth.values())
+        return _scores(logits, labels, args.regression, n_labels)
 
     training_args = transformers.TrainingArguments(
         output_dir=os.path.join(args.output_dir, "checkpoints"), learning_rate=args.lr,

@@ -40,6 +40,7 @@ from typing import Callable, Optional, Sequence
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
 from tf_transfer.studies import sweep_storage
+from tf_transfer.studies.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep_rule import MARGIN, MIN_SEEDS, Run, constant_prediction, recommend, run_of  # noqa: F401
 
@@ -167,37 +168,6 @@ def reference(found: dict) -> str:
     full = [name for name, s in found.items()
             if methods.name_of(s) == methods.DEFAULT and s["trainable_layers"] == freezing.ALL]
     return max(full, key=lambda name: found[name]["lr"]) if full else next(iter(found))
-
-
-class _AmongLiveTrials:
-    """A pruner that ranks a trial among the trials that did not fail: a trial whose process died is queued again
-    with the rungs it passed (Optuna's retry copies them), so the failed one must not compete there a second time."""
-
-    def __init__(self, pruner):
-        self._pruner = pruner
-
-    def prune(self, study, trial) -> bool:
-        return self._pruner.prune(_LiveTrials(study), trial)
-
-
-class _LiveTrials:
-    def __init__(self, study):
-        self._study = study
-
-    def __getattr__(self, name):
-        return getattr(self._study, name)
-
-    def get_trials(self, deepcopy: bool = True, states=None):
-        return [t for t in self._study.get_trials(deepcopy=deepcopy, states=states) if t.state.name != "FAIL"]
-
-
-def pruner_of_sweeps(first_rung: Optional[int] = None):
-    """Successive halving at epochs r, 3r, 9r, ... (r: the first rung, `first_rung`, 1 until it is measured): the
-    best third of the trials that reached an epoch go on (failed trials left out: `_AmongLiveTrials`). Every process
-    that reports to the study loads it with this pruner (Optuna does not store it)."""
-    import optuna
-
-    return _AmongLiveTrials(optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung or 1, reduction_factor=3))
 
 
 def load(where: tuple):

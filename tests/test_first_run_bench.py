@@ -71,3 +71,13 @@ def test_route_flags_name_what_they_train():
 def test_target_verdict_reads_the_bounds(score, share, verdict):
     interval = lambda e, lo, hi: stats.Interval(e, lo, hi, 3, "paired t")
     assert report.target_verdict(interval(*score), interval(*share)) == verdict
+
+
+def test_a_completed_run_without_its_process_times_is_not_done(tmp_path):
+    """A worker killed after its run completed but before it recorded the process's times: the run is not counted
+    (its wall and CPU seconds are unknown), so the next worker runs it afresh."""
+    runs = str(tmp_path)
+    _run(runs, "sst2", study.OLD_DEFAULT, 0.87, 300.0)
+    assert study.done(runs, "sst2", study.OLD_DEFAULT, 0)
+    os.remove(os.path.join(runs, "sst2", study.OLD_DEFAULT, "seed0", "process.json"))
+    assert study.done(runs, "sst2", study.OLD_DEFAULT, 0) is None

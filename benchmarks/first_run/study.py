@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -92,8 +93,11 @@ def read(path: str):
 
 
 def done(runs: str, file: str, route: str, seed: int):
-    summary = read(os.path.join(runs, file, route, f"seed{seed}", "summary.json"))
-    return summary if summary and summary.get("completed") else None
+    """The run's summary where it completed and its process's times were recorded; else None."""
+    folder = os.path.join(runs, file, route, f"seed{seed}")
+    summary = read(os.path.join(folder, "summary.json"))
+    timed = os.path.exists(os.path.join(folder, "process.json"))
+    return summary if summary and summary.get("completed") and timed else None
 
 
 def best_validation(summary: dict) -> float:
@@ -199,6 +203,12 @@ def run_job(data: str, runs: str, file: str, route: str, seed: int) -> None:
     out = os.path.join(runs, file, route, f"seed{seed}")
     if done(runs, file, route, seed) or not _claim(out):
         return
+    summary = read(os.path.join(out, "summary.json"))
+    if summary and summary.get("completed"):  # its worker died before recording the process's times: run it afresh
+        for name in os.listdir(out):
+            if name != "claim":
+                path = os.path.join(out, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     print(f"{time.strftime('%H:%M:%S')} {file} {route} seed {seed}: started on cpus "
           f"{sorted(os.sched_getaffinity(0))}", flush=True)
     before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()

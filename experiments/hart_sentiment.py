@@ -14,10 +14,10 @@ logistic head, 300 frozen epochs, on 1,000 SST-2 sentences in Kaggle's train.csv
 from __future__ import annotations
 
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.studies import sentiment_study
+from tf_transfer.studies.sentiment import sentiment_study
 from tf_transfer.studies.grid import Grid, Variant
-from tf_transfer.studies.sentiment_settings import SentimentBertSettings
-from tf_transfer.studies.sentiment_study import COMMAND_FLAGS
+from tf_transfer.studies.sentiment.sentiment_settings import SentimentBertSettings
+from tf_transfer.studies.sentiment.sentiment_study import COMMAND_FLAGS
 
 FLAGFILE = "flags/hart_bert_common.flags"
 STEPS = ("sparse", "frozen", "top2", "unfrozen")

@@ -17,8 +17,8 @@ import os
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.studies.grid import Grid, Variant, run_dir
-from tf_transfer.studies.multitask_settings import MultitaskSettings
-from tf_transfer.studies.multitask_study import STUDY
+from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
+from tf_transfer.studies.multitask.multitask_study import STUDY
 from tf_transfer.training import run_record
 
 FLAGFILE = "flags/li_common.flags"

@@ -22,7 +22,7 @@ from experiments.methods_report import Design
 from experiments.transfer_learning import pinned_commands
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 from tf_transfer.reporting import tables as reports

@@ -21,7 +21,7 @@ from experiments.methods_report import Design
 from experiments.methods import best_validation, pick_rate
 from experiments.transfer_learning import pinned_commands
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 

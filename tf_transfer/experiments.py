@@ -31,7 +31,7 @@ from tf_transfer import grid_flags
 from tf_transfer import sweep as sweep_command  # `sweep` is the sweep's command (its flags are defined)
 from tf_transfer.core import cli, isolated
 from tf_transfer.core import flags as flags_lib
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 

@@ -15,7 +15,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims as claims_model
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import REPO, run_module
 
@@ -532,7 +532,7 @@ def test_validation_fraction_zero_needs_early_stopping_off():
 def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, one_block_preset):
     """On the one-block preset (the cached arm caches the frozen embeddings): what is checked, the examples, epochs
     and scores of a run on all of train, does not depend on depth."""
-    from tf_transfer.studies import glue_task as runner
+    from tf_transfer.studies.glue import glue_task as runner
 
     for trainable, cache in (("all", False), (1, True)):
         config = GlueSettings(task="rte", preset=one_block_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
@@ -647,7 +647,7 @@ def test_stack_grid_places_the_papers_comparison_by_model_and_seed():
     assert "r/paper/mlp_finetune_only/seed2" in folders and len(folders) == 9
     # The grid's settings are the stack command's: the baseline is fine-tune-only, as its flagfile says.
     mlp = next(run for run in grid.runs("cpu") if run["head"] == "mlp")
-    from tf_transfer.studies.stack_settings import StackSettings
+    from tf_transfer.studies.stack.stack_settings import StackSettings
 
     settings = StackSettings.from_dict({**{k: v for k, v in mlp.items() if k != "part"}, "data": "x.csv"})
     assert (settings.stack_strategy, settings.max_train_examples, settings.precision) == (

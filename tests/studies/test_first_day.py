@@ -15,8 +15,8 @@ from tf_transfer.core import metrics
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import user_data
 from tf_transfer.data.examples import Examples
-from tf_transfer.studies import glue_task
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue import glue_task
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import REPO, parsed, run_module, write_csv
 
@@ -84,7 +84,7 @@ def test_compare_and_the_freezing_grid_take_the_first_runs_rate_per_route(monkey
     there changes all three."""
     from experiments import freezing
     from tf_transfer.models import first_run_rates
-    from tf_transfer.studies import comparison
+    from tf_transfer.studies.glue import comparison_runs as comparison
 
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "full fine-tuning", 1e-5)
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "last k over the cache", 3e-4)

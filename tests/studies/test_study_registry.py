@@ -9,7 +9,7 @@ import pytest
 from experiments import STUDIES as GRIDS
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies import registry
+from tf_transfer.studies import study_registry as registry
 
 from conftest import REPO
 

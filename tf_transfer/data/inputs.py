@@ -62,7 +62,7 @@ def encode(examples, tokenizer, max_seq_length: int, chunk_size: int = 4096) -> 
     import keras_hub
     import tensorflow as tf
 
-    from tf_transfer.core import families
+    from tf_transfer.core import family_table as families
 
     family = families.of_tokenizer(tokenizer)
     packer = keras_hub.layers.MultiSegmentPacker(

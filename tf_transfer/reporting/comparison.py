@@ -1,6 +1,6 @@
 """`compare`: several settings (trainable blocks, methods, seeds) on a user's own data, one table row per setting
 with its score, time and memory and the seed-paired 95% intervals of their differences from full fine-tuning, and a
-figure of score against time (docs/python.md). The runs are the GLUE trainer's (`studies/comparison.py`).
+figure of score against time (docs/python.md). The runs are the GLUE trainer's (`studies/glue/comparison_runs.py`).
 
 Example:
 
@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from tf_transfer.core import stats
 from tf_transfer.reporting import tables
-from tf_transfer.studies import comparison
+from tf_transfer.studies.glue import comparison_runs as comparison
 
 # Each compared quantity: its column and how it is read from a completed run's summary.
 MEASURES = {
@@ -89,7 +89,7 @@ def compare(data, settings, seeds=(0, 1, 2), folder: str = "compare_runs", *, te
 
 
 def results_table(collected: list):
-    """The table `compare` returns, from `studies.comparison.collect`'s entries (full fine-tuning's first)."""
+    """The table `compare` returns, from `studies.glue.comparison_runs.collect`'s entries (full fine-tuning's first)."""
     import pandas as pd
 
     by_setting = {}

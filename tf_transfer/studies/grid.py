@@ -4,8 +4,8 @@ A study module in `experiments/` defines `GRID = Grid(...)`: its fixed settings 
 `flags/`), the axes of its grid, named variants (e.g. `cpu`: the settings this project's 2-core machine can afford,
 with the differences from the paper listed) and a `report(runs, out, grid, variant)` function. A grid names its
 study, the kind of run it lists (`Grid(study="stack", ...)`), and asks the study's row of the table of studies
-(`tf_transfer.studies.registry`) how a run is trained, where it lives and how its result is read; a grid that names
-none runs the table's default study. The runner never reads flags.
+(`tf_transfer.studies.study_registry`) how a run is trained, where it lives and how its result is read; a grid that
+names none runs the table's default study. The runner never reads flags.
 
 Example:
 
@@ -27,7 +27,7 @@ from tf_transfer.core import disk
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
 from tf_transfer.training import locks, record, run_folder, run_record
-from tf_transfer.studies import registry
+from tf_transfer.studies import study_registry as registry
 from tf_transfer.models.first_run_rates import first_run_lr
 from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError

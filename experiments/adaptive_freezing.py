@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from experiments.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART, SEARCH_SEED,
                                                   STATIC, choose_k, seed_part, time_to_best, write_report)
-from experiments.methods import best_validation, pick_rate
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record

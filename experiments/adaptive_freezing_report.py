@@ -24,11 +24,11 @@ from typing import Optional
 import numpy as np
 
 import experiments.methods_report as shared
-from experiments.methods import best_validation, pick_rate
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.reporting import validation_baselines
 from tf_transfer.reporting.data_note import data_section
 

@@ -22,9 +22,8 @@ Its report is experiments/layer_freezing_report.py.
 from __future__ import annotations
 
 from experiments.layer_freezing_report import TASKS, final_score, report
-from experiments.transfer_learning import pinned_commands
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.grid import Grid, Variant
+from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 from tf_transfer.training import run_record
 
 # The paper's base models (keras-hub names); its large ones ran on four tasks only.

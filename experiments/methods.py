@@ -19,13 +19,12 @@ with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (
 from __future__ import annotations
 
 from experiments.methods_report import Design
-from experiments.transfer_learning import pinned_commands
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.glue_settings import GlueSettings
-from tf_transfer.studies.grid import Grid, Variant
+from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 from tf_transfer.training import run_record
-from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 
 TASKS = ["mrpc", "stsb", "rte", "cola", "sst2"]
 SEEDS = [0, 1, 2]
@@ -85,17 +84,6 @@ def search_runs(settings: dict) -> list:
     if not probe["cache_frozen"]:
         probe.pop("cache_dir", None)
     return [{**probe, "lr": lr, "seed": 0, "part": f"search_{family_of(settings)}"} for lr in rates]
-
-
-def best_validation(summary: dict):
-    """The validation score of the epoch early stopping keeps (the best), on the run's metric."""
-    epoch = reports.best_epoch(summary)
-    return None if epoch is None else epoch["val"].get(summary["metric"])
-
-
-def pick_rate(scores: dict):
-    """The rate of `{rate: validation score or None}` with the best score; a tie goes to the smaller rate."""
-    return max(scores, key=lambda lr: (float("-inf") if scores[lr] is None else scores[lr], -lr))
 
 
 def searched_lr(settings: dict, runs_dir: str, study: Grid):

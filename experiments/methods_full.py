@@ -18,11 +18,10 @@ rate was chosen on them.
 from __future__ import annotations
 
 from experiments.methods_report import Design
-from experiments.methods import best_validation, pick_rate
-from experiments.transfer_learning import pinned_commands
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.glue.glue_settings import GlueSettings
-from tf_transfer.studies.grid import Grid, Variant
+from tf_transfer.studies.glue.compared_methods import method_named
+from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 from tf_transfer.training import run_record
 
 # Cheapest first (tokens per epoch: SST-2's and CoLA's sentences are short), so that whole tasks land early.
@@ -55,15 +54,6 @@ BEYOND = {"full fine-tuning": (3e-6, 1e-3), "last 2, cached": (1e-5, 3e-3), "LoR
 def method_of(settings: dict) -> str:
     """The name in `METHODS` of a run's settings."""
     return method_named(METHODS, settings)
-
-
-def method_named(methods: dict, settings: dict) -> str:
-    """The name in `methods` (`{name: settings}`) of a run's settings (a setting a method leaves out at its default)."""
-    for name, method in methods.items():
-        if all(settings.get(k, GlueSettings.ADDED_SETTINGS.get(k)) == v for k, v in method.items()
-               if k != "cache_frozen") and settings.get("cache_frozen", False) == method.get("cache_frozen", False):
-            return name
-    raise KeyError(f"no method of the study has settings {settings}")
 
 
 def _probe(settings: dict, lr: float, part: str) -> dict:

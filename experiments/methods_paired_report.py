@@ -435,6 +435,6 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
 
 def _csv_design(design: Design):
     """The methods report's `Design` for its CSV and search tables."""
-    from experiments.methods import pick_rate
+    from tf_transfer.reporting.rate_search import pick_rate
 
     return shared.Design(design.methods, design.tasks, design.method_of, pick_rate)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from experiments.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
 from experiments.transfer_learning_report import write_report
-from tf_transfer.studies.grid import Grid, Variant
+from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 
 CPU_DIFFERENCES = (
     "Backbone all-MiniLM-L6-v2 (6 blocks, 384 wide) instead of BERT-base (12 blocks, 768 wide): the only "
@@ -37,13 +37,6 @@ CPU_DIFFERENCES = (
     "GPU).",
 )
 
-
-def pinned_commands(study: str, extra: str = "") -> tuple:
-    """Two shards, one core each: the grid's runs are timed on the CPU clock, so other work may share the
-    machine."""
-    return tuple(f"taskset -c {core} python -m tf_transfer.experiments run {study} --variant=cpu --shard={core + 1}/2 "
-                 f"--runs_dir=reports/runs --cache_dir=runs/cache --data_dir=$GLUE_DIR{extra} &"
-                 for core in (0, 1))
 
 def earlier_protocol(settings: dict):
     """CoLA runs stopped on Matthews correlation before the grid scored CoLA on accuracy (Wang's metric): the

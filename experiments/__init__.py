@@ -6,13 +6,13 @@ its report. `STUDIES` names them; adding a study is adding a module here, its fl
 'transfer_learning'
 """
 
-from experiments import (adaptive_freezing, freezing, hart_sentiment, layer_freezing, li_multitask, methods,
-                         methods_full, methods_paired, stack_conll, stack_quora, transfer_learning)
+from experiments import (adaptive_freezing, hart_sentiment, layer_freezing, li_multitask, methods, methods_full,
+                         methods_paired, own_data_freezing, stack_conll, stack_quora, transfer_learning)
 from tf_transfer.core.errors import TransferError
 
 STUDIES = {"transfer_learning": transfer_learning.GRID, "layer_freezing": layer_freezing.GRID,
            "stack_quora": stack_quora.GRID, "multitask": li_multitask.GRID, "sentiment": hart_sentiment.GRID,
-           "freezing": freezing.GRID, "methods": methods.GRID,
+           "freezing": own_data_freezing.GRID, "methods": methods.GRID,
            "methods_full": methods_full.GRID, "adaptive_freezing": adaptive_freezing.GRID,
            "methods_paired": methods_paired.GRID, "stack_conll": stack_conll.GRID}
 

@@ -17,8 +17,8 @@ The protocol, per task:
    freezing must beat to save the user the sweep.
 3. **Seeds 1-5 of all four** then run, a seed at a time across the four methods, so that whole pairs land early.
    A seed fixes the validation split and the training order, so the four runs of a seed pair; the report compares
-   them paired (`experiments/adaptive_freezing_report.py`). The seed-0 runs chose the rate and the k, and are not
-   compared.
+   them paired (`tf_transfer/reporting/adaptive_freezing_report.py`). The seed-0 runs chose the rate and the k,
+   and are not compared.
 
 Tasks run cheapest first (`TASKS`), by the training tokens of an epoch padded to the 16-token buckets the batches
 are drawn from, counted with the model's WordPiece vocabulary on 2026-11-25: STS-B 188k in 162 batches, MRPC 200k in
@@ -47,8 +47,9 @@ report estimates what is left from the runs so far.
 
 from __future__ import annotations
 
-from experiments.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART, SEARCH_SEED,
-                                                  STATIC, choose_k, seed_part, time_to_best, write_report)
+from tf_transfer.reporting.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART,
+                                                            SEARCH_SEED, STATIC, choose_k, seed_part, time_to_best,
+                                                            write_report)
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant

@@ -16,12 +16,12 @@ A report of several backbones is one report per backbone, in a folder each, with
     python -m tf_transfer.experiments run layer_freezing --variant=cpu --presets=distil_bert_base_en_uncased
     python -m tf_transfer.experiments report layer_freezing --variant=cpu --out=reports/layer_freezing
 
-Its report is experiments/layer_freezing_report.py.
+Its report is tf_transfer/reporting/layer_freezing_report.py.
 """
 
 from __future__ import annotations
 
-from experiments.layer_freezing_report import TASKS, final_score, report
+from tf_transfer.reporting.layer_freezing_report import TASKS, final_score, report
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 from tf_transfer.training import run_record

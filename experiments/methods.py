@@ -8,8 +8,8 @@ with the best validation score (at its best epoch, never GLUE dev) is then run a
 is the search's own. Methods of one family share their family's search: freezing without the cache takes the cached
 freezing's rate (the same weights train), LoRA at ranks 4 and 16 and on the last 2 blocks take rank 8's (updates are
 scaled by alpha/r, which in the LoRA paper's words "helps to reduce the need to retune hyperparameters when we vary
-r"). The report opens
-with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (`experiments/methods_report.py`).
+r"). The report opens with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs
+(`tf_transfer/reporting/methods_report.py`).
 
     python -m tf_transfer.experiments run methods --variant=cpu --dry_run
     python -m tf_transfer.experiments run methods --variant=cpu --data_dir=$GLUE_DIR
@@ -18,7 +18,7 @@ with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (
 
 from __future__ import annotations
 
-from experiments.methods_report import Design
+from tf_transfer.reporting.methods_report import Design
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.glue_settings import GlueSettings

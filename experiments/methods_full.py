@@ -17,7 +17,7 @@ rate was chosen on them.
 
 from __future__ import annotations
 
-from experiments.methods_report import Design
+from tf_transfer.reporting.methods_report import Design
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.compared_methods import method_named

@@ -46,7 +46,7 @@ The design (`DESIGN`, printed first in the report; committed before the first co
 from __future__ import annotations
 
 import experiments.adaptive_freezing as adaptive_freezing
-import experiments.methods_paired_report as report
+from tf_transfer.reporting import methods_paired_report as report
 from tf_transfer.core import planning
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 
-import experiments.stack_conll_report as report
+from tf_transfer.reporting import stack_conll_report as report
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.grid import Grid, Variant, own_settings
 from tf_transfer.studies.stack.stack_settings import StackSettings

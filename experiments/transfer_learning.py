@@ -13,8 +13,8 @@ without the frozen-prefix cache, to tell the two savings apart.
 
 from __future__ import annotations
 
-from experiments.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
-from experiments.transfer_learning_report import write_report
+from tf_transfer.reporting.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
+from tf_transfer.reporting.transfer_learning_report import write_report
 from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 
 CPU_DIFFERENCES = (

@@ -55,7 +55,8 @@ def test_layers_import_only_themselves_and_the_layers_below():
 
 
 def test_no_function_runs_over_60_lines():
-    """Report writers too: each writes its report one section per function (as experiments/methods_report.py)."""
+    """Report writers too: each writes its report one section per function (as
+    tf_transfer/reporting/methods_report.py)."""
     long = []
     for folder in ("tf_transfer", "experiments"):
         for path, tree in _sources(folder):
@@ -75,8 +76,8 @@ def _module_name(path: str) -> str:
 def _imported_modules(tree, known: set, packages: set) -> set:
     """The package's own modules `tree` imports, at the top or inside functions: `from a.b import c` is a.b.c where
     that is a module, else a.b; and a.b as well where a.b is a package, since the name c is read from a.b's
-    `__init__` (so `from experiments import methods_report`, inside a grid that `experiments/__init__` imports, is a
-    cycle; `import experiments.methods_report as shared` is not)."""
+    `__init__` (so `from experiments import methods`, inside a grid that `experiments/__init__` imports, is a
+    cycle; `import experiments.methods as grid` is not)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

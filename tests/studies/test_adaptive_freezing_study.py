@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_module
 from experiments import adaptive_freezing as study_module
-from experiments import adaptive_freezing_report as report
+from tf_transfer.reporting import adaptive_freezing_report as report
 from experiments import load_study
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims as claims_model

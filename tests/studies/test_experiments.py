@@ -547,7 +547,7 @@ def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path,
 
 
 def test_majority_baseline_and_relative_ninety_percent_point():
-    from experiments.layer_freezing_report import smallest_reaching
+    from tf_transfer.reporting.layer_freezing_report import smallest_reaching
     from tf_transfer.reporting import tables as reports
 
     rte = reports.constant_baseline("rte", [0, 0, 0, 1])

@@ -82,7 +82,7 @@ def test_the_first_runs_choice_is_pinned(tweets):
 def test_compare_and_the_freezing_grid_take_the_first_runs_rate_per_route(monkeypatch):
     """One table of rates (`FIRST_RUN_LR`) read by the first run, `compare` and the freezing grid: a rate changed
     there changes all three."""
-    from experiments import freezing
+    from experiments import own_data_freezing as freezing
     from tf_transfer.models import first_run_rates
     from tf_transfer.studies.glue import comparison_runs as comparison
 
@@ -249,7 +249,7 @@ def test_a_bad_file_is_refused_before_tensorflow_is_imported(tmp_path, command, 
 
 
 def test_the_freezing_report_says_which_runs_do_not_beat_the_constant_prediction():
-    from experiments import freezing_report
+    from tf_transfer.reporting import own_data_freezing_report as freezing_report
 
     runs = [{"k": 2, "lr": 2e-5, "seed": seed, "beats_constant": beaten} for seed, beaten in enumerate([True, False])]
     assert freezing_report._beats_constant(runs) == "1/2"

@@ -6,12 +6,13 @@ import pickle
 
 import pytest
 
-from experiments import adaptive_freezing, adaptive_freezing_report
+from experiments import adaptive_freezing
 from experiments import methods_paired as study_module
-from experiments import methods_paired_report as report
-from experiments import methods_report
 from tf_transfer.core import planning, stats
+from tf_transfer.reporting import adaptive_freezing_report
 from tf_transfer.reporting import claims as claims_model
+from tf_transfer.reporting import methods_paired_report as report
+from tf_transfer.reporting import methods_report
 from tf_transfer.studies import grid as studies
 
 RUNS_DIR = "reports/runs"

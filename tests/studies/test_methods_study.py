@@ -162,7 +162,7 @@ def test_full_budget_grid_searches_each_method_and_tries_a_rate_beyond_an_end_on
 
 
 def test_a_figure_with_no_point_yet_is_not_drawn_and_an_older_one_is_removed(tmp_path):
-    from experiments import methods_report
+    from tf_transfer.reporting import methods_report
 
     path = tmp_path / "score_vs_time.png"
     path.write_bytes(b"an older figure")

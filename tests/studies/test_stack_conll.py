@@ -6,7 +6,7 @@ import os
 import pytest
 
 from experiments import stack_conll
-from experiments import stack_conll_report as report
+from tf_transfer.reporting import stack_conll_report as report
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.stack.stack_settings import StackSettings
 

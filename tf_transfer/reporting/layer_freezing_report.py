@@ -2,7 +2,7 @@
 search and the sweep by frozen blocks against the majority class, the 90% point, a figure and the runs still to run.
 The grid imports its task list and scoring from here (the report imports no grid).
 
->>> from experiments.layer_freezing_report import smallest_reaching
+>>> from tf_transfer.reporting.layer_freezing_report import smallest_reaching
 >>> smallest_reaching({1: 0.50, 2: 0.85, 3: 0.90}, full=0.90)
 2
 """

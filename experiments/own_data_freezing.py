@@ -16,7 +16,7 @@ time to the best epoch (cache build charged), time saved, peak memory, and a fig
 
 from __future__ import annotations
 
-from experiments.freezing_report import write_report
+from tf_transfer.reporting.own_data_freezing_report import write_report
 from tf_transfer.studies.grid import FIRST_RUN_RATE, Grid, Variant
 
 

@@ -3,15 +3,16 @@ verdict with its basis: the 95% interval of each difference, paired by seed (a s
 paper's averages tested on the mean over tasks, per-task cells Holm-corrected, and score claims only on the tasks
 where full fine-tuning beats the constant prediction by 10 points (`tf_transfer.core.stats`).
 
->>> from experiments.transfer_learning_claims import claims_section  # doctest: +SKIP
+>>> from tf_transfer.reporting.transfer_learning_claims import claims_section  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION, PAPER_SMALL_TIME_SAVED,
-                                           RATES, UNCACHED_TASKS, paper_metric, paper_score)
+from tf_transfer.reporting.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION,
+                                                           PAPER_SMALL_TIME_SAVED, RATES, UNCACHED_TASKS, paper_metric,
+                                                           paper_score)
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports

@@ -1,7 +1,7 @@
 """The methods_paired study's report (experiments/methods_paired.py): the answer for a user first (per task, each
 method's score difference to full fine-tuning, time share and memory, with intervals), then the design as fixed
 before the compared runs, the claims decided on it, the seeds paired per kind of machine, and the methods report's
-tables (`experiments/methods_report.py`), which this one reuses.
+tables (`tf_transfer/reporting/methods_report.py`), which this one reuses.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-import experiments.methods_report as shared
-from experiments.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
+from tf_transfer.reporting import methods_report as shared
+from tf_transfer.reporting.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
 from tf_transfer.core import planning, stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims

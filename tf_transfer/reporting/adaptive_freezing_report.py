@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-import experiments.methods_report as shared
+from tf_transfer.reporting import methods_report as shared
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims

@@ -2,7 +2,7 @@
 claims table, tables per task and epoch, time to the stopping point and time saved (censored runs marked), fixed
 budgets, the learning-rate effect, the cache's share of the saving, score-vs-time curves.
 
->>> from experiments.transfer_learning_report import write_report  # doctest: +SKIP
+>>> from tf_transfer.reporting.transfer_learning_report import write_report  # doctest: +SKIP
 >>> write_report(collected, "reports/transfer_learning", GRID, "cpu")  # doctest: +SKIP
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from experiments.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS, SETTINGS, TASKS,
-                                           UNCACHED_TASKS, label, paper_metric)
-from experiments.transfer_learning_claims import OTHER_MACHINE, claims_section, completed_runs, mean_or_none, saved_cell
+from tf_transfer.reporting.transfer_learning_paper import (BUDGET_FRACTIONS, FINE_TUNING, LARGE, RATES, SEEDS,
+                                                           SETTINGS, TASKS, UNCACHED_TASKS, label, paper_metric)
+from tf_transfer.reporting.transfer_learning_claims import (OTHER_MACHINE, claims_section, completed_runs,
+                                                            mean_or_none, saved_cell)
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.data_note import data_section
 from tf_transfer.studies.grid import Grid

@@ -1,6 +1,6 @@
 """Wang's transfer-learning grid and the paper's numbers, shared by the grid (`transfer_learning`) and its report.
 
->>> from experiments.transfer_learning_paper import label
+>>> from tf_transfer.reporting.transfer_learning_paper import label
 >>> label(2, 1e-3)
 'last 2 @ 0.001'
 """

@@ -47,9 +47,9 @@ report estimates what is left from the runs so far.
 
 from __future__ import annotations
 
-from tf_transfer.reporting.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART,
-                                                            SEARCH_SEED, STATIC, choose_k, seed_part, time_to_best,
-                                                            write_report)
+from tf_transfer.reporting import adaptive_freezing_report
+from tf_transfer.reporting.adaptive_freezing_protocol import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART,
+                                                              SEARCH_SEED, STATIC, choose_k, seed_part, time_to_best)
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
@@ -170,6 +170,6 @@ GRID = Grid(
     dependent={"lr": searched_lr, "trainable_layers": best_static_k, "cache_frozen": cached_with_k},
     task_flagfiles={"sst2": "flags/adaptive_freezing_sst2.flags", "mrpc": "flags/adaptive_freezing_mrpc.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=(RUN_COMMAND,))},
-    report=write_report,
+    report=adaptive_freezing_report.write_report,
     shown=("task", "method", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

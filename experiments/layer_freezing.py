@@ -21,7 +21,8 @@ Its report is tf_transfer/reporting/layer_freezing_report.py.
 
 from __future__ import annotations
 
-from tf_transfer.reporting.layer_freezing_report import TASKS, final_score, report
+from tf_transfer.reporting import layer_freezing_report
+from tf_transfer.reporting.layer_freezing_paper import TASKS, final_score
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 from tf_transfer.training import run_record
@@ -101,5 +102,5 @@ GRID = Grid(
             commands=pinned_commands("layer_freezing"),
         ),
     },
-    report=report,
+    report=layer_freezing_report.report,
 )

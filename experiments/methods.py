@@ -18,12 +18,13 @@ r"). The report opens with the LoRA, BitFit and Ladder Side-Tuning claims checke
 
 from __future__ import annotations
 
-from tf_transfer.reporting.methods_report import Design
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.glue_settings import GlueSettings
 from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 from tf_transfer.training import run_record
+from tf_transfer.reporting import methods_report
+from tf_transfer.reporting.method_comparison import Design
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 
 TASKS = ["mrpc", "stsb", "rte", "cola", "sst2"]
@@ -132,8 +133,9 @@ GRID = Grid(
                        task_settings={"sst2": {"max_train_examples": 1000}},
                        differences=CPU_DIFFERENCES, clock="cpu", commands=pinned_commands("methods")),
     },
-    report=Design(METHODS, TASKS, method_of, pick_rate, compared_seeds_searched=True,
-                  gate_decided="after this study's runs (no verdict changed by it)",
-                  search_labels={f"search_{family}": searcher for family, (_, searcher) in SEARCH.items()}).write_report,
+    report=methods_report.report_of(Design(
+        METHODS, TASKS, method_of, pick_rate, compared_seeds_searched=True,
+        gate_decided="after this study's runs (no verdict changed by it)",
+        search_labels={f"search_{family}": searcher for family, (_, searcher) in SEARCH.items()})),
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

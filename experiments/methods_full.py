@@ -17,7 +17,8 @@ rate was chosen on them.
 
 from __future__ import annotations
 
-from tf_transfer.reporting.methods_report import Design
+from tf_transfer.reporting import methods_report
+from tf_transfer.reporting.method_comparison import Design
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.compared_methods import method_named
@@ -125,11 +126,11 @@ GRID = Grid(
     dependent={"lr": resolve_lr},
     task_flagfiles={"sst2": "flags/methods_full_sst2.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=pinned_commands("methods_full"))},
-    report=Design(
+    report=methods_report.report_of(Design(
         METHODS, TASKS, method_of, pick_rate,
         stopped="after 9 SST-2 rate-search runs and before any compared run, its design was replaced by the "
                 "methods_paired study's (seeds from a precision calculation, pairs kept on one kind of machine, the "
                 "adaptive-freezing study's 4-epoch protocol: see reports/methods_paired/). Its runs stay here as "
-                "they are; nothing below is a verdict.").write_report,
+                "they are; nothing below is a verdict.")),
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -16,7 +16,7 @@ time to the best epoch (cache build charged), time saved, peak memory, and a fig
 
 from __future__ import annotations
 
-from tf_transfer.reporting.own_data_freezing_report import write_report
+from tf_transfer.reporting import own_data_freezing_report
 from tf_transfer.studies.grid import FIRST_RUN_RATE, Grid, Variant
 
 
@@ -32,6 +32,6 @@ GRID = Grid(
     axes={"trainable_layers": every_depth, "lr": [FIRST_RUN_RATE], "seed": [0, 1, 2]},
     variants={"paper": Variant(settings={"cache_frozen": "auto"}),
               "cpu": Variant(settings={"cache_frozen": "auto"})},
-    report=write_report,
+    report=own_data_freezing_report.write_report,
     shown=("task", "trainable_layers", "lr", "seed", "cache_frozen", "max_epochs", "preset", "train_file"),
 )

@@ -14,7 +14,7 @@ without the frozen-prefix cache, to tell the two savings apart.
 from __future__ import annotations
 
 from tf_transfer.reporting.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
-from tf_transfer.reporting.transfer_learning_report import write_report
+from tf_transfer.reporting import transfer_learning_report
 from tf_transfer.studies.grid import Grid, Variant, pinned_commands
 
 CPU_DIFFERENCES = (
@@ -70,5 +70,5 @@ GRID = Grid(
             commands=pinned_commands("transfer_learning"),
         ),
     },
-    report=write_report,
+    report=transfer_learning_report.write_report,
 )

@@ -36,9 +36,9 @@ def main(argv):
     from tf_transfer.core.errors import TransferError
 
     if FLAGS.report:
-        from tf_transfer.reporting.multitask_report import report_table
+        from tf_transfer.reporting import multitask_report
 
-        print(report_table(FLAGS.report))
+        print(multitask_report.report_table(FLAGS.report))
         return
     if not FLAGS.output_dir:
         raise TransferError("--output_dir is required: the folder for summary.json, best.weights.h5 and TensorBoard")

@@ -77,16 +77,14 @@ def main(argv):
 
 
 def _run(settings) -> None:
-    from tf_transfer.reporting.sentiment_report import write_report
+    from tf_transfer.reporting import sentiment_report
 
     if FLAGS.approach == "sparse":
         from tf_transfer.studies.sentiment.sentiment_sparse import run_sparse_baselines
 
-        from tf_transfer.reporting.sentiment_report import write_sparse_markdown
-
         data = _read_data()
         results = run_sparse_baselines(data, FLAGS.output_dir, FLAGS.folds, FLAGS.seed, overwrite=FLAGS.overwrite)
-        write_sparse_markdown(FLAGS.output_dir, data, FLAGS.folds, FLAGS.seed)
+        sentiment_report.write_sparse_markdown(FLAGS.output_dir, data, FLAGS.folds, FLAGS.seed)
         for name, result in results.items():
             print(f"{name}: accuracy {result['accuracy_mean']:.4f}, F1 {result['f1_mean']:.4f}")
     elif FLAGS.approach == "bert":
@@ -100,7 +98,7 @@ def _run(settings) -> None:
     if FLAGS.distribution == "multi_worker" and not strategies.chief_by_tf_config():
         print(f"report: written by the chief worker in {FLAGS.output_dir}")  # this worker wrote nothing there
         return
-    print(f"report: {write_report(FLAGS.output_dir)}")
+    print(f"report: {sentiment_report.write_report(FLAGS.output_dir)}")
 
 
 if __name__ == "__main__":

@@ -41,9 +41,9 @@ COMMAND_FLAGS = {
 def main(argv):
     del argv
     if FLAGS.report:
-        from tf_transfer.reporting.stack_report import report_table
+        from tf_transfer.reporting import stack_report
 
-        print(report_table(FLAGS.report))
+        print(stack_report.report_table(FLAGS.report))
         return
     # Every value is checked before data is read or TensorFlow imported.
     config = flags_lib.settings_from_flags(StackSettings, COMMAND_FLAGS)

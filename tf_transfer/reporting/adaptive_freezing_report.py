@@ -23,25 +23,20 @@ from typing import Optional
 
 import numpy as np
 
-from tf_transfer.reporting import methods_report as shared
+from tf_transfer.reporting import method_comparison as shared
 from tf_transfer.core import stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.reporting import validation_baselines
+from tf_transfer.reporting.adaptive_freezing_protocol import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SAME_SCORE,
+                                                              SEARCH_PART, SEARCH_SEED, STATIC, choose_k, time_to_best)
 from tf_transfer.reporting.data_note import data_section
+from tf_transfer.reporting.method_comparison import _paired, machine_groups, ratio, share_text, time_savings
 
-# The compared methods, in the report's order, and the grid's parts (experiments/adaptive_freezing.py, which imports
-# these names: the report imports no grid).
-FULL, AUTOFREEZE, FREEZEOUT, STATIC = "full fine-tuning", "AutoFreeze", "FreezeOut", "best static k"
 METHODS = (FULL, AUTOFREEZE, FREEZEOUT, STATIC)
 ADAPTIVE = (AUTOFREEZE, FREEZEOUT)
-SEARCH_PART, GRID_PART = f"search: {FULL}", "static k at seed 0"
-SEARCH_SEED = 0  # the seed whose runs choose the rate and the static k; never compared
-# Within this much (in the metric's units: 0.5 points) of full fine-tuning's seed-0 validation score, a static k
-# counts as scoring the same.
-SAME_SCORE = 0.005
 SCORE_MARGIN = 1.0  # points: "preserves accuracy" where the interval's low end is above -1 point (issue 40)
 WITHIN = 0.5  # points: the issue's target for the estimate
 TIME_TARGET, TIME_STRETCH = 0.5, 0.4  # shares of full fine-tuning's time (issue 40)
@@ -52,10 +47,6 @@ PAPER_TIME = {AUTOFREEZE: (1 / 2.55, "up to 2.55x faster"), FREEZEOUT: (0.8, "ab
 COLORS = {AUTOFREEZE: "tab:red", FREEZEOUT: "tab:purple"}
 
 
-def seed_part(seed: int, method: str) -> str:
-    return f"seed {seed}: {method}"
-
-
 def compared_method(part: str):
     """The compared method a part's runs belong to (`seed 3: AutoFreeze` -> `AutoFreeze`); None for the seed-0
     search and static grid."""
@@ -63,31 +54,8 @@ def compared_method(part: str):
     return method if method in METHODS else None
 
 
-def time_to_best(summary: dict):
-    """CPU seconds of training to the best epoch, the cache's build charged (`tables.elapsed`)."""
-    epoch = reports.best_epoch(summary)
-    return None if epoch is None else reports.elapsed(summary, epoch, "cpu")
-
-
-def choose_k(found: dict, reference) -> int:
-    """The static k the grid's seeds train, of `{k: (validation score, seconds to the best epoch)}` of the seed-0
-    grid: the cheapest k scoring within `SAME_SCORE` of `reference` (full fine-tuning's), ties to the smaller k;
-    else the best-scoring k, ties to the smaller.
-
-    >>> choose_k({1: (0.80, 10.0), 2: (0.853, 20.0), 3: (0.86, 30.0)}, 0.857)
-    2
-    >>> choose_k({1: (0.80, 10.0), 2: (0.83, 20.0)}, 0.857)
-    2
-    """
-    close = [k for k, (score, seconds) in found.items()
-             if score is not None and seconds is not None and score >= reference - SAME_SCORE]
-    if close:
-        return min(close, key=lambda k: (found[k][1], k))
-    return max(found, key=lambda k: (float("-inf") if found[k][0] is None else found[k][0], -k))
-
-
 def method_cells(collected: list) -> dict:
-    """`{(method, task): methods_report.measures}` of the compared runs (seeds 1-5), on the CPU clock."""
+    """`{(method, task): method_comparison.measures}` of the compared runs (seeds 1-5), on the CPU clock."""
     found = defaultdict(list)
     for run in collected:
         method = compared_method(run["settings"]["part"])
@@ -97,23 +65,6 @@ def method_cells(collected: list) -> dict:
     for cell in table.values():
         cell["values"]["probed"] = reports.probed_time_to_stop
     return table
-
-
-def ratio(table: dict, method: str, task: str, reference: str = FULL, key: str = "time", seeds=None, kind=None):
-    """The seed-paired interval of `method`'s time to stop over `reference`'s (a share: 0.4 is 40% of its time);
-    None where no seed has both sides. `key="probed"`: the times divided by the machine's speed probe (only seeds
-    whose runs recorded it on both sides); `seeds`: only these seeds; `kind`: only seeds run on that kind of machine."""
-    paired = _paired(table, method, task, key, reference, kind)
-    common = [seed for seed in paired if seeds is None or seed in seeds]
-    if not common:
-        return None
-    return stats.paired_difference([paired[seed] for seed in common], [0.0] * len(common))
-
-
-def _paired(table: dict, method: str, task: str, key: str, reference: str = FULL, kind=None) -> dict:
-    """`{seed: method's value / reference's}` over the seeds where both sides have `key` (for a time, and both ran
-    on one kind of machine: `methods_report.paired_values`)."""
-    return {seed: a / b for seed, (a, b) in shared.paired_values(table, method, task, key, reference, kind).items()}
 
 
 def score_difference(table: dict, method: str, task: str, reference: str = FULL):
@@ -135,24 +86,6 @@ def claim_of(claim: str, paper: str, intervals: dict, labels: list, decide, basi
     found = decide(intervals, pending=[t for t in labels if t not in intervals])
     return claims.Claim(claim, paper, found.cells(digits, scale, unit, order=labels), found.verdict, basis,
                         found.results, source=source, protocol=protocol)
-
-
-def time_savings(table: dict, method: str, tasks: list, reference: str = FULL, key: str = "time") -> tuple:
-    """`(labels, {label: interval of the time share saved})`: one label per task, or one per kind of machine where a
-    task's seed pairs ran on several (times are not pooled across kinds: `methods_report.pair_kinds`)."""
-    labels, found = [], {}
-    for task in tasks:
-        kinds = shared.pair_kinds(table, method, task, reference)
-        if len(kinds) <= 1:
-            labels.append(task)
-            if (i := shared.saving(table, method, task, key, reference)) is not None:
-                found[task] = i
-            continue
-        for kind in kinds:
-            label = f"{task} on {shared.short_kind(kind)}"
-            labels.append(label)
-            found[label] = shared.saving(table, method, task, key, reference, kind)
-    return labels, found
 
 
 def with_probed(claim: claims.Claim, table: dict, method: str, tasks: list, reference: str = FULL,
@@ -239,15 +172,6 @@ def _met(interval, margin: float, direction: str) -> str:
     return {stats.REPRODUCED: "met", stats.NOT_REPRODUCED: "missed"}.get(kind, "open")
 
 
-def machine_groups(table: dict, method: str, task: str) -> list:
-    """`[(label, kind)]`: the task alone (kind None) where its seed pairs ran on one kind of machine, else one label
-    per kind (`task on Intel Xeon, AVX-512`), so that times are not pooled across kinds."""
-    kinds = shared.pair_kinds(table, method, task)
-    if len(kinds) <= 1:
-        return [(task, None)]
-    return [(f"{task} on {shared.short_kind(kind)}", kind) for kind in kinds]
-
-
 def pairs_sentence(table: dict, tasks: list) -> str:
     """How many seeds pair full fine-tuning with each method on each kind of machine."""
     parts = []
@@ -291,15 +215,6 @@ def _text(interval) -> str:
     return "–" if interval is None else interval.text()
 
 
-def share_text(interval) -> str:
-    """A ratio's interval as shares: `38% [35%, 41%]`; `–` where not run."""
-    if interval is None:
-        return "–"
-    if not interval.defined:
-        return f"{100 * interval.estimate:.0f}% (no interval)" if interval.n else "–"
-    return f"{100 * interval.estimate:.0f}% [{100 * interval.low:.0f}%, {100 * interval.high:.0f}%]"
-
-
 def final_k(summary: dict):
     """The blocks that trained at the end: an adaptive run's L minus its frozen blocks, a static run's k, 'all'."""
     events = (summary.get("freezing") or {}).get("events")
@@ -309,7 +224,7 @@ def final_k(summary: dict):
 
 
 def task_rows(table: dict, task: str, baseline, methods) -> list:
-    """`methods_report.task_rows` plus the time as a share of full fine-tuning's and the final k per seed."""
+    """`method_comparison.task_rows` plus the time as a share of full fine-tuning's and the final k per seed."""
     rows = shared.task_rows(table, task, baseline, methods)
     present = [m for m in methods if table.get((m, task))]
     for method, row in zip(present, rows):
@@ -557,7 +472,7 @@ def _still_to_run(study, collected: list, chosen) -> list:
 
 def unpaired_times(table: dict, tasks: list) -> list:
     """`[(task, method, reference, seed)]` where both sides ran the seed but on different kinds of machine (or a run
-    resumed on another): their scores pair, their times do not (`methods_report.paired_values`)."""
+    resumed on another): their scores pair, their times do not (`method_comparison.paired_values`)."""
     found = []
     for task in tasks:
         for method, reference in [(m, FULL) for m in (*ADAPTIVE, STATIC)] + [(m, STATIC) for m in ADAPTIVE]:

@@ -1,9 +1,10 @@
 """The layer-freezing sweep's report (experiments/layer_freezing.py): the paper's claims checked, per task the line
 search and the sweep by frozen blocks against the majority class, the 90% point, a figure and the runs still to run.
-The grid imports its task list and scoring from here (the report imports no grid).
+The grid and this report take the paper's tasks and scoring from `layer_freezing_paper` (the report imports no
+grid).
 
->>> from tf_transfer.reporting.layer_freezing_report import smallest_reaching
->>> smallest_reaching({1: 0.50, 2: 0.85, 3: 0.90}, full=0.90)
+>>> from tf_transfer.reporting import layer_freezing_report
+>>> layer_freezing_report.smallest_reaching({1: 0.50, 2: 0.85, 3: 0.90}, full=0.90)
 2
 """
 
@@ -17,20 +18,15 @@ from tf_transfer.core import stats
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.data_note import data_section
+from tf_transfer.reporting.layer_freezing_paper import TASKS, final_score
 from tf_transfer.studies.grid import Grid
 
-TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 SHARE = 0.9  # the paper's operating point: 90% of the full model's quality
 # Every claim here is the paper's, tested at a smaller protocol than its own.
 CLAIMS_PROTOCOL = ("6-block all-MiniLM-L6-v2 on one CPU core, 3 seeds, RTE and STS-B; the paper: BERT-base and "
                    "RoBERTa, base and large, on a GPU")
 # `Claim` and `not_run` here make a paper's claims tested at CLAIMS_PROTOCOL (`claims.at_protocol`).
 Claim, not_run = claims.at_protocol(CLAIMS_PROTOCOL)
-
-
-def final_score(summary: dict, split: str = "test"):
-    last = summary["epochs"][-1]
-    return reports.test_score(last, summary["metric"]) if split == "test" else last["val"].get(summary["metric"])
 
 
 def smallest_reaching(means: dict, full, baseline=None):

@@ -1,7 +1,7 @@
 """The methods_paired study's report (experiments/methods_paired.py): the answer for a user first (per task, each
 method's score difference to full fine-tuning, time share and memory, with intervals), then the design as fixed
-before the compared runs, the claims decided on it, the seeds paired per kind of machine, and the methods report's
-tables (`tf_transfer/reporting/methods_report.py`), which this one reuses.
+before the compared runs, the claims decided on it, the seeds paired per kind of machine, and the tables of the
+methods report, which this one shares with it (`tf_transfer/reporting/method_comparison.py`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from tf_transfer.reporting import methods_report as shared
-from tf_transfer.reporting.adaptive_freezing_report import machine_groups, ratio, share_text, time_savings
 from tf_transfer.core import planning, stats
 from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims
+from tf_transfer.reporting import method_comparison as shared
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting import validation_baselines
 from tf_transfer.reporting.data_note import data_section
+from tf_transfer.reporting.method_comparison import machine_groups, ratio, share_text, time_savings
 
 FULL = shared.FULL
 LEARNED_POINTS = claims.LEARNED_POINTS
@@ -51,7 +51,7 @@ def compared(run: dict) -> bool:
 
 
 def by_method(collected: list, design: Design) -> list:
-    """The compared runs with their method's name as their part (what `methods_report`'s tables group by)."""
+    """The compared runs with their method's name as their part (what `method_comparison`'s tables group by)."""
     return [{**r, "settings": {**r["settings"], "part": design.method_of(r["settings"])}}
             for r in collected if compared(r)]
 
@@ -434,7 +434,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
 
 
 def _csv_design(design: Design):
-    """The methods report's `Design` for its CSV and search tables."""
+    """The shared methods tables' `Design` for the CSV and search tables."""
     from tf_transfer.reporting.rate_search import pick_rate
 
     return shared.Design(design.methods, design.tasks, design.method_of, pick_rate)

@@ -2,8 +2,8 @@
 claims table, tables per task and epoch, time to the stopping point and time saved (censored runs marked), fixed
 budgets, the learning-rate effect, the cache's share of the saving, score-vs-time curves.
 
->>> from tf_transfer.reporting.transfer_learning_report import write_report  # doctest: +SKIP
->>> write_report(collected, "reports/transfer_learning", GRID, "cpu")  # doctest: +SKIP
+>>> from tf_transfer.reporting import transfer_learning_report
+>>> transfer_learning_report.write_report(collected, "reports/transfer_learning", GRID, "cpu")  # doctest: +SKIP
 """
 
 from __future__ import annotations

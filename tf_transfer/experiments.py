@@ -66,9 +66,9 @@ def main(argv):
     if len(argv) != 3 or argv[1] not in ("run", "report"):
         raise TransferError(USAGE)
     command, name = argv[1], argv[2]
-    from experiments import load_study
+    from experiments import load_grid
 
-    study = load_study(name)
+    study = load_grid(name)
     runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=grid_flags.axes_given())
     _override(study, name, runs)
     if FLAGS.tasks and not runs:

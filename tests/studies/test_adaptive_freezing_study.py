@@ -11,7 +11,7 @@ from conftest import run_module
 from experiments import adaptive_freezing as study_module
 from tf_transfer.reporting import adaptive_freezing_report as report
 from tf_transfer.reporting import adaptive_freezing_protocol as protocol
-from experiments import load_study
+from experiments import load_grid
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims as claims_model
 from tf_transfer.studies import grid as studies
@@ -22,7 +22,7 @@ FULL, AUTOFREEZE, FREEZEOUT, STATIC = report.FULL, report.AUTOFREEZE, report.FRE
 
 @pytest.fixture(scope="module")
 def study():
-    return load_study("adaptive_freezing")
+    return load_grid("adaptive_freezing")
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ names none runs the table's default study. The runner never reads flags.
 
 Example:
 
->>> from experiments import load_study
->>> grid = load_study("transfer_learning")
+>>> from experiments import load_grid
+>>> grid = load_grid("transfer_learning")
 >>> len(grid.runs(variant="paper"))  # 8 tasks x 5 settings x 2 rates x 2 seeds
 160
 """

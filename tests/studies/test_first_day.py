@@ -84,13 +84,13 @@ def test_compare_and_the_freezing_grid_take_the_first_runs_rate_per_route(monkey
     there changes all three."""
     from experiments import own_data_freezing as freezing
     from tf_transfer.models import first_run_rates
-    from tf_transfer.studies.glue import comparison_runs as comparison
+    from tf_transfer.studies.glue import comparison_runs
 
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "full fine-tuning", 1e-5)
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "last k over the cache", 3e-4)
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "method", 5e-4)
     settings = [2, {"method": "lora", "rank": 4}, {"trainable_layers": 3, "lr": 7e-5}]
-    listed = comparison.runs(comparison.settings_by_label(settings), [0], {})
+    listed = comparison_runs.runs(comparison_runs.settings_by_label(settings), [0], {})
     assert {name: run["lr"] for name, run in listed} == {"full fine-tuning": 1e-5, "last 2": 3e-4, "lora rank=4": 5e-4,
                                                           "last 3, lr=7e-05": 7e-5}  # a rate given is kept
     grid = {(run["trainable_layers"], run["lr"]) for run in freezing.GRID.runs("cpu")}

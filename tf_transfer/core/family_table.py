@@ -5,8 +5,8 @@ reads), one row per keras-hub backbone class. Pure data, read by the data layer 
 
 Example:
 
->>> from tf_transfer.core import family_table as families
->>> families.FAMILIES["RobertaBackbone"].inputs, families.FAMILIES["RobertaBackbone"].pair_separator
+>>> from tf_transfer.core import family_table
+>>> family_table.FAMILIES["RobertaBackbone"].inputs, family_table.FAMILIES["RobertaBackbone"].pair_separator
 (('token_ids', 'padding_mask'), 2)
 """
 

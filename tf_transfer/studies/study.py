@@ -4,10 +4,10 @@ is trained, where it lives and how its completed result is read. Each study defi
 
 Example (the GLUE trainer's row, what a grid that names no study runs):
 
->>> from tf_transfer.studies import study_registry as registry
->>> registry.get().settings_class.__name__
+>>> from tf_transfer.studies import study_registry
+>>> study_registry.get().settings_class.__name__
 'GlueSettings'
->>> registry.get("stack").run_dir  # doctest: +SKIP
+>>> study_registry.get("stack").run_dir  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ GLUE-trainer runs.
 
 Example:
 
->>> from tf_transfer.studies import study_registry as registry
->>> sorted(registry.STUDIES)
+>>> from tf_transfer.studies import study_registry
+>>> sorted(study_registry.STUDIES)
 ['glue', 'multitask', 'sentiment', 'stack']
->>> registry.get().name == registry.DEFAULT
+>>> study_registry.get().name == study_registry.DEFAULT
 True
->>> registry.get("ner")
+>>> study_registry.get("ner")
 Traceback (most recent call last):
 ...
 tf_transfer.core.errors.TransferError: unknown study 'ner': a grid names one of glue, multitask, sentiment, stack (tf_transfer/studies/study_registry.py)

@@ -6,10 +6,10 @@ Full fine-tuning (`FULL`) is always among the settings: the intervals are agains
 
 Example:
 
->>> from tf_transfer.studies.glue import comparison_runs as comparison
->>> [comparison.label(comparison.setting(item)) for item in (2, "all", {"method": "lora", "rank": 8})]
+>>> from tf_transfer.studies.glue import comparison_runs
+>>> [comparison_runs.label(comparison_runs.setting(item)) for item in (2, "all", {"method": "lora", "rank": 8})]
 ['last 2', 'full fine-tuning', 'lora rank=8']
->>> comparison.setting({"method": "prompt"})
+>>> comparison_runs.setting({"method": "prompt"})
 Traceback (most recent call last):
 ...
 tf_transfer.core.errors.TransferError: --method must be one of freeze, lora, bitfit, autofreeze, freezeout, got 'prompt'

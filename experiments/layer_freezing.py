@@ -24,7 +24,8 @@ from __future__ import annotations
 from tf_transfer.reporting import layer_freezing_report
 from tf_transfer.reporting.layer_freezing_paper import TASKS, final_score
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.grid import Grid, Variant, pinned_commands
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
+from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 
 # The paper's base models (keras-hub names); its large ones ran on four tasks only.

@@ -21,7 +21,8 @@ from __future__ import annotations
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.glue_settings import GlueSettings
-from tf_transfer.studies.grid import Grid, Variant, pinned_commands
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
+from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 from tf_transfer.reporting import methods_report
 from tf_transfer.reporting.method_comparison import Design

@@ -22,7 +22,8 @@ from tf_transfer.reporting.method_comparison import Design
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.glue.compared_methods import method_named
-from tf_transfer.studies.grid import Grid, Variant, pinned_commands
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
+from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 
 # Cheapest first (tokens per epoch: SST-2's and CoLA's sentences are short), so that whole tasks land early.

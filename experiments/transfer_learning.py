@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from tf_transfer.reporting.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
 from tf_transfer.reporting import transfer_learning_report
-from tf_transfer.studies.grid import Grid, Variant, pinned_commands
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
+from tf_transfer.studies.grid import Grid, Variant
 
 CPU_DIFFERENCES = (
     "Backbone all-MiniLM-L6-v2 (6 blocks, 384 wide) instead of BERT-base (12 blocks, 768 wide): the only "

@@ -166,7 +166,7 @@ def test_every_flag_a_command_defines_is_a_setting_or_listed_in_the_layout():
 # The shared modules of tf_transfer/studies/ beside the study folders: used by every study, owned by none.
 STUDIES_SHARED = {"__init__.py", "grid.py", "study.py", "study_method.py", "study_registry.py"}
 # Modules of a study folder whose name does not start with the study's (each says what it is).
-STUDY_OWN_NAMES = {"glue": ("comparison_runs.py", "compared_methods.py")}
+STUDY_OWN_NAMES = {"glue": ("comparison_runs.py", "compared_methods.py", "pinned_shards.py")}
 # A grid that reads another grid's runs as its own names it by import (methods_paired reuses the adaptive-freezing
 # study's rate search and full fine-tuning runs): the only grids another module imports, besides the registry.
 GRIDS_READ_BY_GRIDS = {"experiments.methods_paired": {"experiments.adaptive_freezing"}}

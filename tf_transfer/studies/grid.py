@@ -216,14 +216,6 @@ def describe(settings: dict, keys=SHOWN) -> str:
     return " ".join(f"{k}={settings[k]}" for k in keys if k in settings)
 
 
-def pinned_commands(study: str, extra: str = "") -> tuple:
-    """Two shards, one core each: the grid's runs are timed on the CPU clock, so other work may share the
-    machine."""
-    return tuple(f"taskset -c {core} python -m tf_transfer.experiments run {study} --variant=cpu --shard={core + 1}/2 "
-                 f"--runs_dir=reports/runs --cache_dir=runs/cache --data_dir=$GLUE_DIR{extra} &"
-                 for core in (0, 1))
-
-
 def shard(runs: list, shard_spec: Optional[str]) -> list:
     """`I/N` (1 <= I <= N): every N-th run starting at the I-th, so N machines split one grid."""
     if not shard_spec:

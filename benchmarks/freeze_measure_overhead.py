@@ -28,8 +28,8 @@ TARGET = 0.03  # issue 40: the measuring costs at most 3% of a step while nothin
 
 
 def build(task_name: str, data_dir: str, method: str, examples: int, batch_size: int):
-    from tf_transfer.studies import glue_task
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue import glue_task
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     settings = GlueSettings(task=task_name, preset="all_minilm_l6_v2_en", method=method, lr=2e-5,
                             batch_size=batch_size, max_epochs=1, patience=0, max_train_examples=examples,

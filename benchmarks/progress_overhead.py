@@ -20,8 +20,8 @@ import tempfile
 
 RUN = """
 import json, sys
-from tf_transfer.studies import glue_task as glue
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue import glue_task as glue
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 from tf_transfer.training import progress
 
 if sys.argv[2] == "off":

@@ -17,8 +17,8 @@ The protocol, per task:
    freezing must beat to save the user the sweep.
 3. **Seeds 1-5 of all four** then run, a seed at a time across the four methods, so that whole pairs land early.
    A seed fixes the validation split and the training order, so the four runs of a seed pair; the report compares
-   them paired (`experiments/adaptive_freezing_report.py`). The seed-0 runs chose the rate and the k, and are not
-   compared.
+   them paired (`tf_transfer/reporting/adaptive_freezing_report.py`). The seed-0 runs chose the rate and the k,
+   and are not compared.
 
 Tasks run cheapest first (`TASKS`), by the training tokens of an epoch padded to the 16-token buckets the batches
 are drawn from, counted with the model's WordPiece vocabulary on 2026-11-25: STS-B 188k in 162 batches, MRPC 200k in
@@ -47,9 +47,10 @@ report estimates what is left from the runs so far.
 
 from __future__ import annotations
 
-from experiments.adaptive_freezing_report import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART, SEARCH_SEED,
-                                                  STATIC, choose_k, seed_part, time_to_best, write_report)
-from experiments.methods import best_validation, pick_rate
+from tf_transfer.reporting import adaptive_freezing_report
+from tf_transfer.reporting.adaptive_freezing_protocol import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SEARCH_PART,
+                                                              SEARCH_SEED, STATIC, choose_k, seed_part, time_to_best)
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
@@ -169,6 +170,6 @@ GRID = Grid(
     dependent={"lr": searched_lr, "trainable_layers": best_static_k, "cache_frozen": cached_with_k},
     task_flagfiles={"sst2": "flags/adaptive_freezing_sst2.flags", "mrpc": "flags/adaptive_freezing_mrpc.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=(RUN_COMMAND,))},
-    report=write_report,
+    report=adaptive_freezing_report.write_report,
     shown=("task", "method", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

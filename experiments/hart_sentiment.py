@@ -14,10 +14,10 @@ logistic head, 300 frozen epochs, on 1,000 SST-2 sentences in Kaggle's train.csv
 from __future__ import annotations
 
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.studies import sentiment_study
+from tf_transfer.studies.sentiment import sentiment_study
 from tf_transfer.studies.grid import Grid, Variant
-from tf_transfer.studies.sentiment_settings import SentimentBertSettings
-from tf_transfer.studies.sentiment_study import COMMAND_FLAGS
+from tf_transfer.studies.sentiment.sentiment_settings import SentimentBertSettings
+from tf_transfer.studies.sentiment.sentiment_study import COMMAND_FLAGS
 
 FLAGFILE = "flags/hart_bert_common.flags"
 STEPS = ("sparse", "frozen", "top2", "unfrozen")
@@ -34,18 +34,18 @@ def step_settings(step: str) -> dict:
 def after_run(run: dict, folder: str) -> None:
     """report.md rewritten from all the folder holds once a step has run (as `python -m tf_transfer.sentiment` does
     after each approach), and the sparse step's sparse_baselines.md."""
-    from tf_transfer.reporting.sentiment_report import write_report, write_sparse_markdown
+    from tf_transfer.reporting import sentiment_report
 
     if run["approach"] == "sparse":
-        write_sparse_markdown(folder, sentiment_study.labelled_texts(run), run["folds"], run["seed"])
-    write_report(folder)
+        sentiment_report.write_sparse_markdown(folder, sentiment_study.labelled_texts(run), run["folds"], run["seed"])
+    sentiment_report.write_report(folder)
 
 
 def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
     """report.md and the box plots, written into the folder that holds the results (as `--approach=report`)."""
-    from tf_transfer.reporting.sentiment_report import write_report as write_sentiment_report
+    from tf_transfer.reporting import sentiment_report
 
-    return write_sentiment_report(collected[0]["folder"])
+    return sentiment_report.write_report(collected[0]["folder"])
 
 
 CPU_PARTS = {step: step_settings(step) for step in STEPS}

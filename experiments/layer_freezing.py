@@ -16,14 +16,15 @@ A report of several backbones is one report per backbone, in a folder each, with
     python -m tf_transfer.experiments run layer_freezing --variant=cpu --presets=distil_bert_base_en_uncased
     python -m tf_transfer.experiments report layer_freezing --variant=cpu --out=reports/layer_freezing
 
-Its report is experiments/layer_freezing_report.py.
+Its report is tf_transfer/reporting/layer_freezing_report.py.
 """
 
 from __future__ import annotations
 
-from experiments.layer_freezing_report import TASKS, final_score, report
-from experiments.transfer_learning import pinned_commands
+from tf_transfer.reporting import layer_freezing_report
+from tf_transfer.reporting.layer_freezing_paper import TASKS, final_score
 from tf_transfer.studies import grid as studies
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 
@@ -102,5 +103,5 @@ GRID = Grid(
             commands=pinned_commands("layer_freezing"),
         ),
     },
-    report=report,
+    report=layer_freezing_report.report,
 )

@@ -17,8 +17,8 @@ import os
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.studies.grid import Grid, Variant, run_dir
-from tf_transfer.studies.multitask_settings import MultitaskSettings
-from tf_transfer.studies.multitask_study import STUDY
+from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
+from tf_transfer.studies.multitask.multitask_study import STUDY
 from tf_transfer.training import run_record
 
 FLAGFILE = "flags/li_common.flags"
@@ -47,12 +47,12 @@ def heads_first_run(settings: dict, runs_dir: str, grid: Grid):
 
 def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
     """The rows' best-on-dev scores (`python -m tf_transfer.multitask --report`) in `<out>/table.md`."""
-    from tf_transfer.reporting.multitask_report import report_table
+    from tf_transfer.reporting import multitask_report
 
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "table.md")
     with open(path, "w") as f:
-        f.write(report_table([c["folder"] for c in collected if c["summary"]]) + "\n")
+        f.write(multitask_report.report_table([c["folder"] for c in collected if c["summary"]]) + "\n")
     return path
 
 

@@ -8,8 +8,8 @@ with the best validation score (at its best epoch, never GLUE dev) is then run a
 is the search's own. Methods of one family share their family's search: freezing without the cache takes the cached
 freezing's rate (the same weights train), LoRA at ranks 4 and 16 and on the last 2 blocks take rank 8's (updates are
 scaled by alpha/r, which in the LoRA paper's words "helps to reduce the need to retune hyperparameters when we vary
-r"). The report opens
-with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (`experiments/methods_report.py`).
+r"). The report opens with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs
+(`tf_transfer/reporting/methods_report.py`).
 
     python -m tf_transfer.experiments run methods --variant=cpu --dry_run
     python -m tf_transfer.experiments run methods --variant=cpu --data_dir=$GLUE_DIR
@@ -18,14 +18,15 @@ with the LoRA, BitFit and Ladder Side-Tuning claims checked against these runs (
 
 from __future__ import annotations
 
-from experiments.methods_report import Design
-from experiments.transfer_learning import pinned_commands
 from tf_transfer.models import methods
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
-from tf_transfer.reporting import tables as reports
+from tf_transfer.reporting import methods_report
+from tf_transfer.reporting.method_comparison import Design
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 
 TASKS = ["mrpc", "stsb", "rte", "cola", "sst2"]
 SEEDS = [0, 1, 2]
@@ -87,17 +88,6 @@ def search_runs(settings: dict) -> list:
     return [{**probe, "lr": lr, "seed": 0, "part": f"search_{family_of(settings)}"} for lr in rates]
 
 
-def best_validation(summary: dict):
-    """The validation score of the epoch early stopping keeps (the best), on the run's metric."""
-    epoch = reports.best_epoch(summary)
-    return None if epoch is None else epoch["val"].get(summary["metric"])
-
-
-def pick_rate(scores: dict):
-    """The rate of `{rate: validation score or None}` with the best score; a tie goes to the smaller rate."""
-    return max(scores, key=lambda lr: (float("-inf") if scores[lr] is None else scores[lr], -lr))
-
-
 def searched_lr(settings: dict, runs_dir: str, study: Grid):
     """The rate of the family's search with the best validation score on this task; None while a search run is
     unfinished. Chosen on the validation split held out of GLUE train, never on GLUE dev (the test set)."""
@@ -144,8 +134,9 @@ GRID = Grid(
                        task_settings={"sst2": {"max_train_examples": 1000}},
                        differences=CPU_DIFFERENCES, clock="cpu", commands=pinned_commands("methods")),
     },
-    report=Design(METHODS, TASKS, method_of, pick_rate, compared_seeds_searched=True,
-                  gate_decided="after this study's runs (no verdict changed by it)",
-                  search_labels={f"search_{family}": searcher for family, (_, searcher) in SEARCH.items()}).write_report,
+    report=methods_report.report_of(Design(
+        METHODS, TASKS, method_of, pick_rate, compared_seeds_searched=True,
+        gate_decided="after this study's runs (no verdict changed by it)",
+        search_labels={f"search_{family}": searcher for family, (_, searcher) in SEARCH.items()})),
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

@@ -17,11 +17,12 @@ rate was chosen on them.
 
 from __future__ import annotations
 
-from experiments.methods_report import Design
-from experiments.methods import best_validation, pick_rate
-from experiments.transfer_learning import pinned_commands
+from tf_transfer.reporting import methods_report
+from tf_transfer.reporting.method_comparison import Design
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.compared_methods import method_named
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 
@@ -55,15 +56,6 @@ BEYOND = {"full fine-tuning": (3e-6, 1e-3), "last 2, cached": (1e-5, 3e-3), "LoR
 def method_of(settings: dict) -> str:
     """The name in `METHODS` of a run's settings."""
     return method_named(METHODS, settings)
-
-
-def method_named(methods: dict, settings: dict) -> str:
-    """The name in `methods` (`{name: settings}`) of a run's settings (a setting a method leaves out at its default)."""
-    for name, method in methods.items():
-        if all(settings.get(k, GlueSettings.ADDED_SETTINGS.get(k)) == v for k, v in method.items()
-               if k != "cache_frozen") and settings.get("cache_frozen", False) == method.get("cache_frozen", False):
-            return name
-    raise KeyError(f"no method of the study has settings {settings}")
 
 
 def _probe(settings: dict, lr: float, part: str) -> dict:
@@ -135,11 +127,11 @@ GRID = Grid(
     dependent={"lr": resolve_lr},
     task_flagfiles={"sst2": "flags/methods_full_sst2.flags"},
     variants={"cpu": Variant(differences=DIFFERENCES, clock="cpu", commands=pinned_commands("methods_full"))},
-    report=Design(
+    report=methods_report.report_of(Design(
         METHODS, TASKS, method_of, pick_rate,
         stopped="after 9 SST-2 rate-search runs and before any compared run, its design was replaced by the "
                 "methods_paired study's (seeds from a precision calculation, pairs kept on one kind of machine, the "
                 "adaptive-freezing study's 4-epoch protocol: see reports/methods_paired/). Its runs stay here as "
-                "they are; nothing below is a verdict.").write_report,
+                "they are; nothing below is a verdict.")),
     shown=("task", "method", "lora_rank", "trainable_layers", "lr", "seed", "cache_frozen"),
 )

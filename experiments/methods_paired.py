@@ -46,11 +46,11 @@ The design (`DESIGN`, printed first in the report; committed before the first co
 from __future__ import annotations
 
 import experiments.adaptive_freezing as adaptive_freezing
-import experiments.methods_paired_report as report
-from experiments.methods import best_validation, pick_rate
-from experiments.methods_full import method_named
+from tf_transfer.reporting import methods_paired_report as report
 from tf_transfer.core import planning
+from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.studies import grid as studies
+from tf_transfer.studies.glue.compared_methods import method_named
 from tf_transfer.studies.grid import Grid, Variant
 from tf_transfer.training import run_record
 

@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import os
 
-import experiments.stack_conll_report as report
+from tf_transfer.reporting import stack_conll_report as report
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies.grid import Grid, Variant, own_settings
-from tf_transfer.studies.stack_settings import StackSettings
+from tf_transfer.studies.stack.stack_settings import StackSettings
 
 FLAGFILE = "flags/stack_conll_ner.flags"
 CPU_FLAGFILE = "flags/stack_conll_cpu.flags"

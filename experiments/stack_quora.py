@@ -50,13 +50,13 @@ def data_settings(data_dir, data) -> dict:
 
 def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
     """The comparison table of the completed runs (`python -m tf_transfer.stack --report`) in `<out>/table.md`."""
-    from tf_transfer.reporting.stack_report import report_table
+    from tf_transfer.reporting import stack_report
 
     folders = [c["folder"] for c in collected if c["summary"]]
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "table.md")
     with open(path, "w") as f:
-        f.write(report_table(folders) + "\n")
+        f.write(stack_report.report_table(folders) + "\n")
     return path
 
 

@@ -13,8 +13,9 @@ without the frozen-prefix cache, to tell the two savings apart.
 
 from __future__ import annotations
 
-from experiments.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
-from experiments.transfer_learning_report import write_report
+from tf_transfer.reporting.transfer_learning_paper import RATES, SEEDS, SETTINGS, TASKS, UNCACHED_TASKS
+from tf_transfer.reporting import transfer_learning_report
+from tf_transfer.studies.glue.pinned_shards import pinned_commands
 from tf_transfer.studies.grid import Grid, Variant
 
 CPU_DIFFERENCES = (
@@ -37,13 +38,6 @@ CPU_DIFFERENCES = (
     "GPU).",
 )
 
-
-def pinned_commands(study: str, extra: str = "") -> tuple:
-    """Two shards, one core each: the grid's runs are timed on the CPU clock, so other work may share the
-    machine."""
-    return tuple(f"taskset -c {core} python -m tf_transfer.experiments run {study} --variant=cpu --shard={core + 1}/2 "
-                 f"--runs_dir=reports/runs --cache_dir=runs/cache --data_dir=$GLUE_DIR{extra} &"
-                 for core in (0, 1))
 
 def earlier_protocol(settings: dict):
     """CoLA runs stopped on Matthews correlation before the grid scored CoLA on accuracy (Wang's metric): the
@@ -77,5 +71,5 @@ GRID = Grid(
             commands=pinned_commands("transfer_learning"),
         ),
     },
-    report=write_report,
+    report=transfer_learning_report.write_report,
 )

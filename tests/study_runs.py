@@ -65,25 +65,25 @@ def run_study(name: str, spec: dict, output_dir: str, strategy=None, distributio
     the function its command calls, under `strategy` (None: the default strategy); returns what that function
     returns (the summary; the sentiment study's results)."""
     if name in ("glue", "autofreeze"):
-        from tf_transfer.studies import glue_task as glue
-        from tf_transfer.studies.glue_settings import GlueSettings
+        from tf_transfer.studies.glue import glue_task as glue
+        from tf_transfer.studies.glue.glue_settings import GlueSettings
 
         return glue.run_glue(GlueSettings(**spec, distribution=distribution), output_dir, strategy=strategy)
     if name == "stack":
-        from tf_transfer.studies import stack_ensemble as stack
-        from tf_transfer.studies.stack_settings import StackSettings
+        from tf_transfer.studies.stack import stack_ensemble as stack
+        from tf_transfer.studies.stack.stack_settings import StackSettings
 
         return stack.run_stack(StackSettings.from_dict({**spec, "distribution": distribution}), output_dir, strategy=strategy)
     if name in ("sentiment", "sentiment_frozen"):
         from tf_transfer.data import labelled_texts
-        from tf_transfer.studies import sentiment_bert, sentiment_settings
+        from tf_transfer.studies.sentiment import sentiment_bert, sentiment_settings
 
         settings = sentiment_settings.SentimentBertSettings(**spec["settings"], distribution=distribution)
         return sentiment_bert.run_bert(labelled_texts.read_labelled_texts(spec["data"]), output_dir, settings,
                                        strategy=strategy)
     if name == "multitask":
-        from tf_transfer.studies import multitask_task as multitask
-        from tf_transfer.studies.multitask_settings import MultitaskSettings
+        from tf_transfer.studies.multitask import multitask_task as multitask
+        from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
         return multitask.run_multitask(MultitaskSettings(**spec, distribution=distribution), output_dir,
                                        strategy=strategy)

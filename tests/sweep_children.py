@@ -21,7 +21,7 @@ def _marker(folder: str) -> str:
 
 def train_trial(where, trial_id, settings, folder, keep_s, deadline=None):
     from tf_transfer.core import isolated
-    from tf_transfer.studies import sweep_trial
+    from tf_transfer.studies.sweep import sweep_trial
 
     marker = _marker(folder)
     chosen = open(marker).read().strip() if os.path.exists(marker) else None
@@ -32,7 +32,7 @@ def train_trial(where, trial_id, settings, folder, keep_s, deadline=None):
 
 def killed_after_its_first_epoch(where, trial_id, settings, folder, keep_s, deadline=None):
     """In the child: the sweep's trial function, killed once its first epoch is saved."""
-    from tf_transfer.studies import sweep_trial
+    from tf_transfer.studies.sweep import sweep_trial
     from tf_transfer.training.run_folder import RunFolder
 
     saved = RunFolder.save_epoch

@@ -33,7 +33,7 @@ def measured(settings: dict, *args, **kwargs):
     """A made-up `sweep_plan.measure` of the one-block preset on a few dozen examples, for tests of the sweep command
     that check nothing of its plan: measuring builds and trains two models for a few steps (about 3 s of a test) and
     gives only the sweep's first line and its report's plan. tests/studies/test_sweep.py's command test measures."""
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     train = 36
     return sweep_plan.Speed(example_s=0.002, block_s=0.0005, startup_s=2.0, num_layers=1, train_examples=train,
@@ -57,7 +57,7 @@ def train(where, trial_id, settings, folder, keep_s):
     is a trainer child that writes its pid there and waits to be killed (`trainer_to_kill`)."""
     import optuna
 
-    from tf_transfer.studies import sweep, sweep_trial
+    from tf_transfer.studies.sweep import sweep_search as sweep, sweep_trial
 
     pid_file = os.environ.pop("SWEEP_FAKE_TRAINER_PID", None)  # popped: the first trial alone
     if pid_file:
@@ -125,7 +125,7 @@ def trainer_to_kill(pid_file: str) -> None:
 
 def main(url: str, name: str, runs_dir: str, budget_s: float) -> None:
     from tf_transfer.reporting import sweep_report
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies.sweep import sweep_search as sweep
 
     if os.environ.get("SWEEP_FAKE_HOST"):  # a process of another machine: its trials' death is told by heartbeats
         import socket
@@ -147,7 +147,7 @@ def command(argv: list) -> None:
     """`python -m tf_transfer.experiments argv...` with `measured` in `sweep_plan.measure`'s place."""
     from tf_transfer import experiments
     from tf_transfer.core import cli
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     sweep_plan.measure = measured
     sys.argv = [experiments.__file__, *argv]

@@ -73,7 +73,7 @@ def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path,
     checked is that both peaks are measured and the share divides by the float32 one, not how steady they are."""
     import functools
 
-    from tf_transfer.studies import glue_benchmark
+    from tf_transfer.studies.glue import glue_benchmark
 
     monkeypatch.setattr(glue_benchmark, "matmul_peak", functools.partial(glue_benchmark.matmul_peak, seconds=0.05))
     done = run_module("tf_transfer.bench", "--task=mrpc", f"--preset={two_block_preset}", f"--data_dir={glue_dir}",
@@ -109,7 +109,7 @@ def test_bench_prints_one_json_object_last(glue_dir, two_block_preset, tmp_path,
 
 
 def test_step_flops_counts_backward_only_through_trained_blocks():
-    from tf_transfer.studies.glue_benchmark import block_flops, step_flops
+    from tf_transfer.studies.glue.glue_benchmark import block_flops, step_flops
 
     one = block_flops(2, 10, 16, 32)
     assert one == 2 * 2 * 10 * (4 * 16 * 16 + 2 * 16 * 32) + 4 * 2 * 10 * 10 * 16

@@ -55,7 +55,8 @@ def test_layers_import_only_themselves_and_the_layers_below():
 
 
 def test_no_function_runs_over_60_lines():
-    """Report writers too: each writes its report one section per function (as experiments/methods_report.py)."""
+    """Report writers too: each writes its report one section per function (as
+    tf_transfer/reporting/methods_report.py)."""
     long = []
     for folder in ("tf_transfer", "experiments"):
         for path, tree in _sources(folder):
@@ -75,8 +76,8 @@ def _module_name(path: str) -> str:
 def _imported_modules(tree, known: set, packages: set) -> set:
     """The package's own modules `tree` imports, at the top or inside functions: `from a.b import c` is a.b.c where
     that is a module, else a.b; and a.b as well where a.b is a package, since the name c is read from a.b's
-    `__init__` (so `from experiments import methods_report`, inside a grid that `experiments/__init__` imports, is a
-    cycle; `import experiments.methods_report as shared` is not)."""
+    `__init__` (so `from experiments import methods`, inside a grid that `experiments/__init__` imports, is a
+    cycle; `import experiments.methods as grid` is not)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -160,3 +161,75 @@ def test_every_flag_a_command_defines_is_a_setting_or_listed_in_the_layout():
     assert not {module: names for module, names in unlisted.items() if names}, unlisted
     stale = {module: sorted(names - defined.get(module, set())) for module, names in listed.items()}
     assert not {module: names for module, names in stale.items() if names}, stale
+
+
+# The shared modules of tf_transfer/studies/ beside the study folders: used by every study, owned by none.
+STUDIES_SHARED = {"__init__.py", "grid.py", "study.py", "study_method.py", "study_registry.py"}
+# Modules of a study folder whose name does not start with the study's (each says what it is).
+STUDY_OWN_NAMES = {"glue": ("comparison_runs.py", "compared_methods.py", "pinned_shards.py")}
+# A grid that reads another grid's runs as its own names it by import (methods_paired reuses the adaptive-freezing
+# study's rate search and full fine-tuning runs): the only grids another module imports, besides the registry.
+GRIDS_READ_BY_GRIDS = {"experiments.methods_paired": {"experiments.adaptive_freezing"}}
+
+
+def test_the_studies_folder_holds_one_folder_per_study_and_the_shared_modules():
+    """`ls tf_transfer/studies`: a folder per study (its settings, task and own pieces; docs/layout.md, "Adding a
+    study"), beside the few modules every study uses."""
+    folder = os.path.join(REPO, "tf_transfer", "studies")
+    entries = {name for name in os.listdir(folder) if name != "__pycache__"}
+    modules = {name for name in entries if not os.path.isdir(os.path.join(folder, name))}
+    assert modules == STUDIES_SHARED, f"modules beside the study folders: {sorted(modules - STUDIES_SHARED)}"
+    studies = entries - modules
+    assert studies >= {"glue", "stack", "multitask", "sentiment", "sweep"}, sorted(studies)
+    for name in studies:
+        own = [f for f in os.listdir(os.path.join(folder, name)) if f.endswith(".py") and f != "__init__.py"]
+        assert all(f.startswith(name + "_") or f in STUDY_OWN_NAMES.get(name, ()) for f in own), (name, own)
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says what it is, once: `grep -rn sweep_search` finds one module (no `from ... import sweep`
+    that could be either of two)."""
+    seen = {}
+    for folder in ("tf_transfer", "experiments"):
+        for path, _ in _sources(folder):
+            name = os.path.basename(path)
+            if name != "__init__.py":
+                seen.setdefault(name, []).append(path)
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not shared, shared
+
+
+def test_no_report_imports_another_report_and_no_grid_takes_a_constant_from_one():
+    """Reports (tf_transfer/reporting/*_report.py) share their pieces through shared modules (`method_comparison`,
+    `adaptive_freezing_protocol`, `<paper>_paper`), never through another report; a grid names its report's entry
+    point (`report=...`) and takes nothing else from it; and no module imports a grid but the grid registry
+    (`experiments/__init__.py`) and the grids listed in `GRIDS_READ_BY_GRIDS`."""
+    import importlib
+
+    paths = {_module_name(path): (path, tree)
+             for folder in ("tf_transfer", "experiments") for path, tree in _sources(folder)}
+    known = set(paths)
+    packages = {name for name, (path, _) in paths.items() if path.endswith("__init__.py")}
+    reports = {name for name in known if name.startswith("tf_transfer.reporting.") and name.endswith("_report")}
+    grids = {name for name in known if name.startswith("experiments.") and name != "experiments"}
+    wrong = []
+    for name, (path, tree) in paths.items():
+        imported = _imported_modules(tree, known, packages) - {name}
+        if name in reports and imported & reports:
+            wrong.append(f"{path} imports the report(s) {sorted(imported & reports)}")
+        if name != "experiments" and imported & grids - GRIDS_READ_BY_GRIDS.get(name, set()):
+            wrong.append(f"{path} imports the grid(s) {sorted(imported & grids)}")
+        if name not in grids:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in reports:
+                wrong.append(f"{path} takes {[a.name for a in node.names]} from {node.module}")
+            bound = {alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names
+                     if f"{node.module}.{alias.name}" in reports} if isinstance(node, ast.ImportFrom) else {}
+            for alias, report in bound.items():
+                module = importlib.import_module(report)
+                used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name) and n.value.id == alias}
+                wrong += [f"{path} takes {report}.{attr}, not a function" for attr in sorted(used)
+                          if not callable(getattr(module, attr))]
+    assert not wrong, wrong

@@ -52,7 +52,7 @@ def main(argv):
         FLAGS.padding = "bucket"
     config = glue.settings_from_flags()
     logging.set_verbosity(logging.WARNING)
-    from tf_transfer.studies import glue_benchmark as benchmark
+    from tf_transfer.studies.glue import glue_benchmark as benchmark
 
     result = benchmark.measure(config, FLAGS.steps, FLAGS.warmup_steps, FLAGS.repeats,
                                profile_dir=FLAGS.profile_dir,

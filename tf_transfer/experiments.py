@@ -31,7 +31,7 @@ from tf_transfer import grid_flags
 from tf_transfer import sweep as sweep_command  # `sweep` is the sweep's command (its flags are defined)
 from tf_transfer.core import cli, isolated
 from tf_transfer.core import flags as flags_lib
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -66,9 +66,9 @@ def main(argv):
     if len(argv) != 3 or argv[1] not in ("run", "report"):
         raise TransferError(USAGE)
     command, name = argv[1], argv[2]
-    from experiments import load_study
+    from experiments import load_grid
 
-    study = load_study(name)
+    study = load_grid(name)
     runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=grid_flags.axes_given())
     _override(study, name, runs)
     if FLAGS.tasks and not runs:

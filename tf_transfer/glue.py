@@ -18,7 +18,7 @@ from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
 from tf_transfer.core.errors import TransferError
 from tf_transfer.training import locks
-from tf_transfer.studies.glue_settings import GlueSettings, first_run_defaults
+from tf_transfer.studies.glue.glue_settings import GlueSettings, first_run_defaults
 
 FLAGS = flags.FLAGS
 
@@ -79,7 +79,7 @@ def _train(config: GlueSettings, output_dir: str, announced: list) -> None:
     """Trains (or finds, or exports) the run; `announced` (what was chosen and read) is printed once the folder has
     not refused the run, so that a refusal's `error:` line comes alone."""
     from tf_transfer.models import methods
-    from tf_transfer.studies import glue_task as study
+    from tf_transfer.studies.glue import glue_task as study
 
     # Other settings or other data in a folder: exit 2, never a false "done". Multi-worker runs ask the chief inside
     # run_glue, once every worker has joined (a chief leaving alone would stop the others on the timeout).

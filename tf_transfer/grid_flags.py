@@ -16,7 +16,7 @@ from absl import flags
 
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -87,6 +87,6 @@ def axes_given() -> dict:
 
 def glue_data_dir():
     """--data_dir, else $GLUE_DIR, checked once (not one error per run); None: the runs read TFDS."""
-    from tf_transfer.studies import glue_study
+    from tf_transfer.studies.glue import glue_study
 
     return glue_study.data_folder(FLAGS.data_dir)

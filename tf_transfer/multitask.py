@@ -5,7 +5,7 @@
     python -m tf_transfer.multitask --flagfile=flags/li_finetune.flags --data_dir=../shared/data/cs224n_minbert
 
 Writes `summary.json`, `best.weights.h5` and TensorBoard events to --output_dir. The work is done by
-`tf_transfer.studies.multitask_task`; this module only reads flags.
+`tf_transfer.studies.multitask.multitask_task`; this module only reads flags.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
 from tf_transfer.training import locks
-from tf_transfer.studies.multitask_settings import MultitaskSettings
+from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
 FLAGS = flags.FLAGS
 
@@ -36,9 +36,9 @@ def main(argv):
     from tf_transfer.core.errors import TransferError
 
     if FLAGS.report:
-        from tf_transfer.reporting.multitask_report import report_table
+        from tf_transfer.reporting import multitask_report
 
-        print(report_table(FLAGS.report))
+        print(multitask_report.report_table(FLAGS.report))
         return
     if not FLAGS.output_dir:
         raise TransferError("--output_dir is required: the folder for summary.json, best.weights.h5 and TensorBoard")
@@ -49,7 +49,7 @@ def main(argv):
 
 
 def _train(settings: MultitaskSettings) -> None:
-    from tf_transfer.studies import multitask_task as multitask
+    from tf_transfer.studies.multitask import multitask_task as multitask
 
     summary = multitask.run_multitask(settings, FLAGS.output_dir, overwrite=FLAGS.overwrite)
     best = summary["best_epoch"]

@@ -15,7 +15,7 @@ from absl import flags, logging
 from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.training import locks
-from tf_transfer.studies.sentiment_settings import SentimentBertSettings
+from tf_transfer.studies.sentiment.sentiment_settings import SentimentBertSettings
 
 FLAGS = flags.FLAGS
 
@@ -60,7 +60,7 @@ def _read_data():
 def main(argv):
     del argv
     from tf_transfer.core.errors import TransferError
-    from tf_transfer.studies.sentiment_settings import APPROACHES, check_choice
+    from tf_transfer.studies.sentiment.sentiment_settings import APPROACHES, check_choice
 
     # Every value is checked before any data is read or TensorFlow imported, so a typo fails in a second.
     check_choice("approach", FLAGS.approach, APPROACHES)
@@ -77,20 +77,18 @@ def main(argv):
 
 
 def _run(settings) -> None:
-    from tf_transfer.reporting.sentiment_report import write_report
+    from tf_transfer.reporting import sentiment_report
 
     if FLAGS.approach == "sparse":
-        from tf_transfer.studies.sentiment_sparse import run_sparse_baselines
-
-        from tf_transfer.reporting.sentiment_report import write_sparse_markdown
+        from tf_transfer.studies.sentiment.sentiment_sparse import run_sparse_baselines
 
         data = _read_data()
         results = run_sparse_baselines(data, FLAGS.output_dir, FLAGS.folds, FLAGS.seed, overwrite=FLAGS.overwrite)
-        write_sparse_markdown(FLAGS.output_dir, data, FLAGS.folds, FLAGS.seed)
+        sentiment_report.write_sparse_markdown(FLAGS.output_dir, data, FLAGS.folds, FLAGS.seed)
         for name, result in results.items():
             print(f"{name}: accuracy {result['accuracy_mean']:.4f}, F1 {result['f1_mean']:.4f}")
     elif FLAGS.approach == "bert":
-        from tf_transfer.studies.sentiment_bert import run_bert
+        from tf_transfer.studies.sentiment.sentiment_bert import run_bert
 
         results = run_bert(_read_data(), FLAGS.output_dir, settings, overwrite=FLAGS.overwrite)
         print(f"bert {results['model']} ({results['pooling']}), {len(results['runs'])} run(s): accuracy "
@@ -100,7 +98,7 @@ def _run(settings) -> None:
     if FLAGS.distribution == "multi_worker" and not strategies.chief_by_tf_config():
         print(f"report: written by the chief worker in {FLAGS.output_dir}")  # this worker wrote nothing there
         return
-    print(f"report: {write_report(FLAGS.output_dir)}")
+    print(f"report: {sentiment_report.write_report(FLAGS.output_dir)}")
 
 
 if __name__ == "__main__":

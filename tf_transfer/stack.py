@@ -8,7 +8,8 @@
 Writes `summary.json` (epochs marked with their phase) and TensorBoard events to --output_dir; an --ensemble writes
 one folder per head and `ensemble.json`. Re-running the same command resumes an interrupted run after its last
 finished epoch; a completed run is not trained again (exit 0); other settings in an unfinished run's folder are
-refused (exit 2) unless --overwrite. The work is in `tf_transfer.studies.stack_ensemble`; this module only reads flags.
+refused (exit 2) unless --overwrite. The work is in `tf_transfer.studies.stack.stack_ensemble`; this module only
+reads flags.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import strategies
 from tf_transfer.training import locks
-from tf_transfer.studies.stack_settings import StackSettings
+from tf_transfer.studies.stack.stack_settings import StackSettings
 
 FLAGS = flags.FLAGS
 
@@ -40,9 +41,9 @@ COMMAND_FLAGS = {
 def main(argv):
     del argv
     if FLAGS.report:
-        from tf_transfer.reporting.stack_report import report_table
+        from tf_transfer.reporting import stack_report
 
-        print(report_table(FLAGS.report))
+        print(stack_report.report_table(FLAGS.report))
         return
     # Every value is checked before data is read or TensorFlow imported.
     config = flags_lib.settings_from_flags(StackSettings, COMMAND_FLAGS)
@@ -53,7 +54,7 @@ def main(argv):
 
 
 def _train(config: StackSettings, output_dir: str) -> None:
-    from tf_transfer.studies import stack_ensemble as study
+    from tf_transfer.studies.stack import stack_ensemble as study
 
     # Multi-worker runs ask the chief inside run_stack, once every worker has joined.
     if FLAGS.distribution != "multi_worker" and not FLAGS.overwrite and study.completed_result(config, output_dir):

@@ -28,7 +28,7 @@ from tf_transfer.core import cli, isolated
 from tf_transfer.core import flags as flags_lib
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -96,7 +96,7 @@ def _disk_full_is_one_line(main):
 @_disk_full_is_one_line
 def main(argv):
     from tf_transfer.core import metrics
-    from tf_transfer.studies import sweep, sweep_storage
+    from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
 
     started = time.time()
     budget_s = _check_command(argv)
@@ -148,7 +148,7 @@ def main(argv):
 def _finish(study, sweep_dir: str, ended: str, workers: int, started: float) -> None:
     """The report, and the sweep's last two lines: what it spent, and its recommendation (or why none)."""
     from tf_transfer.reporting import sweep_report
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies.sweep import sweep_search as sweep
 
     out = FLAGS.out or sweep_dir
     try:
@@ -167,7 +167,7 @@ def _finish(study, sweep_dir: str, ended: str, workers: int, started: float) -> 
 def _check_command(argv) -> float:
     """The budget in seconds, once the flags that are not settings have been checked."""
     from tf_transfer.core.errors import TransferError
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies.sweep import sweep_search as sweep
 
     if len(argv) > 1:
         raise TransferError(f"sweep takes flags only, got {' '.join(argv[1:])}: e.g. python -m tf_transfer.sweep "
@@ -187,7 +187,7 @@ def _check_command(argv) -> float:
 
 def _no_space(error: OSError, path: str, what: str) -> None:
     """One line for a full disk (or quota) met while writing the sweep's own files; any other `OSError` goes on."""
-    from tf_transfer.studies import sweep_retries
+    from tf_transfer.studies.sweep import sweep_retries
 
     if error.errno in sweep_retries.NO_SPACE:
         raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
@@ -197,7 +197,7 @@ def _settings_of_flags() -> tuple:
     """`(base, settings, lrs, options)`: every trial's settings (flags/sweep.flags, then the flags given) as a dict
     and checked, the rates given, the methods' sweep options. Bad flags and files fail here, before TensorFlow."""
     from tf_transfer.core import settings as settings_lib
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies.sweep import sweep_search as sweep
 
     base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
     base.update(grid_flags.given_settings())
@@ -216,7 +216,7 @@ def _say_what_it_needs(study, base: dict, workers: int, left_s: float) -> None:
     """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
     decides (`sweep_plan`), from a few training steps on the data, timed on one worker's core. A sweep
     that goes on (a trial has measured the machine) skips the measurement."""
-    from tf_transfer.studies import sweep, sweep_plan
+    from tf_transfer.studies.sweep import sweep_search as sweep, sweep_plan
 
     if any(t.user_attrs.get("epoch_time_s") for t in study.get_trials(deepcopy=False)):
         return
@@ -269,7 +269,7 @@ def _identity(base: dict, settings: GlueSettings, lrs, options: dict) -> dict:
 def _sweep_place(dataset: str, identity: dict) -> tuple:
     """`(the sweep's folder, its name)`: `--sweep_name` or one derived from the settings, under
     <runs_dir>/sweep/; a sweep begun before names (SQLite in <runs_dir>/sweep/<data set>/) goes on there."""
-    from tf_transfer.studies import sweep_storage
+    from tf_transfer.studies.sweep import sweep_storage
 
     legacy = os.path.join(FLAGS.runs_dir, "sweep", dataset)
     if not FLAGS.sweep_name and not FLAGS.storage and os.path.exists(os.path.join(legacy, "sweep.db")):
@@ -295,7 +295,7 @@ def _sweep_options() -> dict:
 
 
 def _train_trial(*args, **kwargs) -> dict:
-    from tf_transfer.studies import sweep_trial
+    from tf_transfer.studies.sweep import sweep_trial
 
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)

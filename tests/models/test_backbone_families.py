@@ -268,8 +268,8 @@ RUN_WAYS = [("roberta", False, "bucket"), ("distil_bert", False, "bucket"), ("el
 @pytest.mark.parametrize("key, cache_frozen, padding", RUN_WAYS)
 def test_glue_run_completes_with_or_without_the_cache(key, cache_frozen, padding, presets, glue_dir, tmp_path):
     from tf_transfer.data import cache
-    from tf_transfer.studies import glue_task as runner
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue import glue_task as runner
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     assert {key for key, _, _ in RUN_WAYS} == set(FAMILY_KEYS[1:])
     config = GlueSettings(task="rte", preset=presets[key], trainable_layers=1, lr=1e-3, batch_size=8, max_epochs=1,

@@ -11,8 +11,8 @@ def _command_and_python_losses(folder, glue_dir, preset, method, options, paddin
     import keras
 
     from tf_transfer.models import backbones, heads
-    from tf_transfer.studies import glue_task
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue import glue_task
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
     from tf_transfer.training import optimizers
 
     # No validation split (and so no early stopping): only the training losses are compared, and a validation

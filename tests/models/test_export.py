@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tf_transfer.models import export
-from tf_transfer.studies import glue_task as runner
+from tf_transfer.studies.glue import glue_task as runner
 from tf_transfer.data import tasks
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import run_module
 

@@ -60,8 +60,8 @@ def test_autofreeze_in_fit_gives_the_commands_freezes_losses_and_scores(one_devi
 
     from tf_transfer.data import feeds, inputs
     from tf_transfer.models import heads, loader
-    from tf_transfer.studies import glue_task
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue import glue_task
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
     from tf_transfer.training import optimizers
 
     command = one_device_runs.run("autofreeze")

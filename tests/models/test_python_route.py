@@ -17,7 +17,7 @@ def _python_route(settings, method: str, options: dict):
     import tf_transfer
     from tf_transfer.data import feeds, inputs
     from tf_transfer.models import heads, loader
-    from tf_transfer.studies import glue_task
+    from tf_transfer.studies.glue import glue_task
     from tf_transfer.training import optimizers
 
     task, train, validation, tests, _ = glue_task.load_data(settings)
@@ -60,7 +60,7 @@ def test_freezing_from_python_trains_as_the_command_does(one_device_runs):
     """Against the suite's shared one-device GLUE run (tests/study_runs.py: MRPC, the last of two blocks training,
     uncached, clipped, dropout 0), trained once per test process: the per-epoch losses within rtol 1e-5 (float32
     rounding; measured equal bit for bit) and the same validation and dev scores."""
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     settings = GlueSettings(**one_device_runs.specs["glue"])
     assert settings.method == "freeze" and not settings.cache_frozen and settings.trainable_layers == 1
@@ -74,8 +74,8 @@ def test_lora_and_bitfit_from_python_train_as_the_command_does(tmp_path, glue_di
     `fit` draws from the same seed, and the losses agree within rtol 1e-5 (float32 rounding; measured equal bit for
     bit). STS-B, whose scores (Pearson, Spearman) move with any change of the outputs; one block, the cheapest
     preset, in the methods' scope with the embeddings frozen."""
-    from tf_transfer.studies import glue_task
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue import glue_task
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     settings = GlueSettings(**{**study_runs.GLUE, "task": "stsb", "preset": one_block_preset, "data_dir": glue_dir,
                                "dropout": 0.1, "method": method, **{f"{method}_{k}": v for k, v in options.items()}})

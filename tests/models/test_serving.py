@@ -50,8 +50,8 @@ def test_input_names_and_what_is_refused():
     assert serving.input_names(["Question 1", "question-2"]) == ["Question_1", "question_2"]
     with pytest.raises(TransferError, match="--export_format=onnx: choose one of preset, saved_model"):
         serving.check_format("onnx")
-    from tf_transfer.core import families
+    from tf_transfer.core import family_table
 
     with pytest.raises(TransferError, match="not as RoBERTa's: export this run with --export_format=preset"):
-        serving.check_family(families.FAMILIES["RobertaBackbone"])
-    serving.check_family(families.FAMILIES["DistilBertBackbone"])  # WordPiece, one [SEP]: served
+        serving.check_family(family_table.FAMILIES["RobertaBackbone"])
+    serving.check_family(family_table.FAMILIES["DistilBertBackbone"])  # WordPiece, one [SEP]: served

@@ -118,7 +118,7 @@ def shared_classifier(tiny_preset):
     (lambda m: tf_transfer.freeze(m.layers[-1]), "Dense holds no keras-hub encoder backbone"),
 ])
 def test_bad_input_is_one_transfer_error_with_the_commands_line(shared_classifier, call, message):
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     with pytest.raises(TransferError) as raised:
         call(shared_classifier)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import REPO
-from experiments import load_study
+from experiments import load_grid
 from tf_transfer.studies import grid
 
 RUNS = os.path.join(REPO, "reports", "runs")
@@ -16,7 +16,7 @@ RUNS = os.path.join(REPO, "reports", "runs")
 
 @pytest.mark.parametrize("name", ["transfer_learning", "layer_freezing", "methods", "adaptive_freezing"])
 def test_every_committed_run_is_one_its_report_reads(name):
-    study = load_study(name)
+    study = load_grid(name)
     read = set()
     for entry in grid.collect(study, study.runs("cpu"), RUNS):
         read.add(os.path.normpath(entry["folder"]))

@@ -8,8 +8,8 @@ import pytest
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models.methods.adaptive import schedules as fs
-from tf_transfer.studies import glue_task
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue import glue_task
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 from tf_transfer.training import record
 
 from conftest import copy_when_saved, run_module
@@ -324,7 +324,7 @@ def same_freezing(one: dict, two: dict) -> None:
 
 
 def test_the_budgeted_sweep_refuses_adaptive_methods_with_a_pointer():
-    from tf_transfer.studies import sweep
+    from tf_transfer.studies.sweep import sweep_search as sweep
 
     with pytest.raises(TransferError, match="'autofreeze' is not a method: use some of freeze, lora, bitfit .*glue"):
         sweep.check_methods(["freeze", "autofreeze"])

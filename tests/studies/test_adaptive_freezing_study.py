@@ -9,8 +9,9 @@ import pytest
 
 from conftest import run_module
 from experiments import adaptive_freezing as study_module
-from experiments import adaptive_freezing_report as report
-from experiments import load_study
+from tf_transfer.reporting import adaptive_freezing_report as report
+from tf_transfer.reporting import adaptive_freezing_protocol as protocol
+from experiments import load_grid
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims as claims_model
 from tf_transfer.studies import grid as studies
@@ -21,7 +22,7 @@ FULL, AUTOFREEZE, FREEZEOUT, STATIC = report.FULL, report.AUTOFREEZE, report.FRE
 
 @pytest.fixture(scope="module")
 def study():
-    return load_study("adaptive_freezing")
+    return load_grid("adaptive_freezing")
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +225,7 @@ def _drifting(tmp_path, tracking: bool) -> list:
     collected = []
     for seed in range(1, 6):
         for method, k, base in ((FULL, "all", 100.0), (STATIC, 4, 50.0), (AUTOFREEZE, "all", 60.0)):
-            settings = {"task": "mrpc", "part": report.seed_part(seed, method), "seed": seed, "lr": 1e-4,
+            settings = {"task": "mrpc", "part": protocol.seed_part(seed, method), "seed": seed, "lr": 1e-4,
                         "method": "autofreeze" if method == AUTOFREEZE else "freeze", "trainable_layers": k,
                         "cache_frozen": method == STATIC}
             folder = tmp_path / f"{method}-{seed}"
@@ -275,7 +276,7 @@ def test_times_pair_only_between_runs_of_one_kind_of_machine_while_scores_still_
     collected = []
     for seed in range(1, 6):
         for method, base in ((FULL, 100.0), (AUTOFREEZE, 60.0)):
-            settings = {"task": "mrpc", "part": report.seed_part(seed, method), "seed": seed, "lr": 1e-4,
+            settings = {"task": "mrpc", "part": protocol.seed_part(seed, method), "seed": seed, "lr": 1e-4,
                         "method": "autofreeze" if method == AUTOFREEZE else "freeze", "trainable_layers": "all",
                         "cache_frozen": False}
             folder = tmp_path / f"{method}-{seed}"

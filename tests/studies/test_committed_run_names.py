@@ -11,13 +11,13 @@ import pytest
 
 from conftest import REPO
 from tf_transfer.training import record
-from tf_transfer.studies import stack_ensemble
-from tf_transfer.studies.glue_settings import GlueSettings
-from tf_transfer.studies.glue_task import GlueTask
-from tf_transfer.studies.multitask_settings import MultitaskSettings
-from tf_transfer.studies.multitask_task import MultitaskTask
-from tf_transfer.studies.sentiment_settings import SentimentBertSettings
-from tf_transfer.studies.stack_settings import StackSettings
+from tf_transfer.studies.stack import stack_ensemble
+from tf_transfer.studies.glue.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_task import GlueTask
+from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
+from tf_transfer.studies.multitask.multitask_task import MultitaskTask
+from tf_transfer.studies.sentiment.sentiment_settings import SentimentBertSettings
+from tf_transfer.studies.stack.stack_settings import StackSettings
 
 
 def _summaries(*parts) -> list:

@@ -9,19 +9,19 @@ import textwrap
 import pytest
 
 from tf_transfer.training import record
-from experiments import load_study
+from experiments import load_grid
 from tf_transfer.studies import grid as studies
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims as claims_model
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import REPO, run_module
 
 
 def test_transfer_learning_grid_is_the_papers():
-    study = load_study("transfer_learning")
+    study = load_grid("transfer_learning")
     runs = study.runs("paper")
     assert len(runs) == 8 * 5 * 2 * 2
     assert {r["task"] for r in runs} == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"}
@@ -35,7 +35,7 @@ def test_transfer_learning_grid_is_the_papers():
 
 
 def test_layer_freezing_grid_sweeps_half_to_all_frozen():
-    study = load_study("layer_freezing")
+    study = load_grid("layer_freezing")
     runs = study.runs("paper")  # BERT-base and RoBERTa-base, as the paper: L = 12 each
     assert [r["preset"] for r in runs if r["part"] == "line_search" and r["task"] == "rte"] == (
         ["bert_base_en_uncased"] * 5 + ["roberta_base_en"] * 5)
@@ -55,7 +55,7 @@ def test_layer_freezing_grid_sweeps_half_to_all_frozen():
 def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
     """The cpu variant caches frozen prefixes; the full model of the line search has none to cache."""
 
-    study = load_study("layer_freezing")
+    study = load_grid("layer_freezing")
     runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r
             for r in study.runs("cpu", tasks=["rte"])]
     runs_dir = str(tmp_path / "runs")
@@ -75,7 +75,7 @@ def test_cpu_sweep_takes_the_line_search_winner_once_it_has_finished(tmp_path):
 def test_one_command_finishes_a_grid_whose_runs_wait_for_its_own_line_search(tmp_path):
     """Runs listed before the runs they wait for (as a shard can meet them) run in a second pass of the same command,
     and the counts say what this command ran."""
-    study = load_study("layer_freezing")
+    study = load_grid("layer_freezing")
     runs = [dict(r, cache_dir="cache") if r["cache_frozen"] else r for r in study.runs("cpu", tasks=["rte"])]
     search = [r for r in runs if r["part"] == "line_search"]
     trained = []
@@ -94,7 +94,7 @@ def test_one_command_finishes_a_grid_whose_runs_wait_for_its_own_line_search(tmp
 
 
 def test_shards_partition_the_grid():
-    runs = load_study("transfer_learning").runs("paper")
+    runs = load_grid("transfer_learning").runs("paper")
     shards = [studies.shard(runs, f"{i}/3") for i in (1, 2, 3)]
     assert sum(len(s) for s in shards) == len(runs)
     keys = [json.dumps(r, sort_keys=True, default=str) for s in shards for r in s]
@@ -114,7 +114,7 @@ def test_dry_run_lists_every_run_without_data(tmp_path):
     assert len(lines) == 361 and "task=" in lines[0] and "trainable_layers=" in lines[0] and "preset=" in lines[0]
     assert not os.listdir(tmp_path)
     bad = run_module("tf_transfer.experiments", "run", "no_such_study")
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown study")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown grid")
 
 
 def test_grid_refuses_a_missing_data_folder_and_exits_1_when_runs_fail(tmp_path):
@@ -314,7 +314,7 @@ def test_two_runner_processes_never_run_the_same_run(tmp_path):
 
 
 def test_report_shows_missing_runs(tmp_path):
-    study = load_study("transfer_learning")
+    study = load_grid("transfer_learning")
     runs = [r for r in study.runs("cpu") if r["task"] == "rte" and r["part"] == "main"]
     runs_dir = str(tmp_path / "runs")
     slow_runs = 0
@@ -383,7 +383,7 @@ def _write_runs(study, runs, runs_dir, score_of, **fake):
 
 def test_wang_grid_scores_and_stops_cola_on_accuracy():
 
-    study = load_study("transfer_learning")
+    study = load_grid("transfer_learning")
     for variant in ("paper", "cpu"):
         runs = study.runs(variant)
         cola = [r for r in runs if r["task"] == "cola"]
@@ -396,7 +396,7 @@ def test_wang_grid_scores_and_stops_cola_on_accuracy():
 
 
 def test_cola_runs_stopped_on_mcc_stand_in_until_rerun(tmp_path):
-    study = load_study("transfer_learning")
+    study = load_grid("transfer_learning")
     runs = [r for r in study.runs("cpu") if r["task"] == "cola" and r["seed"] == 0 and r["trainable_layers"] in
             (2, "all")]
     runs_dir = str(tmp_path / "runs")
@@ -451,7 +451,7 @@ def test_censored_runs_are_the_ones_the_epoch_cap_stopped():
 
 
 def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
-    study = load_study("transfer_learning")
+    study = load_grid("transfer_learning")
     runs = [r for r in study.runs("cpu") if r["task"] in ("rte", "mrpc") and r["part"] in ("main", "uncached")]
     runs_dir = str(tmp_path / "runs")
     main = [r for r in runs if r["part"] == "main"]
@@ -483,7 +483,7 @@ def test_transfer_report_marks_censored_runs_and_puts_claims_on_top(tmp_path):
 def test_transfer_report_compares_times_only_within_one_machine(tmp_path):
     """The uncached arm ran on another machine than fine-tuning's runs: its time saved is not computed (times of
     two machines are not comparable), the cached arm's still is."""
-    study = load_study("transfer_learning")
+    study = load_grid("transfer_learning")
     runs = [r for r in study.runs("cpu") if r["task"] == "rte" and r["part"] in ("main", "uncached")]
     runs_dir = str(tmp_path / "runs")
     intel = {"cpu": "Intel", "cores": 1, "isa": ["amx_bf16"]}
@@ -523,7 +523,7 @@ def test_validation_fraction_zero_needs_early_stopping_off():
     assert config.validation_fraction == 0 and config.patience == 0
     with pytest.raises(TransferError, match="--validation_fraction"):
         GlueSettings(task="rte", validation_fraction=1.0)
-    study = load_study("layer_freezing")
+    study = load_grid("layer_freezing")
     for settings in study.runs("cpu"):
         expected = (0.1, 4) if settings["part"] == "line_search" else (0.0, 0)
         assert (settings["validation_fraction"], settings["patience"]) == expected
@@ -532,7 +532,7 @@ def test_validation_fraction_zero_needs_early_stopping_off():
 def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path, glue_dir, one_block_preset):
     """On the one-block preset (the cached arm caches the frozen embeddings): what is checked, the examples, epochs
     and scores of a run on all of train, does not depend on depth."""
-    from tf_transfer.studies import glue_task as runner
+    from tf_transfer.studies.glue import glue_task as runner
 
     for trainable, cache in (("all", False), (1, True)):
         config = GlueSettings(task="rte", preset=one_block_preset, trainable_layers=trainable, lr=1e-3, batch_size=8,
@@ -547,7 +547,7 @@ def test_full_training_set_trains_every_epoch_and_scores_no_validation(tmp_path,
 
 
 def test_majority_baseline_and_relative_ninety_percent_point():
-    from experiments.layer_freezing_report import smallest_reaching
+    from tf_transfer.reporting.layer_freezing_report import smallest_reaching
     from tf_transfer.reporting import tables as reports
 
     rte = reports.constant_baseline("rte", [0, 0, 0, 1])
@@ -567,7 +567,7 @@ def test_majority_baseline_and_relative_ninety_percent_point():
 
 
 def test_layer_freezing_report_of_two_backbones_is_one_report_each(tmp_path, glue_dir):
-    study = load_study("layer_freezing")
+    study = load_grid("layer_freezing")
     presets = ["all_minilm_l6_v2_en", "distil_bert_base_en_uncased"]
     runs = [dict(r, data_dir=glue_dir) for r in study.runs("cpu", tasks=["rte"], presets=presets)]
     runs_dir = str(tmp_path / "runs")
@@ -584,7 +584,7 @@ def test_layer_freezing_report_of_two_backbones_is_one_report_each(tmp_path, glu
 
 
 def test_layer_freezing_report_shows_the_majority_class_and_claims(tmp_path, glue_dir):
-    study = load_study("layer_freezing")
+    study = load_grid("layer_freezing")
     runs = [dict(r, data_dir=glue_dir) for r in study.runs("cpu", tasks=["rte"])]
     runs_dir = str(tmp_path / "runs")
     _write_runs(study, [r for r in runs if r["part"] == "line_search"], runs_dir,
@@ -641,13 +641,13 @@ def test_grids_of_the_other_studies_are_listed_where_their_reports_read_them(tmp
 
 
 def test_stack_grid_places_the_papers_comparison_by_model_and_seed():
-    grid = load_study("stack_quora")
+    grid = load_grid("stack_quora")
     folders = [studies.run_dir("r", grid, run) for run in grid.runs("cpu") if run["part"].startswith("paper")]
     assert folders[:3] == [f"r/paper/sim_transformer_stack_and_finetune/seed{s}" for s in (0, 1, 2)]
     assert "r/paper/mlp_finetune_only/seed2" in folders and len(folders) == 9
     # The grid's settings are the stack command's: the baseline is fine-tune-only, as its flagfile says.
     mlp = next(run for run in grid.runs("cpu") if run["head"] == "mlp")
-    from tf_transfer.studies.stack_settings import StackSettings
+    from tf_transfer.studies.stack.stack_settings import StackSettings
 
     settings = StackSettings.from_dict({**{k: v for k, v in mlp.items() if k != "part"}, "data": "x.csv"})
     assert (settings.stack_strategy, settings.max_train_examples, settings.precision) == (
@@ -655,7 +655,7 @@ def test_stack_grid_places_the_papers_comparison_by_model_and_seed():
 
 
 def test_multitask_row_that_starts_from_another_waits_for_it(tmp_path):
-    grid = load_study("multitask")
+    grid = load_grid("multitask")
     runs = {run["part"]: run for run in grid.runs("cpu")}
     then = runs["li_heads_then_finetune"]
     assert then["init_from"] == "<li_heads_first>"
@@ -671,7 +671,7 @@ def test_sentiment_grid_runs_its_sparse_step_and_writes_the_report(tmp_path):
     from test_sentiment import write_kaggle_csv
 
     data = write_kaggle_csv(tmp_path / "train.csv", rows_per_class=12)
-    grid = load_study("sentiment")
+    grid = load_grid("sentiment")
     sparse = [run for run in grid.runs("paper") if run["part"] == "sparse"]
     assert len(sparse) == 1 and sparse[0]["folds"] == 10  # the flagfile's
     sparse = [{**sparse[0], "data": str(data), "folds": 3}]  # the check below needs folds, not ten of them

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SENTENCES, run_module, write_csv
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies import glue_study
+from tf_transfer.studies.glue import glue_study
 from tf_transfer.training import checkpoints, record
 
 
@@ -121,8 +121,8 @@ def test_a_grid_refuses_a_completed_run_on_other_data(tmp_path):
 
 def test_a_stack_run_is_refused_on_other_data(tmp_path):
     from conftest import quora_rows
-    from tf_transfer.studies import stack_ensemble
-    from tf_transfer.studies.stack_settings import StackSettings
+    from tf_transfer.studies.stack import stack_ensemble
+    from tf_transfer.studies.stack.stack_settings import StackSettings
 
     data = tmp_path / "quora.csv"
     data.write_text(quora_rows(12))

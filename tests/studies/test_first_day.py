@@ -15,8 +15,8 @@ from tf_transfer.core import metrics
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data import user_data
 from tf_transfer.data.examples import Examples
-from tf_transfer.studies import glue_task
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue import glue_task
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import REPO, parsed, run_module, write_csv
 
@@ -82,15 +82,15 @@ def test_the_first_runs_choice_is_pinned(tweets):
 def test_compare_and_the_freezing_grid_take_the_first_runs_rate_per_route(monkeypatch):
     """One table of rates (`FIRST_RUN_LR`) read by the first run, `compare` and the freezing grid: a rate changed
     there changes all three."""
-    from experiments import freezing
+    from experiments import own_data_freezing as freezing
     from tf_transfer.models import first_run_rates
-    from tf_transfer.studies import comparison
+    from tf_transfer.studies.glue import comparison_runs
 
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "full fine-tuning", 1e-5)
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "last k over the cache", 3e-4)
     monkeypatch.setitem(first_run_rates.FIRST_RUN_LR, "method", 5e-4)
     settings = [2, {"method": "lora", "rank": 4}, {"trainable_layers": 3, "lr": 7e-5}]
-    listed = comparison.runs(comparison.settings_by_label(settings), [0], {})
+    listed = comparison_runs.runs(comparison_runs.settings_by_label(settings), [0], {})
     assert {name: run["lr"] for name, run in listed} == {"full fine-tuning": 1e-5, "last 2": 3e-4, "lora rank=4": 5e-4,
                                                           "last 3, lr=7e-05": 7e-5}  # a rate given is kept
     grid = {(run["trainable_layers"], run["lr"]) for run in freezing.GRID.runs("cpu")}
@@ -249,7 +249,7 @@ def test_a_bad_file_is_refused_before_tensorflow_is_imported(tmp_path, command, 
 
 
 def test_the_freezing_report_says_which_runs_do_not_beat_the_constant_prediction():
-    from experiments import freezing_report
+    from tf_transfer.reporting import own_data_freezing_report as freezing_report
 
     runs = [{"k": 2, "lr": 2e-5, "seed": seed, "beats_constant": beaten} for seed, beaten in enumerate([True, False])]
     assert freezing_report._beats_constant(runs) == "1/2"

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from tf_transfer.studies import glue_task as runner
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue import glue_task as runner
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import REPO
 

@@ -85,7 +85,7 @@ def test_a_method_declares_the_keys_it_records_in_its_own_module():
 def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_sweep_and_the_table(
         layernorms, tmp_path, glue_dir, one_block_preset, monkeypatch):
     from tf_transfer.studies import grid as studies
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
     from tf_transfer.studies.grid import Grid, Variant
 
     flagfile = tmp_path / "ln.flags"
@@ -114,7 +114,7 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
     assert again["completed"] == 1 and again["ran"] == 0  # found as completed
 
     import sweep_fakes
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)  # the sweep's plan is not what this checks
     swept = run_module("tf_transfer.experiments", "sweep", "--task=rte", f"--data_dir={glue_dir}",

@@ -6,12 +6,13 @@ import pickle
 
 import pytest
 
-from experiments import adaptive_freezing, adaptive_freezing_report
+from experiments import adaptive_freezing
 from experiments import methods_paired as study_module
-from experiments import methods_paired_report as report
-from experiments import methods_report
 from tf_transfer.core import planning, stats
+from tf_transfer.reporting import adaptive_freezing_report
 from tf_transfer.reporting import claims as claims_model
+from tf_transfer.reporting import method_comparison
+from tf_transfer.reporting import methods_paired_report as report
 from tf_transfer.studies import grid as studies
 
 RUNS_DIR = "reports/runs"
@@ -30,7 +31,7 @@ def _paired_differences(task: str) -> list:
     for entry in studies.collect(grid, runs, RUNS_DIR, log=lambda line: None):
         method = adaptive_freezing_report.compared_method(entry["settings"]["part"])
         if method and entry["summary"]:
-            found.setdefault(method, {})[entry["settings"]["seed"]] = methods_report.score(entry["summary"])
+            found.setdefault(method, {})[entry["settings"]["seed"]] = method_comparison.score(entry["summary"])
     full = found.pop(adaptive_freezing_report.FULL)
     return [[scores[seed] - full[seed] for seed in sorted(scores)] for scores in found.values()]
 
@@ -99,8 +100,8 @@ def test_a_seed_run_on_two_kinds_of_machine_is_not_paired():
 
 
 def test_a_run_at_the_constant_prediction_is_flagged_collapsed():
-    assert methods_report.collapsed(_summary(1, "Intel", best=0.5, constant=0.5))
-    assert not methods_report.collapsed(_summary(1, "Intel", best=0.51, constant=0.5))
+    assert method_comparison.collapsed(_summary(1, "Intel", best=0.5, constant=0.5))
+    assert not method_comparison.collapsed(_summary(1, "Intel", best=0.51, constant=0.5))
 
 
 # Per method: (GLUE dev points above or below full fine-tuning's, CPU seconds per epoch).

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from experiments import load_study
+from experiments import load_grid
 from experiments import methods as study_module
 from tf_transfer.studies import grid as studies
 from tf_transfer.training import record
@@ -13,7 +13,7 @@ from tf_transfer.training import record
 
 @pytest.fixture(scope="module")
 def study():
-    return load_study("methods")
+    return load_grid("methods")
 
 
 def test_cpu_grid_searches_each_family_then_runs_every_method_at_three_seeds(study):
@@ -137,7 +137,7 @@ def test_full_budget_grid_searches_each_method_and_tries_a_rate_beyond_an_end_on
         tmp_path):
     from experiments import methods_full
 
-    study, runs_dir = load_study("methods_full"), str(tmp_path)
+    study, runs_dir = load_grid("methods_full"), str(tmp_path)
     runs = study.runs("cpu", tasks=["rte"])
     compared = [r for r in runs if r["part"] in methods_full.METHODS]
     assert len(compared) == 5 * 5 and {r["seed"] for r in compared} == {1, 2, 3, 4, 5}  # fresh seeds, not 0
@@ -162,7 +162,7 @@ def test_full_budget_grid_searches_each_method_and_tries_a_rate_beyond_an_end_on
 
 
 def test_a_figure_with_no_point_yet_is_not_drawn_and_an_older_one_is_removed(tmp_path):
-    from experiments import methods_report
+    from tf_transfer.reporting import methods_report
 
     path = tmp_path / "score_vs_time.png"
     path.write_bytes(b"an older figure")

@@ -165,7 +165,7 @@ def test_sbert_pair_features_are_u_v_and_absolute_difference():
 @pytest.fixture(scope="module")
 def built_model():
     from tf_transfer.models.multitask_model import build_model
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
     return build_model(make_tiny_backbone(), MultitaskSettings(data_dir="unused"), num_sentiment_classes=5)
 
@@ -279,7 +279,7 @@ def test_epoch_batches_of_both_schedules():
 
 
 def test_settings_are_validated():
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
     for bad, fragment in [({"pair_head": "siamese"}, "--pair_head must be one of sbert, concat"),
                           ({"pooling_sts": "max"}, "--pooling_sts must be one of cls, mean"),
@@ -309,8 +309,8 @@ def runs(cs224n_dir, one_block_preset, tmp_path_factory):
     three-block preset's time). The sequential run computes in float16 (its loss scaled), the summed one in bfloat16:
     each mixed precision trains end to end to a finite loss, and float32 runs are the resume's and the mirrored
     test's."""
-    from tf_transfer.studies import multitask_task as multitask
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask import multitask_task as multitask
+    from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
     results = {}
     for schedule, overrides in (("sequential", {"pooling_sst": "mean", "llrd": 0.9, "precision": "mixed_float16"}),
@@ -381,9 +381,9 @@ def test_best_weights_reproduce_the_best_epochs_dev_scores(runs):
     from tf_transfer.data.multitask_feed import MultitaskFeed, encode_split
     from tf_transfer.models import backbones
     from tf_transfer.models.multitask_model import build_model
-    from tf_transfer.studies import multitask_task as multitask
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
-    from tf_transfer.studies.multitask_steps import make_predict, scores as multitask_scores
+    from tf_transfer.studies.multitask import multitask_task as multitask
+    from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask.multitask_steps import make_predict, scores as multitask_scores
 
     import keras
 
@@ -442,7 +442,7 @@ def test_every_paper_flagfile_gives_valid_settings():
     import glob
     import re
 
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
     from tf_transfer import multitask as command
 
@@ -499,8 +499,8 @@ def test_interrupted_run_resumes_to_the_same_numbers(cs224n_dir, one_block_prese
     heads) and dropout is on, so the resume has weights, optimizer slots, dropout RNG and data order to continue, at
     a third of the 3-block preset's traces. What a process killed right after epoch 1 was saved leaves is the
     straight run's folder then (`conftest.copy_when_saved`)."""
-    from tf_transfer.studies import multitask_task as multitask
-    from tf_transfer.studies.multitask_settings import MultitaskSettings
+    from tf_transfer.studies.multitask import multitask_task as multitask
+    from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
 
     settings = MultitaskSettings(
         data_dir=cs224n_dir, preset=one_block_preset, schedule="summed", max_epochs=2, batch_size=8, lr=1e-3,

@@ -19,10 +19,10 @@ from tf_transfer.data import labelled_texts as texts
 from tf_transfer.models import sentence_features
 from tf_transfer.reporting import sentiment_report as hart_report
 from tf_transfer.core import stats as hart_stats
-from tf_transfer.studies import sentiment_results as study
-from tf_transfer.studies import sentiment_settings
-from tf_transfer.studies import sentiment_bert as bert
-from tf_transfer.studies import sentiment_sparse as sparse
+from tf_transfer.studies.sentiment import sentiment_results as study
+from tf_transfer.studies.sentiment import sentiment_settings
+from tf_transfer.studies.sentiment import sentiment_bert as bert
+from tf_transfer.studies.sentiment import sentiment_sparse as sparse
 
 KAGGLE_HEADER = ["id", "keyword", "location", "text", "target"]
 # Words the tiny preset's vocabulary knows, so that the BERT tests tokenize to real ids rather than [UNK].

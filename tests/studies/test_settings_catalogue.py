@@ -13,9 +13,9 @@ import pytest
 from tf_transfer.core import setting_groups
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.models.methods import registry as methods_registry
-from tf_transfer.studies import registry
+from tf_transfer.studies import study_registry
 
-SETTINGS_CLASSES = [row.settings_class for row in registry.STUDIES.values()]
+SETTINGS_CLASSES = [row.settings_class for row in study_registry.STUDIES.values()]
 
 
 def _declarations() -> dict:

@@ -150,7 +150,7 @@ def test_entities_follow_conllevals_start_and_end_rules():
     ({"train_sample_seed": 0}, "draws a sample of --max_train_examples"),
 ])
 def test_config_rejects_impossible_settings(changes, message):
-    from tf_transfer.studies.stack_settings import StackSettings
+    from tf_transfer.studies.stack.stack_settings import StackSettings
 
     settings = {"task": "quora", "data": "x.tsv", "head": "linear", **changes}
     with pytest.raises(TransferError, match=message):
@@ -178,7 +178,7 @@ def batch(pair: bool, tagging: bool = False, size: int = 4, length: int = 9, see
 def test_phase_switch_trains_exactly_the_head_then_everything_with_a_fresh_optimizer(one_block_preset):
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
-    from tf_transfer.studies import stack_task as stack_train
+    from tf_transfer.studies.stack import stack_task as stack_train
 
     backbone = backbones.load_preset(one_block_preset).backbone
     model = stack_heads.build_model(backbone, stack_heads.make_head("mlp", 3, units=8))
@@ -252,7 +252,7 @@ def test_every_head_trains_a_step_and_survives_save_and_load(one_block_preset, t
 
     from tf_transfer.models import backbones
     from tf_transfer.models import stack_heads
-    from tf_transfer.studies import stack_task as stack_train
+    from tf_transfer.studies.stack import stack_task as stack_train
 
     keras.utils.set_random_seed(0)
     head = stack_heads.make_head(name, 3, tagging=tagging, units=8, perspectives=4)
@@ -311,7 +311,7 @@ def test_cnn_head_is_the_papers_densenet_of_four_blocks_of_four_convolutions():
 
 def test_quora_mlp_flagfile_is_the_papers_finetune_only_baseline():
     """flags/stack_quora_mlp.flags: [CLS] and two fully connected layers (the mlp head), fine-tuned only."""
-    from tf_transfer.studies.stack_settings import StackSettings
+    from tf_transfer.studies.stack.stack_settings import StackSettings
 
     values = {}
     for path in ("flags/stack_common.flags", "flags/stack_quora_mlp.flags"):
@@ -406,7 +406,7 @@ def test_quora_stack_and_finetune_end_to_end(tmp_path, one_block_preset):
 
 
 def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_path, tiny_preset):
-    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.studies.stack import stack_ensemble as stack_training
 
     config = _stack_config(str(tmp_path / "pairs.csv"), tiny_preset)
     run_dir = tmp_path / "run"
@@ -424,7 +424,7 @@ def test_a_completed_stack_run_is_reported_done_only_for_its_own_settings(tmp_pa
 
 
 def _stack_config(data, preset, **changes):
-    from tf_transfer.studies.stack_settings import StackSettings
+    from tf_transfer.studies.stack.stack_settings import StackSettings
 
     settings = dict(task="quora", data=data, head="linear", strategy="stack_and_finetune", preset=preset,
                     phase1_epochs=2, max_epochs=3, max_gap=1.0, batch_size=8, head_units=8, seed=0)
@@ -450,7 +450,7 @@ def test_interrupted_stack_run_resumes_in_its_phase_and_across_the_switch_to_the
     run's numbers. What each kill leaves is the unbroken run's folder at that moment (conftest.copy_when_saved).
     Freezing by blocks shares all of it but LoRA's weights; the GLUE trainer's resume is tested with a real SIGKILL
     (test_resume.py) and shares this checkpoint code."""
-    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.studies.stack import stack_ensemble as stack_training
     from tf_transfer.training import checkpoints, record
     from tf_transfer.training.run_folder import RunFolder
 
@@ -494,7 +494,7 @@ def test_a_methods_choice_survives_phase_1_and_trains_there_with_method_in_phase
     """Freezing the backbone for phase 1 resets every variable's flag below it in Keras: phase 2 puts back what the
     method chose (LoRA's A and B, not the kernels beside them); with method_in_phase1 phase 1 trains that too."""
     from tf_transfer.models import backbones, freezing, methods, stack_heads
-    from tf_transfer.studies import stack_task as stack_train
+    from tf_transfer.studies.stack import stack_task as stack_train
 
     backbone = backbones.load_preset(one_block_preset).backbone
     methods.apply(backbone, "lora", freezing.ALL, lora_rank=2)
@@ -540,7 +540,7 @@ def _fake_gap(monkeypatch, from_epoch: int):
     """Scores the training sample at accuracy 1 and validation at 0.5 from epoch `from_epoch` of phase 1 on, so the
     gap rule fires there; before, both at 0.5."""
     from tf_transfer.data import stack_feed
-    from tf_transfer.studies import stack_inputs
+    from tf_transfer.studies.stack import stack_inputs
 
     seen = {"split": None, "phase1_epoch": 0}
     probabilities, score = stack_feed.StackFeed.predict, stack_inputs.score
@@ -566,8 +566,8 @@ def _fake_gap(monkeypatch, from_epoch: int):
 def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, one_block_preset, monkeypatch):
     """Killed after the epoch that stopped it early (saved, not yet finished): the resume only finishes it."""
     from tf_transfer.training import checkpoints
-    from tf_transfer.studies import stack_ensemble as stack_training
-    from tf_transfer.studies import stack_inputs
+    from tf_transfer.studies.stack import stack_ensemble as stack_training
+    from tf_transfer.studies.stack import stack_inputs
 
     score = stack_inputs.score
     monkeypatch.setattr(stack_inputs, "score", lambda *a: {**score(*a), "accuracy": 0.5})  # never improves
@@ -590,8 +590,8 @@ def test_run_interrupted_after_its_early_stop_trains_no_further_epoch(tmp_path, 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist for variables")
 def test_resumed_ensemble_does_not_train_its_finished_members_again(tmp_path, one_block_preset, monkeypatch):
-    from tf_transfer.studies import stack_ensemble as stack_training
-    from tf_transfer.studies import stack_task as stack_train
+    from tf_transfer.studies.stack import stack_ensemble as stack_training
+    from tf_transfer.studies.stack import stack_task as stack_train
 
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))
     config = _stack_config(data, one_block_preset, head=None, ensemble=("linear", "mlp"), strategy="stack_only",
@@ -653,8 +653,8 @@ def test_gap_rule_ends_phase_one_and_undoes_its_epoch_but_never_the_first(fires_
     test_gap_rule_ends_phase_one_early_in_a_run."""
     import keras
 
-    from tf_transfer.studies import stack_task
-    from tf_transfer.studies.stack_settings import plan_phases
+    from tf_transfer.studies.stack import stack_task
+    from tf_transfer.studies.stack.stack_settings import plan_phases
 
     config = _stack_config("pairs.csv", "preset", max_gap=0.02, phase1_epochs=3, max_epochs=4)
     phase1 = plan_phases(config)[0]
@@ -696,7 +696,7 @@ def test_gap_rule_ends_phase_one_and_undoes_its_epoch_but_never_the_first(fires_
 def test_gap_rule_ends_phase_one_early_in_a_run(tmp_path, one_block_preset, monkeypatch):
     """The gap fires on epoch 2 of 3 of phase 1: the phase ends there, before its --phase1_epochs, that epoch undone
     (its weights are the rule's unit test's above), and phase 2 takes over at epoch 3."""
-    from tf_transfer.studies import stack_ensemble as stack_training
+    from tf_transfer.studies.stack import stack_ensemble as stack_training
 
     _fake_gap(monkeypatch, 2)
     data = write(tmp_path / "quora-dev.csv", quora_rows(40))

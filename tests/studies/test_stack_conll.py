@@ -6,9 +6,9 @@ import os
 import pytest
 
 from experiments import stack_conll
-from experiments import stack_conll_report as report
+from tf_transfer.reporting import stack_conll_report as report
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.stack_settings import StackSettings
+from tf_transfer.studies.stack.stack_settings import StackSettings
 
 # Test F1 per arm and seed (fabricated): stack-and-finetune ahead of finetune-only by about 1 point on every seed.
 F1 = {"stack_and_finetune": [0.801, 0.812, 0.806], "finetune_only": [0.791, 0.800, 0.797],
@@ -47,7 +47,7 @@ def test_the_data_folder_must_hold_the_shared_tasks_three_files(tmp_path):
 
 
 def test_a_validation_file_replaces_the_held_out_share_and_the_sample_is_the_same_for_every_seed(tmp_path):
-    from tf_transfer.studies import stack_inputs
+    from tf_transfer.studies.stack import stack_inputs
 
     # IOB1 as the shared task wrote it (I- opens an entity, B- only between two of one type), -DOCSTART- lines.
     sentences = [f"w{i} NN I-NP {'I-PER' if i % 3 else 'O'}\nx{i} NN I-NP {'B-PER' if i % 3 == 1 else 'O'}\n"

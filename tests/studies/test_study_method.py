@@ -5,9 +5,9 @@ import pytest
 
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.multitask_settings import MultitaskSettings
-from tf_transfer.studies.sentiment_settings import SentimentBertSettings
-from tf_transfer.studies.stack_settings import StackSettings
+from tf_transfer.studies.multitask.multitask_settings import MultitaskSettings
+from tf_transfer.studies.sentiment.sentiment_settings import SentimentBertSettings
+from tf_transfer.studies.stack.stack_settings import StackSettings
 
 STACK = dict(task="quora", data="pairs.csv", head="linear")
 

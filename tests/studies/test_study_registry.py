@@ -6,18 +6,19 @@ import os
 
 import pytest
 
-from experiments import STUDIES as GRIDS
+from experiments import GRIDS
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies import grid as studies
-from tf_transfer.studies import registry
+from tf_transfer.studies import study_registry
 
 from conftest import REPO
 
 
 def test_every_grid_names_a_study_of_the_table_and_a_grid_naming_none_runs_the_default():
-    assert {grid.entry.name for grid in GRIDS.values()} == set(registry.STUDIES)
+    assert {grid.entry.name for grid in GRIDS.values()} == set(study_registry.STUDIES)
     plain = studies.Grid(name="mine", paper="", flagfile="flags/freezing.flags", axes={}, variants={}, report=None)
-    assert plain.entry is registry.get(registry.DEFAULT) and plain.settings_class is plain.entry.settings_class
+    assert plain.entry is study_registry.get(study_registry.DEFAULT)
+    assert plain.settings_class is plain.entry.settings_class
     with pytest.raises(TransferError, match="unknown study 'ner': a grid names one of glue, multitask, sentiment, "
                                             "stack"):
         studies.Grid(name="mine", paper="", flagfile="", axes={}, variants={}, report=None, study="ner")
@@ -50,6 +51,7 @@ def test_the_grid_runner_names_no_study():
             words += [node.module or ""] + [alias.name for alias in node.names]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             words.append(node.value)
-    names = {name for name in registry.STUDIES} | {row.settings_class.__name__ for row in registry.STUDIES.values()}
+    rows = study_registry.STUDIES
+    names = set(rows) | {row.settings_class.__name__ for row in rows.values()}
     found = [word for word in words for name in names if name.lower() in word.lower()]
     assert not found, found

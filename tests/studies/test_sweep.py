@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies import sweep
+from tf_transfer.studies.sweep import sweep_search as sweep
 
 
 def test_candidates_cover_each_method_at_its_own_rates():
@@ -194,7 +194,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     # A sweep killed while a trial ran: the study holds that trial RUNNING, owned by a process that is gone.
     import optuna
 
-    from tf_transfer.studies import sweep_storage
+    from tf_transfer.studies.sweep import sweep_storage
 
     from tf_transfer.data.examples import file_sha256
 
@@ -250,7 +250,7 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
 def _base(common):
     """The sweep's settings as the command builds them from flags/sweep.flags and its flags."""
     from tf_transfer.core import settings as settings_lib
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
     flags = dict(flag.lstrip("-").split("=", 1) for flag in common[1:] if "=" in flag)
@@ -391,7 +391,7 @@ def test_a_worker_starts_no_trial_that_would_end_after_its_deadline(tmp_path, mo
 def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path):
     import time
 
-    from tf_transfer.studies import sweep_trial
+    from tf_transfer.studies.sweep import sweep_trial
 
     study, _ = sweep.open_study(str(tmp_path), {}, lambda: {"a": {"trainable_layers": "all", "lr": 1e-3}}, 1e6)
     trial = study.ask()
@@ -403,7 +403,7 @@ def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path
 
 
 def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     speed = sweep_plan.Speed(example_s=0.05, block_s=0.0025, startup_s=30.0, num_layers=6, train_examples=5400,
                              scored_examples=600, steps_per_epoch=169)
@@ -428,7 +428,7 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
 def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_epochs():
     """A run's best epoch is planned after `ASSUMED_BEST_STEPS` optimizer steps: at 1, 2 and 9 epochs' worth of
     them, the same candidates' planned training grows; past `max_epochs` it stays."""
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     found = sweep.candidates(["freeze", "lora"], num_layers=6)
     training = []
@@ -517,7 +517,7 @@ def test_the_train_command_of_a_recommendation_trains_that_candidates_settings(t
     from tf_transfer import glue
     from tf_transfer.core import settings as settings_lib
     from tf_transfer.reporting import sweep_report
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
     data = write_csv(tmp_path / "tweets.csv", ["text", "target"], [("a b", "1"), ("c d", "0")])

@@ -14,7 +14,7 @@ import sweep_fakes
 from conftest import parsed
 from tf_transfer.core import cli
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies import sweep, sweep_retries, sweep_storage
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_retries, sweep_storage
 
 
 def _refused(statement: str = "SELECT 1"):

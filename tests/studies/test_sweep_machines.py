@@ -19,7 +19,7 @@ import sweep_fakes
 from conftest import REPO, run_module
 from tf_transfer.core import stats
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies import sweep, sweep_storage
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
 
 pytestmark = pytest.mark.xdist_group("postgres")  # one server for all of them, in one test process
 
@@ -133,7 +133,7 @@ def test_the_sweep_command_from_two_processes_on_postgres_trains_each_run_once_a
     seed round after them is one more run, and two processes' seed round and recommendation are
     `test_two_processes_with_their_own_runs_dirs_run_one_sweep_and_report_alike`'s). One epoch each: what is
     shared out is whole runs, however long."""
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     common = ["sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review", "--label_column=stars",
@@ -167,7 +167,7 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
 
     import sweep_children
     import tf_transfer.sweep
-    from tf_transfer.studies import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan
 
     monkeypatch.setattr(tf_transfer.sweep, "_train_trial", sweep_children.train_trial)
     monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
@@ -223,7 +223,7 @@ def _pruned_at(trial, curve, epochs) -> int:
 def test_a_resumed_trial_is_pruned_at_the_rung_an_unbroken_one_is(postgres_url, expected):
     """Killed after each epoch before it is pruned, after the pruner answered for that epoch or before: the run
     resumed by the trial's retry re-reports its finished epochs and is pruned where the unbroken run was."""
-    from tf_transfer.studies import sweep_trial
+    from tf_transfer.studies.sweep import sweep_trial
 
     curve, storage = CURVES[expected], sweep_storage.storage_of(postgres_url, 1)
     assert _pruned_at(_study_with_rivals(storage, "unbroken").ask(), curve, range(1, len(curve) + 1)) == expected

@@ -224,7 +224,7 @@ def test_a_completed_run_whose_kept_weights_are_damaged_is_not_complete(tmp_path
 
 
 def test_export_of_a_run_whose_kept_weights_are_damaged_is_one_line(glue_dir, tiny_preset, tmp_path):
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     from conftest import run_module
 

@@ -184,7 +184,7 @@ def test_sentiment_report_is_left_to_the_chief(tmp_path, monkeypatch):
     """The command on a worker other than the chief writes no report (its --output_dir does not exist) and says
     where it is."""
     from tf_transfer.core import strategies
-    from tf_transfer.studies import sentiment_bert
+    from tf_transfer.studies.sentiment import sentiment_bert
 
     calls = []
     monkeypatch.setattr(strategies, "chief_by_tf_config", lambda: False)

@@ -8,10 +8,10 @@ from tf_transfer.models import cached_prefix
 from tf_transfer.models import freezing
 from tf_transfer.models import heads
 from tf_transfer.data import inputs
-from tf_transfer.studies import glue_task as runner
+from tf_transfer.studies.glue import glue_task as runner
 from tf_transfer.data import tasks
 from tf_transfer.data.examples import Examples
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 from conftest import NUM_LAYERS, make_tiny_backbone, make_tiny_tokenizer
 

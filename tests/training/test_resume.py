@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tf_transfer.training import record
-from tf_transfer.studies import glue_task as runner
-from tf_transfer.studies.glue_settings import GlueSettings
+from tf_transfer.studies.glue import glue_task as runner
+from tf_transfer.studies.glue.glue_settings import GlueSettings
 from tf_transfer.core.errors import TransferError
 
 from conftest import REPO, copy_when_saved, run_module
@@ -119,7 +119,7 @@ def test_a_truncated_summary_is_one_line_naming_it(glue_dir, tiny_preset, tmp_pa
 
 
 def test_a_cut_short_checkpoint_is_refused_before_the_model_is_built(glue_dir, tiny_preset, tmp_path, monkeypatch):
-    from tf_transfer.studies.glue_task import GlueTask
+    from tf_transfer.studies.glue.glue_task import GlueTask
 
     config = _config(glue_dir, tiny_preset)
     record.write_json_atomic(str(tmp_path / "summary.json"),

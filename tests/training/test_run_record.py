@@ -144,7 +144,7 @@ def test_a_sentiment_seeds_work_file_has_its_own_kind():
 
 
 def test_what_the_sweep_keeps_of_a_run_are_keys_of_the_record():
-    from tf_transfer.studies import sweep_storage
+    from tf_transfer.studies.sweep import sweep_storage
 
     glue = run_record.schema("glue")
     assert set(sweep_storage.RUN_KEYS) <= set(glue.fields)

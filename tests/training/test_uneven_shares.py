@@ -70,7 +70,7 @@ def _token_tagger(vocabulary: int, tags: int):
 def test_stack_tagging_mean_over_labelled_pieces():
     from tf_transfer.data import stack_data
     from tf_transfer.data import stack_feed
-    from tf_transfer.studies import stack_task as stack_train
+    from tf_transfer.studies.stack import stack_task as stack_train
     from tf_transfer.training import distributed, optimizers
 
     rng = np.random.default_rng(0)
@@ -101,7 +101,7 @@ def test_stack_tagging_mean_over_labelled_pieces():
 def test_sentiment_head_on_arrays():
     from tf_transfer.models.sentence_features import head_outputs
     from tf_transfer.data import feeds
-    from tf_transfer.studies import sentiment_bert
+    from tf_transfer.studies.sentiment import sentiment_bert
 
     rng = np.random.default_rng(1)
     features = rng.normal(size=(EXAMPLES, 6)).astype(np.float32)

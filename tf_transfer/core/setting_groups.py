@@ -20,7 +20,7 @@ constant), and `view` refuses a settings class with a group field neither declar
 Example:
 
 >>> from tf_transfer.core import setting_groups
->>> from tf_transfer.studies.glue_settings import GlueSettings
+>>> from tf_transfer.studies.glue.glue_settings import GlueSettings
 >>> settings = GlueSettings(task="rte", lr=1e-3, clip_norm=0.5)
 >>> settings.optimizer.lr, settings.optimizer.clip_norm, settings.optimizer.lr_schedule
 (0.001, 0.5, 'constant')

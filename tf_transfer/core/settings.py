@@ -17,7 +17,7 @@ speed knobs): a rerun may change them and still resume or find its run completed
 Example:
 
 >>> from tf_transfer.core import settings
->>> from tf_transfer.studies.glue_settings import GlueSettings
+>>> from tf_transfer.studies.glue.glue_settings import GlueSettings
 >>> settings.read_flagfile("flags/wang_transfer_k4.flags", GlueSettings)["trainable_layers"]
 '4'
 >>> GlueSettings(task="rte", lr=-1.0)

@@ -62,9 +62,9 @@ def encode(examples, tokenizer, max_seq_length: int, chunk_size: int = 4096) -> 
     import keras_hub
     import tensorflow as tf
 
-    from tf_transfer.core import families
+    from tf_transfer.core import family_table
 
-    family = families.of_tokenizer(tokenizer)
+    family = family_table.of_tokenizer(tokenizer)
     packer = keras_hub.layers.MultiSegmentPacker(
         sequence_length=max_seq_length,
         start_value=tokenizer.start_token_id,

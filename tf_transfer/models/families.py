@@ -2,7 +2,7 @@
 DeBERTa-v3 once keras-hub has loaded them.
 
 Every family exposes `backbone.transformer_layers`, so the freezing rule, the parameter table, layer-wise learning
-rates and the frozen-prefix cache treat them alike. What differs is kept in `FAMILIES` (`tf_transfer.core.families`,
+rates and the frozen-prefix cache treat them alike. What differs is kept in `FAMILIES` (`tf_transfer.core.family_table`,
 re-exported here), one row per keras-hub backbone class (a subclass, e.g. XLM-RoBERTa's, takes its parent's row):
 the inputs the backbone takes, how a pair of texts is packed, and where the vector the head reads comes from,
 copied from keras-hub's own `*TextClassifierPreprocessor` and `*TextClassifier` of the family; this module applies
@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from tf_transfer.core.families import (BERT, FAMILIES, WITH_SEGMENTS, WITHOUT_SEGMENTS, Family, names, of,
+from tf_transfer.core.family_table import (BERT, FAMILIES, WITH_SEGMENTS, WITHOUT_SEGMENTS, Family, names, of,
                                        of_class, of_tokenizer, require)
 
 __all__ = ["BERT", "FAMILIES", "WITH_SEGMENTS", "WITHOUT_SEGMENTS", "Family", "names", "of", "of_class",

@@ -1,6 +1,6 @@
 """`compare`: several settings (trainable blocks, methods, seeds) on a user's own data, one table row per setting
 with its score, time and memory and the seed-paired 95% intervals of their differences from full fine-tuning, and a
-figure of score against time (docs/python.md). The runs are the GLUE trainer's (`studies/comparison.py`).
+figure of score against time (docs/python.md). The runs are the GLUE trainer's (`studies/glue/comparison_runs.py`).
 
 Example:
 
@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from tf_transfer.core import stats
 from tf_transfer.reporting import tables
-from tf_transfer.studies import comparison
+from tf_transfer.studies.glue import comparison_runs
 
 # Each compared quantity: its column and how it is read from a completed run's summary.
 MEASURES = {
@@ -73,15 +73,15 @@ def compare(data, settings, seeds=(0, 1, 2), folder: str = "compare_runs", *, te
     ...                     label_column="stars")  # doctest: +SKIP
     """
     os.makedirs(folder, exist_ok=True)
-    files = {"train_file": comparison.data_file(data, folder, "train"),
-             "validation_file": comparison.data_file(validation, folder, "validation"),
-             "test_file": comparison.data_file(test, folder, "test")}
+    files = {"train_file": comparison_runs.data_file(data, folder, "train"),
+             "validation_file": comparison_runs.data_file(validation, folder, "validation"),
+             "test_file": comparison_runs.data_file(test, folder, "test")}
     columns = (text_columns,) if isinstance(text_columns, str) else tuple(text_columns)
     shared = {**{k: v for k, v in files.items() if v}, "text_columns": columns, "label_column": label_column,
               "cache_dir": os.path.join(folder, "cache"), **common}
-    listed = comparison.runs(comparison.settings_by_label(settings), seeds, shared)
-    counts = comparison.train(folder, listed, log)
-    table = results_table(comparison.collect(folder, listed, log))
+    listed = comparison_runs.runs(comparison_runs.settings_by_label(settings), seeds, shared)
+    counts = comparison_runs.train(folder, listed, log)
+    table = results_table(comparison_runs.collect(folder, listed, log))
     table.attrs.update(ran=counts["ran"], completed=counts["completed"])
     if figure:
         comparison_figure(table).savefig(figure, dpi=120)
@@ -89,7 +89,7 @@ def compare(data, settings, seeds=(0, 1, 2), folder: str = "compare_runs", *, te
 
 
 def results_table(collected: list):
-    """The table `compare` returns, from `studies.comparison.collect`'s entries (full fine-tuning's first)."""
+    """The table `compare` returns, from `studies.glue.comparison_runs.collect`'s entries (full fine-tuning's first)."""
     import pandas as pd
 
     by_setting = {}

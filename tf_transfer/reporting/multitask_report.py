@@ -4,8 +4,8 @@
 
 Example:
 
->>> from tf_transfer.reporting.multitask_report import report_table
->>> print(report_table(["/nonexistent/li_finetune"]).splitlines()[-1])
+>>> from tf_transfer.reporting import multitask_report
+>>> print(multitask_report.report_table(["/nonexistent/li_finetune"]).splitlines()[-1])
 | li_finetune | missing |  |  |  |  |  |  |  |  |
 """
 

@@ -25,8 +25,8 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts
 from tf_transfer.core import stats
 from tf_transfer.reporting import claims, tables
-from tf_transfer.studies.sentiment_results import (BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN, SPARSE_PROGRESS,
-                                                   f1_description, read_json)
+from tf_transfer.studies.sentiment.sentiment_results import (BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN,
+                                                             SPARSE_PROGRESS, f1_description, read_json)
 
 
 def write_text_atomic(path: str, text: str) -> None:

@@ -1,7 +1,7 @@
 """The sweep's report: every candidate's status (run, pruned at an epoch, cut by the budget, not reached), score,
 time per epoch, peak memory and trainable parameters; the Pareto figure of score against time per epoch; and the
-recommendation line (`tf_transfer.studies.sweep.recommend`); `judge_runs` applies the same rule to any study's
-runs of one data set.
+recommendation line (`tf_transfer.studies.sweep.sweep_search.recommend`); `judge_runs` applies the same rule to any
+study's runs of one data set.
 
 Scores are validation scores at each run's best epoch (what the sweep chose by; a test file's score is shown beside
 where there is one). Times are this machine's: compare them within one sweep.
@@ -26,7 +26,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
 from tf_transfer.reporting import tables
-from tf_transfer.studies import sweep
+from tf_transfer.studies.sweep import sweep_search as sweep
 from tf_transfer.training import record, run_record
 
 
@@ -307,7 +307,7 @@ def train_command(base: dict, candidate: dict) -> str:
     'python -m tf_transfer.glue --flagfile=/repo/flags/sweep.flags --train_file=tweets.csv --text_columns=text \
 --label_column=target --trainable_layers=2 --cache_frozen --lr=0.001 --export_dir=model'
     """
-    from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
 
     fixed = settings_lib.read_flagfile(SWEEP_FLAGS, GlueSettings)
     flags = [f"python -m tf_transfer.glue --flagfile={shlex.quote(SWEEP_FLAGS)}"]

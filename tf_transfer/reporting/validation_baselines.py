@@ -28,8 +28,8 @@ def of_run(summary: dict) -> Optional[dict]:
     """`tables.constant_baseline` on the validation split of the run `summary` describes, by its metric; None where
     the data cannot be read here."""
     from tf_transfer.core.errors import TransferError
-    from tf_transfer.studies.glue_settings import GlueSettings
-    from tf_transfer.studies.glue_task import load_data
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_task import load_data
 
     config = {k: v for k, v in (summary.get("config") or {}).items() if k in GlueSettings.__dataclass_fields__}
     try:

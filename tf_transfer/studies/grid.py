@@ -4,13 +4,13 @@ A study module in `experiments/` defines `GRID = Grid(...)`: its fixed settings 
 `flags/`), the axes of its grid, named variants (e.g. `cpu`: the settings this project's 2-core machine can afford,
 with the differences from the paper listed) and a `report(runs, out, grid, variant)` function. A grid names its
 study, the kind of run it lists (`Grid(study="stack", ...)`), and asks the study's row of the table of studies
-(`tf_transfer.studies.registry`) how a run is trained, where it lives and how its result is read; a grid that names
-none runs the table's default study. The runner never reads flags.
+(`tf_transfer.studies.study_registry`) how a run is trained, where it lives and how its result is read; a grid that
+names none runs the table's default study. The runner never reads flags.
 
 Example:
 
->>> from experiments import load_study
->>> grid = load_study("transfer_learning")
+>>> from experiments import load_grid
+>>> grid = load_grid("transfer_learning")
 >>> len(grid.runs(variant="paper"))  # 8 tasks x 5 settings x 2 rates x 2 seeds
 160
 """
@@ -27,7 +27,7 @@ from tf_transfer.core import disk
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.models import methods
 from tf_transfer.training import locks, record, run_folder, run_record
-from tf_transfer.studies import registry
+from tf_transfer.studies import study_registry
 from tf_transfer.models.first_run_rates import first_run_lr
 from tf_transfer.studies.study import Study, is_pending
 from tf_transfer.core.errors import TransferError
@@ -60,7 +60,7 @@ def own_settings(path: str, base: str, settings_class=None) -> dict:
     """The settings of flagfile `path` that differ from those of `base` (which `path` usually includes): what a
     part of a grid (e.g. a line search) changes on top of the study's flagfile; `settings_class` default: the default
     study's."""
-    settings_class = settings_class or registry.get().settings_class
+    settings_class = settings_class or study_registry.get().settings_class
     below = settings_lib.read_flagfile(base, settings_class)
     return {k: v for k, v in settings_lib.read_flagfile(path, settings_class).items()
             if k not in below or below[k] != v}
@@ -103,11 +103,12 @@ class Grid:
     (a setting that is part of its name), the completed run of the older settings stands in for it in reports,
     marked with the reason, until the run itself has completed (`run` trains the new run; it never reads stand-ins).
 
-    `study` names the grid's study in `registry.STUDIES` (None: `registry.DEFAULT`); its row (`entry`) gives the
-    settings class, how a run is trained, where it lives, how its result is read and what --data_dir and --data
-    become. A grid may place its runs itself, `layout(runs_dir, grid, run) -> folder`, read --data_dir and --data
-    itself, `data_settings(data_dir, data) -> settings` (experiments/stack_quora.py does both), and do something
-    after each run it trains, `after_run(run, folder)` (experiments/hart_sentiment.py rewrites its report).
+    `study` names the grid's study in `study_registry.STUDIES` (None: `study_registry.DEFAULT`); its row (`entry`)
+    gives the settings class, how a run is trained, where it lives, how its result is read and what --data_dir and
+    --data become. A grid may place its runs itself, `layout(runs_dir, grid, run) -> folder`, read --data_dir and
+    --data itself, `data_settings(data_dir, data) -> settings` (experiments/stack_quora.py does both), and do
+    something after each run it trains, `after_run(run, folder)` (experiments/hart_sentiment.py rewrites its
+    report).
     """
 
     name: str
@@ -127,12 +128,12 @@ class Grid:
     shown: tuple = SHOWN  # the settings a line of `experiments run` shows
 
     def __post_init__(self):
-        registry.get(self.study)  # an unknown study fails when the grid is defined, naming the known ones
+        study_registry.get(self.study)  # an unknown study fails when the grid is defined, naming the known ones
 
     @property
     def entry(self) -> Study:
         """The grid's study's row of the table of studies."""
-        return registry.get(self.study)
+        return study_registry.get(self.study)
 
     @property
     def settings_class(self) -> type:

@@ -1,13 +1,13 @@
-"""`Study`: one row of the table of studies (`tf_transfer.studies.registry`): how a grid's run of the study is
-trained, where it lives and how its completed result is read. Each study defines its row beside its own code
+"""`Study`: one row of the table of studies (`tf_transfer.studies.study_registry`): how a grid's run of the study
+is trained, where it lives and how its completed result is read. Each study defines its row beside its own code
 (`glue_study.py`, `stack_study.py`, ...); a `Grid` names its study and asks the row, never the study's code.
 
 Example (the GLUE trainer's row, what a grid that names no study runs):
 
->>> from tf_transfer.studies import registry
->>> registry.get().settings_class.__name__
+>>> from tf_transfer.studies import study_registry
+>>> study_registry.get().settings_class.__name__
 'GlueSettings'
->>> registry.get("stack").run_dir  # doctest: +SKIP
+>>> study_registry.get("stack").run_dir  # doctest: +SKIP
 """
 
 from __future__ import annotations

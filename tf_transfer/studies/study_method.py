@@ -10,7 +10,7 @@ Runs of the default method (freezing) record nothing new in their `config`: thei
 names are those they had before `--method` came to these studies, so older runs still resume and are still found as
 completed. A run of another method records `method` and that method's own settings.
 
-Example (how a settings class takes it; `tf_transfer.studies.stack_settings` is one):
+Example (how a settings class takes it; `tf_transfer.studies.stack.stack_settings` is one):
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class StackSettings(RunSettings):

@@ -4,8 +4,8 @@ it, what a run written before the key existed is read as, and a one-line meaning
 Kinds: `glue` (the GLUE trainer, `tf_transfer.glue`, on GLUE or your own data, every training method, adaptive
 freezing included), `stack` (stack-and-finetune and each ensemble member), `multitask` and `sentiment_bert` (the
 sentiment study's work file for the seed that trains: `bert_<model>.in_progress/summary.json`; the study's results
-are its own files, `studies/sentiment_results.py`). The first three share the core trainer's keys (`CORE`) and epoch
-record (`EPOCH`); a training method adds its own keys from its own module (`Method.record_fields`).
+are its own files, `studies/sentiment/sentiment_results.py`). The first three share the core trainer's keys (`CORE`)
+and epoch record (`EPOCH`); a training method adds its own keys from its own module (`Method.record_fields`).
 
 The tasks write through it: the runner gives the run folder the task's `summary_schema`, and every write of
 `summary.json` is checked (`RunFolder.write`), so a key nobody declared, a required key left out or a value of

@@ -16,7 +16,7 @@
 Example:
 
 >>> from tf_transfer.training import runner
->>> from tf_transfer.studies.glue_task import GlueTask
+>>> from tf_transfer.studies.glue.glue_task import GlueTask
 >>> summary = runner.run(GlueTask(settings), "/tmp/rte")  # doctest: +SKIP
 """
 

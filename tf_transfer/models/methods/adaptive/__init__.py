@@ -6,7 +6,7 @@
 - `block_gradients` and `layer_rates`: what runs inside the training step (AutoFreeze's gradient sums, FreezeOut's
   annealed rates);
 - `run`: the GLUE run whose prefix grows, each method's `trainer`: a class the GLUE study mixes into its task
-  (`studies/glue_task.task_for`), handed the training layer's functions it calls, so that this package, in the models
+  (`glue_task.task_for`), handed the training layer's functions it calls, so that this package, in the models
   layer, imports no layer above it (docs/layout.md);
 - `callbacks`: the same rule, schedule and record as Keras callbacks for a user's own `model.fit` (the Python API's
   `tf_transfer.AutoFreeze` and `tf_transfer.FreezeOut`).

@@ -22,7 +22,7 @@ optimizer and dropout state; the AutoFreeze gradient sums of the unfinished inte
 float16 numbers) before training continues.
 
 Layers: this module is in the models layer, and the run is a GLUE task's. Each method's class here (`AutoFreezeRun`,
-`FreezeOutRun`: its `trainer`) is a mixin that the GLUE study puts before `GlueTask` (`studies/glue_task.task_for`),
+`FreezeOutRun`: its `trainer`) is a mixin that the GLUE study puts before `GlueTask` (`glue_task.task_for`),
 with `tools`: the training layer's and the GLUE task's functions it calls (`glue_task.trainer_tools`), so that
 nothing here imports a layer above models.
 

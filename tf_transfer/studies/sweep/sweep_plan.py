@@ -1,0 +1,203 @@
+"""What a sweep needs, said before it trains: the time an answer takes on this machine, and what a budget buys.
+
+Before the first trial, a few training steps on the user's own data (`measure`, in a process pinned as a worker's
+is) give this machine's seconds per example of full fine-tuning and a run's start-up; a few steps that train the last
+block alone give the seconds of one block's forward pass (the step's forward through every block and backward
+through one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients
+and update included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over
+the examples it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the
+frozen blocks over every split, once). The
+sweep's own schedule is then played out (`plan`) on its workers: the reference alone until it learns (the other
+workers wait for the first rung), every candidate at seed 0 cheapest first, successive halving's promoted further,
+then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate
+and it would not both fit. What is not known before training is assumed and said: the reference learns in its first
+epoch, a run that is not pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience`
+epochs later (so after more epochs on a small file, whose epochs are few steps), and the scores at a rung come in
+random order, so that a candidate goes on by its place in the queue alone (`promoted`).
+
+Example:
+
+>>> from tf_transfer.studies.sweep import sweep_plan
+>>> speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
+...                          scored_examples=600, steps_per_epoch=169)
+>>> found = {"freeze_k2_lr0.001": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-3},
+...          "freeze_kall_lr0.0001": {"trainable_layers": "all", "lr": 1e-4}}
+>>> p = sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, workers=2, max_epochs=9, patience=2)
+>>> round(p.needed_s / 60), p.candidates
+(17, 2)
+>>> sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, 2, 9, 2, budget_s=900).reached
+1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import time
+from typing import Optional
+
+from tf_transfer.models import freezing
+from tf_transfer.studies.sweep import sweep_search as sweep
+
+ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) beats the constant prediction at once
+# A run that is not pruned: its best epoch is the first to end after this many steps, then `patience` more. Steps, not
+# epochs: three sweeps' runs that were not pruned (all_minilm at batch 32 on 5,481, 3,600 and 1,350 training examples)
+# had their best epochs after 360, 407 and at least 275 steps on the mean, while a fixed 3 epochs put the smallest
+# file's runs at about half their length.
+ASSUMED_BEST_STEPS = 350
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """This machine's measured speed on the sweep's data, one worker's: seconds per training example of full
+    fine-tuning (`example_s`) and of one encoder block's forward pass (`block_s`), a run's start-up before its first
+    step (`startup_s`: its process, TensorFlow, the data, the model, compilation), the encoder's depth, the
+    examples a run trains on and scores each epoch, and its training steps each epoch."""
+
+    example_s: float
+    block_s: float
+    startup_s: float
+    num_layers: int
+    train_examples: int
+    scored_examples: int
+    steps_per_epoch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The sweep played out: `needed_s`, the wall time to its answer (every candidate at seed 0, then the seed
+    round); `training_s`, the training time that spends (summed over runs; the reference once per worker, which
+    waits for it); with a budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed
+    round fits after them (`answers`), and the wall time that spends (`spent_s`)."""
+
+    needed_s: float
+    training_s: float
+    candidates: int
+    workers: int
+    reached: Optional[int] = None
+    answers: Optional[bool] = None
+    spent_s: Optional[float] = None
+
+
+def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
+    """Times `steps` training steps of full fine-tuning at `settings` (the sweep's base: its data, preset, padding
+    and batch) after `warmup_steps`, then as many training the last block alone, in this process: its start-up is
+    this call's time before the first timed steps."""
+    from tf_transfer.studies.glue import glue_benchmark
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
+
+    start = time.perf_counter()
+
+    def timed(trainable_layers) -> dict:
+        one = {**settings, "trainable_layers": trainable_layers, "cache_frozen": False, "seed": 0}
+        return glue_benchmark.measure(GlueSettings.from_dict(one), steps=steps, warmup_steps=warmup_steps)
+
+    full = timed(freezing.ALL)
+    startup_s = time.perf_counter() - start - full["step_time_s"] * full["timed_steps"]
+    # Measured rather than assumed: full fine-tuning's step is more than its block passes (the embeddings' gradients
+    # and the update of their 12 million weights), and a forward pass less than a third of it.
+    last = timed(1)
+    layers, sizes = full["num_layers"], full["split_examples"]
+    return Speed(example_s=1.0 / full["train_examples_per_s"],
+                 block_s=1.0 / last["train_examples_per_s"] / sweep.relative_cost({"trainable_layers": 1}, layers),
+                 startup_s=startup_s, num_layers=layers, train_examples=sizes["train"],
+                 scored_examples=sum(n for name, n in sizes.items() if name != "train"),
+                 steps_per_epoch=-(-sizes["train"] // int(settings["batch_size"])))
+
+
+def run_cost(settings: dict, speed: Speed) -> tuple:
+    """`(fixed_s, epoch_s)` of a candidate's run: start-up and cache build, then each epoch (training and scoring)."""
+    layers = speed.num_layers
+    k = settings["trainable_layers"]
+    trained = layers if k == freezing.ALL else int(k)
+    cached = bool(settings.get("cache_frozen"))
+    passes = sweep.relative_cost(settings, layers)
+    # Full fine-tuning (every block's weights' gradients, with no cache) is the step that was timed.
+    full = passes == sweep.relative_cost({"trainable_layers": freezing.ALL}, layers) and not cached
+    trained_s = speed.example_s if full else speed.block_s * passes
+    scored_blocks = trained if cached else layers
+    epoch = speed.train_examples * trained_s + speed.scored_examples * speed.block_s * scored_blocks
+    build = speed.block_s * (speed.train_examples + speed.scored_examples) * (layers - trained) if cached else 0.0
+    return speed.startup_s + build, epoch
+
+
+def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
+         seeds: int = 3, budget_s: Optional[float] = None) -> Plan:
+    """The sweep over `found` (`sweep.candidates`, cheapest first) played out on `workers` (module docstring);
+    with `budget_s`, within it (wall time on these workers). Each run's duration is its expected one: where
+    successive halving would stop it, by `promoted` at each rung; the seed round's runs, the mean run to the stopping
+    rule of the candidates weighted by how likely each gets there."""
+    best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
+    stop = min(max_epochs, best + patience)
+    rung = min(ASSUMED_FIRST_RUNG, max_epochs)
+    costs = {name: run_cost(settings, speed) for name, settings in found.items()}
+    names = list(found)
+    first = promoted(len(names))  # at the first rung, by place in the queue
+    second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
+    goes_on = {name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
+               for i, name in enumerate(names)}
+    middle = min(3 * rung, stop)
+    first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
+                  for name, (p1, p2) in goes_on.items()}
+    fixed, epoch = costs[reference]
+    reference_s = fixed + rung * epoch
+
+    def seed_round(among: list) -> list:
+        # The best `top` of the runs that ran to their stopping rule: one of them, on average, by how likely each is.
+        weights = [goes_on[name][1] for name in among]
+        mean = sum(w * (costs[n][0] + stop * costs[n][1]) for w, n in zip(weights, among)) / (sum(weights) or 1)
+        return [mean] * (min(top, len(among)) * (seeds - 1))
+
+    after_first = _schedule(list(first_runs.values()), [reference_s] * workers)
+    needed = max(_schedule(seed_round(names), [max(after_first)] * workers))
+    training = reference_s * workers + sum(first_runs.values()) + sum(seed_round(names))
+    if budget_s is None:
+        return Plan(needed, training, len(found), workers)
+    # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
+    reached, free, spent = 0, [reference_s] * workers, reference_s
+    for i, name in enumerate(names):
+        trial = _schedule([first_runs[name]], free)
+        ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
+        if ends > budget_s:
+            break
+        free, reached, spent = trial, i + 1, ends
+    return Plan(needed, training, len(found), workers, reached, reached > 0, spent)
+
+
+def promoted(trials: int, reduction_factor: int = 3) -> list:
+    """The chance that the i-th of `trials` to reach a rung goes on, by Optuna's successive-halving rule with scores
+    in random order: the best `i // reduction_factor` of the `i` that have reached it so far, or the best alone
+    while that is 0 (the first always goes on). The cheap candidates, queued first, go on more often.
+
+    >>> [round(p, 2) for p in promoted(6)]
+    [1.0, 0.5, 0.33, 0.25, 0.2, 0.33]
+    """
+    return [max(i // reduction_factor, 1) / i for i in range(1, trials + 1)]
+
+
+def _schedule(jobs: list, free: list) -> list:
+    """When each worker is free again after `jobs` (seconds, in order), each started on the first free worker."""
+    free = list(free)
+    heapq.heapify(free)
+    for seconds in jobs:
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    return free
+
+
+def first_line(p: Plan, budget_s: float) -> str:
+    """What the sweep says before it trains: the budget an answer needs here, and what the given one decides."""
+    on = f"{p.workers} workers, one per core" if p.workers > 1 else "1 worker"
+    needed = f"an answer over all {p.candidates} candidates needs about {_minutes(p.needed_s)} on {on}"
+    if p.reached is None or budget_s >= p.needed_s:
+        return f"[sweep] {needed}; --budget={_minutes(budget_s)} is enough"
+    if not p.answers:
+        return (f"[sweep] {needed}; --budget={_minutes(budget_s)} is too little for any answer (the reference, one "
+                f"candidate and the seed round need more): give --budget={_minutes(p.needed_s, up=True)}")
+    return (f"[sweep] {needed}; --budget={_minutes(budget_s)} decides among the {p.reached} cheapest of them "
+            f"(about {_minutes(p.spent_s)}): give --budget={_minutes(p.needed_s, up=True)} for all")
+
+
+def _minutes(seconds: float, up: bool = False) -> str:
+    minutes = math.ceil(seconds / 60) if up else max(round(seconds / 60), 1)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"

@@ -1,0 +1,482 @@
+"""A budgeted sweep over training methods that recommends what to train: Optuna's ask-and-tell interface drives GLUE
+runs epoch by epoch, and its successive-halving pruner stops the weaker candidates early.
+
+First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the
+constant prediction's by a point: that epoch r is the first rung. Then every candidate (a method, its depth or rank,
+a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
+validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
+only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
+the best `top` candidates that ran to their stopping rule run again at further seeds (the seed round). No trial
+starts whose estimated cost (`estimate_s`) does not fit in the budget left (training wall time, summed over its
+trials), the seed round is queued as soon as it and the next candidate would not both fit, and a run that would
+overrun stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs,
+which applies to any study's runs as well: `sweep_rule`) counts only runs that ended by their stopping rule, on at
+least two seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the
+stopping rule, cache build included) whose seed-paired 95% interval of the difference to the best stays within a
+point of it.
+
+The study lives in SQLite (`sweep.db` in the sweep's folder) or on any SQL server (`storage`), and is the sweep's
+queue, record and budget (`sweep_storage`): a killed sweep continues where it was (a trial whose process died is
+run again, and its run resumes from its last finished epoch), and several processes or machines work on one sweep
+and write the same report. A trial's run is `sweep_trial.train_trial`.
+
+Example:
+
+>>> from tf_transfer.studies.sweep import sweep_search as sweep
+>>> sweep.parse_budget("30m"), sweep.parse_budget("1h30m"), sweep.parse_budget("90s")
+(1800.0, 5400.0, 90.0)
+>>> sorted(sweep.candidates(["bitfit"], num_layers=6))
+['bitfit_kall_lr0.001', 'bitfit_kall_lr0.005']
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from typing import Callable, Optional, Sequence
+
+from tf_transfer.core.errors import TransferError
+from tf_transfer.models import freezing, methods
+from tf_transfer.studies.sweep import sweep_storage
+from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
+# The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
+from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401
+                                                   run_of)
+
+
+def parse_budget(text: str) -> float:
+    """Seconds in `30m`, `2h`, `1h30m`, `90s` or a plain number of seconds."""
+    text = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?", text)
+    if not text or not parts:
+        raise TransferError(f"--budget={text!r} is not a duration: give e.g. 30m, 2h, 1h30m or 90s")
+    hours, minutes, seconds = (float(p) if p else 0.0 for p in parts.groups())
+    total = 3600 * hours + 60 * minutes + seconds
+    if total <= 0:
+        raise TransferError(f"--budget={text!r} must be more than nothing")
+    return total
+
+
+def candidates(names: Sequence[str], num_layers: int, lrs: Optional[Sequence[float]] = None,
+               options: Optional[dict] = None) -> dict:
+    """`{name: settings overrides}`: each method's `sweep_candidates` (freezing: full fine-tuning and the last 1, 2
+    and L/2 blocks over the cache; LoRA: each rank of `options["lora_ranks"]` on every block and on the last 2 over
+    the cache; BitFit: every block), each at the method's rates (or `lrs`). `options`: the methods' sweep options
+    (`methods.registry.sweep_options`), their defaults where not given."""
+    check_methods(names)
+    given = {flag: [kind(value) for value in default]
+             for flag, (default, _, kind) in methods.registry.sweep_options().items()}
+    given.update(options or {})
+    found = {}
+    for name in names:
+        for overrides, rates in methods.get(name).sweep_candidates(num_layers, given):
+            for lr in (lrs or rates):
+                settings = {**overrides, "lr": float(lr)}
+                found[candidate_name(settings)] = settings
+    # Cheapest first: successive halving lets the first run of a rung through unopposed, so the costly candidates
+    # should meet a standard set by cheap ones and be pruned after one epoch.
+    return dict(sorted(found.items(), key=lambda item: relative_cost(item[1], num_layers)))
+
+
+def relative_cost(settings: dict, num_layers: int) -> int:
+    """A candidate's work per step in block passes: forward through the blocks that run (the trained ones alone
+    over the cache), backward through the trained ones (the method's `backward_passes`: weights' gradients too
+    under freezing)."""
+    k = settings["trainable_layers"]
+    trained = num_layers if k == freezing.ALL else k
+    forward = trained if settings.get("cache_frozen") else num_layers
+    return forward + trained * methods.of(settings).backward_passes
+
+
+def check_methods(names: Sequence[str]) -> None:
+    """`TransferError` unless `names` names some of the methods the sweep tries (`methods.registry.in_sweep`: those
+    with candidates; adaptive freezing decides k itself, and its cost is not a fixed depth's)."""
+    swept = methods.registry.in_sweep()
+    unknown = [m for m in names if m not in swept]
+    if unknown or not names:
+        pointer = (f" (--method={unknown[0]} gives the sweep no candidates: run it with tf_transfer.glue)"
+                   if unknown and unknown[0] in methods.names() else "")
+        raise TransferError(f"--methods: {unknown[0] if unknown else 'none'!r} is not a method: use some of "
+                            f"{', '.join(swept)}{pointer}")
+
+
+def run_folder(sweep_dir: str, candidate: str, seed: int) -> str:
+    return os.path.join(sweep_dir, candidate, f"seed{seed}")
+
+
+def candidate_name(settings: dict) -> str:
+    """`method[_r<rank>]_k<depth>_lr<rate>`: a candidate's name, and its run folder's."""
+    return f"{methods.of(settings).candidate_tag(settings)}_k{settings['trainable_layers']}_lr{settings['lr']:g}"
+
+
+# --- the Optuna study ------------------------------------------------------------------------------------------------
+
+def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: float,
+               storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None,
+               name: Optional[str] = None, identity: Optional[dict] = None,
+               heartbeat_s: int = sweep_storage.HEARTBEAT_S, command: Optional[str] = None, log: Callable = print,
+               workers: int = 1, retry_s: float = sweep_storage.RETRY_S):
+    """Creates the sweep's Optuna study `name` on `storage` (default SQLite in `sweep_dir`), or joins it (a rerun,
+    another process or machine): its creator queues the reference (`reference`) first where the constant
+    prediction's validation score at seed 0 is known (`constant`, else `constant_prediction` of `base`), then every
+    candidate of `make_candidates()` once at seed 0 (`sweep_storage.create_or_join`). A sweep keeps its settings
+    and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
+    budget it had (a rerun with a larger budget goes on), `workers` the number of processes of this machine that
+    train its trials at once (`sweep_storage.committed_s` charges them all for the reference); every call on the
+    storage rides out an outage of up to `retry_s` (`sweep_retries`). Returns `(study, where)`; `where` is `(url,
+    name, retry_s)`."""
+    os.makedirs(sweep_dir, exist_ok=True)
+    url = sweep_storage.url_of(sweep_dir, storage)
+    identity = identity or {"base": base}
+    name = name or sweep_storage.default_name("sweep", identity)
+
+    def queue(study):
+        found = make_candidates()
+        study.set_user_attr("candidates", found)
+        study.set_user_attr("base", base)
+        if command:
+            study.set_user_attr("command", command)
+        try:
+            known = constant or constant_prediction({**base, "seed": 0})
+        except TransferError:  # no data to split (e.g. a test's made-up sweep): the first rung is assumed
+            known = {"score": None}
+        study.set_user_attr("constant", {"0": known})
+        if known["score"] is None:
+            study.set_user_attr("first_rung", 1)
+        else:
+            study.enqueue_trial({"candidate": reference(found), "seed": 0},
+                                user_attrs={"queued": True, "reference": True})
+        for candidate in found:
+            study.enqueue_trial({"candidate": candidate, "seed": 0}, user_attrs={"queued": True})
+
+    study = sweep_storage.create_or_join(url, name, "minimize" if lower_is_better else "maximize", pruner_of_sweeps(),
+                                         heartbeat_s, queue, identity, log, retry_s)
+    if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") for t in study.trials):
+        study.set_user_attr("first_rung", 1)  # a sweep from before the first rung was measured
+    study.set_user_attr("budget_s", budget_s)
+    study.set_user_attr("workers", workers)
+    study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
+    return study, (url, study.study_name, retry_s)
+
+
+def reference(found: dict) -> str:
+    """The candidate whose learning curve sets the first rung: full fine-tuning at its largest rate (the soonest to
+    learn), else the first candidate queued (the cheapest)."""
+    full = [name for name, s in found.items()
+            if methods.name_of(s) == methods.DEFAULT and s["trainable_layers"] == freezing.ALL]
+    return max(full, key=lambda name: found[name]["lr"]) if full else next(iter(found))
+
+
+def load(where: tuple):
+    """The sweep's study at `where` (`(url, name[, retry_s])`), as another process (a trial's child) reads it, with
+    the pruner of its first rung."""
+    study = sweep_storage.load(*where)
+    study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
+    return study
+
+
+spent_s = sweep_storage.spent_s
+
+
+def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: int = 3, seeds: int = 3,
+              log: Callable = print, deadline: Optional[float] = None) -> str:
+    """Works through the queue until it is empty and the seed round is queued and run, or the budget is spent, and
+    every trial of the sweep (other processes' too) has ended; returns why it ended ("done" or "budget").
+    `train_trial(where, trial_id, settings, folder, keep_s)` trains one trial's run, leaving `keep_s` of the budget
+    unspent, and returns `{"value", "pruned", "epoch_time_s", "epochs", ...}`.
+
+    No trial starts whose estimated cost (`estimate_s`: its first rung, or a seed-round run's whole run) does not fit
+    in the budget left, what running trials (any process's) have reserved counted as spent; and once the next seed-0
+    trial and the seed round of the best candidates so far would not both fit, the seed round is queued at once and
+    the candidates not reached wait behind it. `deadline` (a `time.time()`): this process starts no trial that
+    would end after it, and its trials stop after their last epoch that ends before it (`train_trial`'s
+    `deadline`), so that a machine's workers end together within its wall-time budget."""
+    found, base = study.user_attrs["candidates"], study.user_attrs["base"]
+    while True:
+        sweep_storage.recover(study, log)
+        budget_s = study.user_attrs["budget_s"]
+        remaining = budget_s - sweep_storage.committed_s(study)
+        trials = study.get_trials(deepcopy=False)
+        waiting = [t for t in trials if t.state.name == "WAITING"]
+        running = any(t.state.name == "RUNNING" for t in trials)
+        if remaining <= 0 or not waiting:
+            if running:
+                time.sleep(2)  # another process's trial: it may free budget or queue the seed round
+                continue
+            if remaining <= 0:
+                return "budget"
+            if not _queue_seed_round(study, top, seeds):
+                return "done"
+            continue
+        following = min(waiting, key=lambda t: t.number)
+        if "first_rung" not in study.user_attrs and not following.user_attrs.get("reference"):
+            _await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log)
+            continue
+        study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
+        cost = estimate_s(study, found, following)
+        reserve = _reserve(study, following, cost, remaining, top, seeds, log)
+        if reserve is None:
+            continue  # the seed round was queued ahead of the candidates not reached
+        late = deadline is not None and cost is not None and time.time() + cost > deadline
+        if cost is not None and (cost > remaining or late):
+            if running:
+                time.sleep(2)
+                continue
+            left = (f"{max(deadline - time.time(), 0) / 60:.1f} min to this worker's deadline" if late else
+                    f"{remaining / 60:.1f} min of training time left")
+            log(f"[sweep] {left}: too little for the next trial ({cost / 60:.1f} min estimated)")
+            return "budget"
+        taken = sweep_storage.take(study, sorted(found))
+        if taken is None:
+            continue
+        trial = taken[0]
+        if trial.number != following.number:  # another process took the one estimated
+            cost = estimate_s(study, found, study.get_trials(deepcopy=False)[trial.number])
+        if cost is not None and not sweep_storage.reserve(study, trial, cost, budget_s):
+            sweep_storage.give_way(study, trial)  # trials of other processes reserved the budget meanwhile
+            time.sleep(1 + random.random())
+            continue
+        _run_trial(study, where, sweep_dir, train_trial, taken, reserve, log, deadline)
+
+
+def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken: tuple, reserve: float,
+               log: Callable, deadline: Optional[float] = None) -> None:
+    """Trains one taken trial with its heartbeat on and records how it ended: told to the study with its run's
+    record; queued again where its training process died; failed, its error kept, where its run failed."""
+    import optuna
+    from concurrent.futures.process import BrokenProcessPool
+
+    trial, name, seed = taken
+    base, max_epochs = study.user_attrs["base"], int(study.user_attrs["base"].get("max_epochs", 9))
+    settings = {**base, **study.user_attrs["candidates"][name], "seed": seed}
+    # One frozen-prefix cache per depth and split on disk, built by the first candidate that needs it and read by
+    # every other (each rate, LoRA over the same blocks, a rerun): a cache's key is its data, depth and preset, so
+    # what a run computes is the same; only its build is not paid again.
+    settings["cache_dir"] = settings.get("cache_dir") or os.path.join(sweep_dir, "cache")
+    is_reference = bool(trial.user_attrs.get("reference"))
+    folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
+    remaining = study.user_attrs["budget_s"] - sweep_storage.committed_s(study, but=trial.number)
+    log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of "
+        f"training time left -> {folder}")
+    start = time.time()
+    try:
+        with sweep_storage.heartbeat(study, trial):
+            try:  # a seed-0 run that goes on past its first rung stops before it eats into the seed round's share
+                result = train_trial(where, trial._trial_id, settings, folder, reserve,
+                                     **({"deadline": deadline} if deadline is not None else {}))
+                ended = time.time()  # what follows is the sweep's record of the run, not the run
+            except BrokenProcessPool as e:  # killed (the OOM killer, a signal): its checkpoint is still there
+                _keep_run(trial, folder)
+                sweep_storage.retry(study, trial, f"its training process died ({e or 'killed'})", log)
+                return
+            except Exception as e:
+                _stop_sweep_on(e, folder)
+                # A failed run must not stop the sweep: its error is kept beside it.
+                _keep_run(trial, folder)
+                trial.set_user_attr("error", f"{type(e).__name__}: {e}")
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                log(f"[sweep] {name} seed {seed} failed: {type(e).__name__}: {e}")
+                return
+            _keep_run(trial, folder, result.get("pruned_at"))
+            _tell(study, trial, name, result, start, ended, max_epochs, log)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log(f"[sweep] {name} seed {seed}: another process took this one for dead (no heartbeat for "
+            f"{sweep_storage.GRACE_BEATS} beats) and queued its trial again; its run stays in {folder}")
+
+
+def _stop_sweep_on(error: Exception, folder: str) -> None:
+    """Raises what stops the whole sweep, not one trial: the storage gone for good (`StorageUnreachable`) or a full
+    disk, which every next trial would meet too (one line; the trial is left running, and a rerun's `recover`
+    queues it again to resume from its last finished epoch)."""
+    from tf_transfer.studies.sweep import sweep_retries
+
+    if isinstance(error, sweep_retries.StorageUnreachable):
+        raise error
+    if sweep_retries.is_no_space(error):
+        if isinstance(error, TransferError):  # the run's own line
+            raise error
+        raise sweep_retries.no_space(getattr(error, "filename", None) or folder, "a trial's run",
+                                     "its last finished epoch is kept") from None
+
+
+def _keep_run(trial, folder: str, pruned_at: Optional[int] = None) -> None:
+    """Keeps the run's record (`sweep_storage.run_record`) in its trial, for any machine's report, with the epoch
+    at which a resumed run was pruned where that was one it had already trained (`pruned_at`)."""
+    from tf_transfer.training import record, run_record
+
+    try:
+        kept = sweep_storage.run_record(run_record.read_summary(folder))
+    except record.UnreadableRecord:
+        return
+    if kept and pruned_at:
+        kept["pruned_at"] = pruned_at
+    trial.set_user_attr("run", kept)
+
+
+def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log: Callable):
+    """The share of the budget kept for the seed round while seed-0 trials run (0 once it is queued); None where the
+    next trial and the seed round would not both fit, so the seed round has just been queued ahead of it."""
+    if following.user_attrs.get("seed_round") or study.user_attrs.get("seed_round") or not cost:
+        return 0.0
+    reserve = _seed_round_cost(study, top, seeds)
+    if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
+        log(f"[sweep] {remaining / 60:.1f} min of training time left: kept for the seed round "
+            f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
+        sweep_storage.defer_waiting(study, until="seed_round")
+        return None
+    return reserve
+
+
+def _await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> None:
+    """Before the first rung is known only the reference may run: put it first again (queued again after a kill),
+    wait for another process's, or, where it failed, go on with nothing pruned."""
+    if any(t.user_attrs.get("reference") for t in waiting):
+        sweep_storage.defer_waiting(study, until="reference")
+    elif running:
+        time.sleep(2)  # another process's reference run is still measuring the first rung
+    else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
+        _set_first_rung(study, None, {}, max_epochs, log)
+
+
+def _tell(study, trial, name: str, result: dict, start: float, ended: float, max_epochs: int,
+          log: Callable) -> None:
+    """Records a finished trial (its run ended at `ended`): what the budget's estimates need, and its state (the
+    reference: the first rung)."""
+    import optuna
+
+    # The whole run's wall time, start-up included, from when its trial was taken (as the run counts what it spent),
+    # and what it spent after its last epoch's reservation (the run's `train_s` then, written by its own process).
+    last_epoch_s = study._storage.get_trial(trial._trial_id).user_attrs.get("train_s") or 0.0
+    spent = ended - min(trial.user_attrs.get("started_at") or start, start)
+    trial.set_user_attr("train_s", spent)
+    if last_epoch_s > 0.0:  # an epoch trained in this try
+        trial.set_user_attr("tail_s", spent - last_epoch_s)
+    for key in ("epoch_time_s", "epochs", "cache_build_s", "startup_s", "cut", "num_layers"):
+        trial.set_user_attr(key, result.get(key))
+    if result.get("startup_s") is not None and result.get("elapsed_s") is not None:
+        # A run in a child process: its start-up includes starting the process, which only this one sees.
+        spawn = max(ended - start - result["elapsed_s"], 0.0)
+        trial.set_user_attr("startup_s", result["startup_s"] + spawn)
+    if trial.user_attrs.get("reference"):
+        _set_first_rung(study, name, result, max_epochs, log)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
+    elif result["pruned"]:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    elif result["value"] is None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(trial, result["value"])
+
+
+def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable) -> None:
+    """The first rung: the epoch at which the reference's best validation score beat the constant prediction by
+    `MARGIN`; where it never did, its runs' last epoch (nothing is pruned: no early epoch ranks anything)."""
+    learned = result.get("learned_at")
+    study.set_user_attr("first_rung", learned or max_epochs)
+    study.set_user_attr("reference", {"candidate": name, "learned": bool(learned), "epochs": result.get("epochs"),
+                                      "score": result.get("value"), "cut": result.get("cut")})
+    log(f"[sweep] the reference {name or '(failed)'} " + (
+        f"beat the constant prediction at epoch {learned}: the first rung" if learned else
+        "was cut by the budget before it beat the constant prediction: nothing is pruned"
+        if result.get("cut") == "budget" else "never beat the constant prediction: nothing is pruned"))
+
+
+def _shape(settings: dict) -> tuple:
+    """What sets a candidate's cost per epoch (its rate and rank hardly do)."""
+    return methods.name_of(settings), settings["trainable_layers"], bool(settings.get("cache_frozen"))
+
+
+def estimate_s(study, found: dict, trial) -> Optional[float]:
+    """Seconds a queued trial is expected to take, from what earlier trials measured: a seed-round run, its
+    candidate's seed-0 run (start-up to its stopping rule); any other, start-up, the frozen-prefix cache's build,
+    the epochs to the first rung (the reference: one epoch) and the tail after them (`sweep_storage.tail_s`). None
+    before anything was measured.
+
+    Per epoch, runs of the same method, depth and cache (the slowest of them); else any measured run scaled by its
+    work per step (`relative_cost`). The cache's build, the same shape's; else a measured one scaled by the frozen
+    blocks; else one epoch's. Start-up, the longest measured."""
+    import optuna
+
+    name = sweep_storage.key_of(trial)[0]
+    if name not in found:
+        return None
+    measured = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("epoch_time_s")
+                and t.user_attrs.get("epochs") and t.params.get("candidate") in found]
+    if trial.user_attrs.get("seed_round"):
+        own = [t.user_attrs["train_s"] for t in measured if t.params["candidate"] == name and t.params["seed"] == 0
+               and not t.user_attrs.get("reference") and t.state == optuna.trial.TrialState.COMPLETE]
+        if own:
+            return max(own)
+    if not measured:
+        return None
+    settings, layers = found[name], max(t.user_attrs.get("num_layers") or 0 for t in measured)
+    same = [t for t in measured if _shape(found[t.params["candidate"]]) == _shape(settings)]
+    if same:
+        epoch = max(t.user_attrs["epoch_time_s"] for t in same)
+    else:
+        layers = layers or 12
+        epoch = relative_cost(settings, layers) * max(
+            t.user_attrs["epoch_time_s"] / relative_cost(found[t.params["candidate"]], layers) for t in measured)
+    cache = 0.0
+    if settings.get("cache_frozen"):
+        built = [t for t in measured if t.user_attrs.get("cache_build_s")]
+        same_built = [t.user_attrs["cache_build_s"] for t in built if t in same]
+        frozen = max(layers - settings["trainable_layers"], 1) if layers else 1
+        cache = (max(same_built) if same_built else
+                 frozen * max(t.user_attrs["cache_build_s"] / max(layers - found[t.params["candidate"]]
+                                                                  ["trainable_layers"], 1) for t in built)
+                 if built and layers else epoch)
+    startup = max(t.user_attrs.get("startup_s") or 0.0 for t in measured)
+    tail = max(t.user_attrs.get("tail_s") or 0.0 for t in measured)  # its record after its last epoch
+    epochs = 1 if trial.user_attrs.get("reference") else int(study.user_attrs.get("first_rung") or 1)
+    if trial.user_attrs.get("seed_round"):
+        epochs = int(study.user_attrs["base"].get("max_epochs", 9))
+    return startup + cache + epochs * epoch + tail
+
+
+def _seed_round_candidates(study, top: int) -> list:
+    """The `top` best seed-0 trials that ran to their stopping rule (never one cut by the budget) and beat the
+    constant prediction on validation (where it is known)."""
+    import optuna
+
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                 if t.params["seed"] == 0 and not t.user_attrs.get("cut")
+                 and (floor is None or (t.value > floor if maximize else t.value < floor))]
+    return sorted(completed, key=lambda t: t.value, reverse=maximize)[:top]
+
+
+def _seed_round_cost(study, top: int, seeds: int) -> float:
+    """The seed round's estimated seconds, were it queued now: each chosen candidate's seed-0 run, once per seed."""
+    return (seeds - 1) * sum(t.user_attrs.get("train_s", 0.0) for t in _seed_round_candidates(study, top))
+
+
+def _queue_seed_round(study, top: int, seeds: int) -> bool:
+    """Queues seeds 1..seeds-1 of the `top` best candidates once; False when it has been queued already or none
+    qualifies (`_seed_round_candidates`)."""
+    if study.user_attrs.get("seed_round") or seeds <= 1:
+        return False
+    chosen = [t.params["candidate"] for t in _seed_round_candidates(study, top)]
+    if not chosen:
+        return False
+    study.set_user_attr("seed_round", chosen)
+    for name in chosen:
+        for seed in range(1, seeds):
+            study.enqueue_trial({"candidate": name, "seed": seed}, user_attrs={"queued": True, "seed_round": True})
+    return True
+
+
+def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
+    """Reports a candidate's validation score after `epoch`; True when successive halving prunes it. A run at its
+    `last_epoch` has ended anyway: its score is final, never pruned. Runs of the seed round neither report nor get
+    pruned: they measure the noise of candidates already chosen; nor does the reference, which measures the first
+    rung."""
+    if trial.user_attrs.get("seed_round") or trial.user_attrs.get("reference"):
+        return False
+    trial.report(value, epoch)
+    return epoch < last_epoch and trial.should_prune()

@@ -1,0 +1,133 @@
+"""One trial of the sweep: its GLUE run, epoch by epoch, reporting each epoch's validation score to the Optuna trial
+and stopping where the pruner, the reference's first rung or the budget says so (`train_trial`). It runs in the
+sweep's process or in a child of it, and reads the sweep's budget from the storage after every epoch, so that
+trials running at once on several machines never spend more than the budget together.
+
+Example (a trial's run is trained by `sweep`; this is what a resumed run does with its finished epochs):
+
+>>> from tf_transfer.studies.sweep import sweep_trial
+>>> sweep_trial.resume_reports(trial, [{"epoch": 1, "val": {"f1": 0.8}}], "f1", max, 9)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
+
+
+def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s: float,
+                deadline: Optional[float] = None) -> dict:
+    """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial and stopping when the
+    pruner says so or when the next epoch would not fit in the budget left (what every other trial spent or
+    reserved, and `keep_s`, counted out) or end after `deadline` (a `time.time()`: its machine's); the reference (`reference`) stops at the first epoch whose best validation
+    score beats the constant prediction by `MARGIN` (`learned_at`). A resumed run's finished epochs are reported
+    again, each at its rung as an unbroken run's was (`resume_reports`). Returns the best epoch's validation score
+    (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was pruned), `cut` (what cut the run
+    short, None when its stopping rule ended it), and what the budget's estimates need: wall seconds per epoch
+    (evaluation included), the cache's build, the start-up before the first epoch, the encoder's depth."""
+    import optuna
+
+    from tf_transfer.core import metrics
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
+    from tf_transfer.studies.glue.glue_task import task_for
+    from tf_transfer.training import record, runner
+
+    study = sweep.load(where)
+    trial = optuna.trial.Trial(study, trial_id)
+    task = task_for(GlueSettings.from_dict(settings))
+    metric, start, state = task.metric, time.time(), {"pruned": False, "best": None, "at": [], "learned_at": None}
+    lower = metric in metrics.LOWER_IS_BETTER
+    is_reference = bool(trial.user_attrs.get("reference"))
+    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    taken = min(trial.user_attrs.get("started_at") or start, start)
+
+    def best_so_far(value: float) -> float:
+        # What the run has reached by this epoch (early stopping keeps its best epoch), not the epoch's own score.
+        state["best"] = value if state["best"] is None else (min if lower else max)(state["best"], value)
+        return state["best"]
+
+    earlier = record.read_summary(folder) or {}
+    done_before = len(earlier.get("epochs", []))
+    pruned_at = resume_reports(trial, earlier.get("epochs", []), metric, best_so_far, task.loop.max_epochs)
+    if pruned_at:
+        return _pruned_before(earlier, pruned_at, start)
+
+    def after_epoch(epoch_record: dict) -> bool:
+        state["at"].append(time.time() - start)
+        best = best_so_far(epoch_record["val"][metric])
+        epoch_s = epoch_wall(state["at"], epoch_record["epoch_time_s"])
+        if is_reference and floor is not None and (floor - best if lower else best - floor) >= sweep.MARGIN:
+            state["learned_at"] = epoch_record["epoch"]
+            epoch_record["sweep"] = "reference"
+        elif sweep.report_epoch(trial, best, epoch_record["epoch"], task.loop.max_epochs):
+            state["pruned"] = True
+            epoch_record["sweep"] = "pruned"
+        last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.loop.max_epochs
+        if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s, deadline) and not last:
+            epoch_record["sweep"] = "budget"
+        return epoch_record.get("sweep") is not None
+
+    task.after_epoch = after_epoch
+    return _trial_result(runner.run(task, folder), metric, state, done_before, start)
+
+
+def reserve_rest(study, trial, taken: float, next_epoch_s: float, epoch_s: float, keep_s: float,
+                 deadline: Optional[float] = None) -> bool:
+    """After an epoch (its score reported): records what the trial has spent since it was taken (`taken`: the
+    child's start-up too) and reserves what it will still spend, its next epoch (`next_epoch_s` and a tenth more; 0
+    where the run ends here) and its tail (`sweep_storage.tail_s`; one epoch, `epoch_s`, until a trial has measured
+    it), so that what the trial finally spends is what it reserved. False where that does not fit in the budget
+    less `keep_s`, or would end after `deadline`: the run stops here, and keeps its tail alone reserved."""
+    tail = sweep_storage.tail_s(study, epoch_s)
+    spent = time.time() - taken
+    trial.set_user_attr("train_s", spent)
+    fits = sweep_storage.reserve(study, trial, spent + 1.1 * next_epoch_s + tail,
+                                 study.user_attrs["budget_s"] - keep_s)
+    if deadline is not None and next_epoch_s and time.time() + 1.1 * next_epoch_s + tail > deadline:
+        fits = False
+    if not fits and next_epoch_s:
+        trial.set_user_attr("reserved_s", spent + tail)
+    return fits
+
+
+def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last_epoch: int) -> Optional[int]:
+    """Reports a resumed run's finished `epochs` again (its best validation score so far after each), asking the
+    pruner at each as the unbroken run did (`sweep.report_epoch`; rungs the trial passed before its process died
+    are not asked again: Optuna's retry keeps them). Returns the epoch at which it is pruned, or None."""
+    for epoch_record in epochs:
+        if sweep.report_epoch(trial, best_so_far(epoch_record["val"][metric]), epoch_record["epoch"], last_epoch):
+            return epoch_record["epoch"]
+    return None
+
+
+def _pruned_before(summary: dict, pruned_at: int, start: float) -> dict:
+    """`train_trial`'s answer for a resumed run pruned at an epoch it had already trained: nothing more trains."""
+    times = [e["epoch_time_s"] for e in summary["epochs"] if e.get("epoch_time_s")]
+    return {"value": None, "pruned": True, "pruned_at": pruned_at, "cut": "pruned", "learned_at": None,
+            "epoch_time_s": max(times) if times else None, "epochs": len(summary["epochs"]),
+            "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
+            "startup_s": None, "elapsed_s": time.time() - start}
+
+
+def _trial_result(summary: dict, metric: str, state: dict, done_before: int, start: float) -> dict:
+    """`train_trial`'s answer from the run's final summary and what its epochs' hook saw."""
+    epochs = summary["epochs"]
+    best = next((e for e in epochs if e["epoch"] == summary.get("best_epoch")), None)
+    pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in epochs)
+    cut = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), None)
+    wall = epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
+    built = summary.get("cache_build_s") or 0.0
+    return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,
+            "learned_at": state["learned_at"], "epoch_time_s": wall, "epochs": len(epochs),
+            "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
+            "startup_s": max(state["at"][0] - wall - built, 0.0) if state["at"] and wall else None,
+            "elapsed_s": time.time() - start}
+
+
+def epoch_wall(marks: list, first_epoch_s: float) -> float:
+    """Wall seconds per epoch, its evaluation included: the longest gap between two epochs' ends, or the first
+    epoch's training time while only one has ended."""
+    gaps = [b - a for a, b in zip(marks, marks[1:])]
+    return max(gaps) if gaps else first_epoch_s

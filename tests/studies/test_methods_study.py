@@ -203,3 +203,17 @@ def test_the_time_claim_is_shown_over_all_runs_and_over_the_uncontended_ones():
     section = "\n".join(methods_report.contention_section(compared))
     assert "1 of the 6 compared runs were contended" in section
     assert "| sst2 LoRA r8 seed 0 | 0.50 | 120 | 60 |" in section
+
+
+def test_a_run_that_predates_the_constant_record_is_flagged_collapsed_by_its_splits_baseline():
+    from experiments import methods_report
+
+    run = _timed_run("mrpc", "BitFit", 0, 10.0, 10.0)["summary"]  # best validation accuracy 0.8, no record
+    assert methods_report.collapsed(run, validation_baseline={"score": 0.8})
+    assert not methods_report.collapsed(run, validation_baseline={"score": 0.79})
+    assert not methods_report.collapsed(run)  # nothing to compare with: not flagged
+    design = methods_report.Design({}, ["mrpc"], study_module.method_of, study_module.pick_rate,
+                                   search_labels={"search_bitfit": "BitFit"})
+    search = {"settings": {"task": "mrpc", "part": "search_bitfit", "seed": 0, "lr": 1e-3}, "summary": run}
+    rows = methods_report.search_rows([search], ["mrpc"], design, {("mrpc", 0): {"score": 0.8}})
+    assert rows == [["mrpc", "BitFit", "yes", "**0.001: 80.0** (collapsed)"]]

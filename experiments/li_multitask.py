@@ -58,21 +58,11 @@ def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
     data_dir = next((c["settings"]["data_dir"] for c in collected if c["settings"].get("data_dir")), None)
     command = (f"python -m tf_transfer.experiments report {grid.name} --variant={variant} --runs_dir={runs_dir} "
                f"--data_dir={data_dir} --out={out}")
-    constant = multitask_claims.constant_for(collected, runs_dir, command)
-    blocks = {"claims table": multitask_claims.claims_lines(
-                  {row: [c["summary"] for c in done if c["settings"]["part"] == row] for row in ROWS}, constant),
-              "rows' table": [report_table([c["folder"] for c in done])]}
-    os.makedirs(out, exist_ok=True)
-    readme = os.path.join(out, "README.md")
-    text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
-    if multitask_claims.has_blocks(text, blocks):
-        with open(readme, "w", encoding="utf-8") as f:
-            f.write(multitask_claims.with_blocks(text, blocks))
-        return readme
-    for name, lines in (("claims.md", blocks["claims table"]), ("table.md", blocks["rows' table"])):
-        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    return out
+    constant = multitask_claims.constant_for(done, runs_dir, data_dir, command)
+    return multitask_claims.write_blocks(out, {
+        "claims table": multitask_claims.claims_lines(
+            {row: [c["summary"] for c in done if c["settings"]["part"] == row] for row in ROWS}, constant),
+        "rows' table": [report_table([c["folder"] for c in done])]})
 
 
 GRID = Grid(

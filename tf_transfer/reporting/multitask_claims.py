@@ -93,15 +93,13 @@ def read_constant(runs_dir: str) -> Optional[dict]:
         return json.load(f)
 
 
-def constant_for(collected: list, runs_dir: str, command: str) -> Optional[dict]:
-    """The constant prediction for a report over a grid's `collected` runs: computed from the data where the report
-    was given it (`--data_dir`, which the runs' settings then carry) and written beside the runs with `command`, else
-    the committed file read back (None where there is none)."""
-    given = next((c["settings"].get("data_dir") for c in collected if c["settings"].get("data_dir")), None)
-    done = [c for c in collected if c["summary"]]
-    if given and done:
+def constant_for(done: list, runs_dir: str, data_dir: Optional[str], command: str) -> Optional[dict]:
+    """The constant prediction for a report over a grid's completed runs (`done`, `grid.collect`'s entries):
+    computed from `data_dir` where the report was given it, under `REFERENCE`'s data settings, and written beside
+    the runs with `command`; else the committed file read back (None where there is none)."""
+    if data_dir and done:
         reference = next((c for c in done if c["settings"]["part"] == REFERENCE), done[0])
-        write_constant(runs_dir, constant_prediction(reference["summary"]["config"], given), command)
+        write_constant(runs_dir, constant_prediction(reference["summary"]["config"], data_dir), command)
     return read_constant(runs_dir)
 
 
@@ -329,3 +327,26 @@ def with_blocks(text: str, blocks: dict) -> str:
         # Blank lines around the lines: a table's last row must not run into the closing marker.
         text = text[:start] + "\n".join([begin, "", *lines, "", end]) + text[stop:]
     return text
+
+
+# The files a report over a folder without the README's blocks writes instead, per block.
+BLOCK_FILES = {"claims table": "claims.md", "rows' table": "table.md"}
+
+
+def write_blocks(out: str, blocks: dict) -> str:
+    """Writes the generated `blocks` (`{name: lines}`) into `<out>/README.md` where it holds them all (the rest of it
+    is written by hand), else each into its own file (`BLOCK_FILES`); returns what it wrote."""
+    os.makedirs(out, exist_ok=True)
+    readme = os.path.join(out, "README.md")
+    text = ""
+    if os.path.exists(readme):
+        with open(readme, encoding="utf-8") as f:
+            text = f.read()
+    if has_blocks(text, blocks):
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(with_blocks(text, blocks))
+        return readme
+    for name, lines in blocks.items():
+        with open(os.path.join(out, BLOCK_FILES[name]), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return out

@@ -46,14 +46,23 @@ def heads_first_run(settings: dict, runs_dir: str, grid: Grid):
 
 
 def write_report(collected: list, out: str, grid: Grid, variant: str) -> str:
-    """The rows' best-on-dev scores (`python -m tf_transfer.multitask --report`) in `<out>/table.md`."""
+    """The claims table and the rows' best-on-dev scores (`python -m tf_transfer.multitask --report`): into the
+    generated blocks of `<out>/README.md` where it has them (the rest of it is written by hand), else into
+    `<out>/claims.md` and `<out>/table.md`. With --data_dir the constant prediction the claims are gated on is
+    computed from the data and written beside the runs (`multitask_claims.constant_for`)."""
+    from tf_transfer.reporting import multitask_claims
     from tf_transfer.reporting import multitask_report
 
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "table.md")
-    with open(path, "w") as f:
-        f.write(multitask_report.report_table([c["folder"] for c in collected if c["summary"]]) + "\n")
-    return path
+    done = [c for c in collected if c["summary"]]
+    runs_dir = os.path.dirname(os.path.normpath(done[0]["folder"]))
+    data_dir = next((c["settings"]["data_dir"] for c in collected if c["settings"].get("data_dir")), None)
+    command = (f"python -m tf_transfer.experiments report {grid.name} --variant={variant} --runs_dir={runs_dir} "
+               f"--data_dir={data_dir} --out={out}")
+    constant = multitask_claims.constant_for(done, runs_dir, data_dir, command)
+    return multitask_claims.write_blocks(out, {
+        "claims table": multitask_claims.claims_lines(
+            {row: [c["summary"] for c in done if c["settings"]["part"] == row] for row in ROWS}, constant),
+        "rows' table": [multitask_report.report_table([c["folder"] for c in done])]})
 
 
 GRID = Grid(

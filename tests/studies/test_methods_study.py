@@ -173,3 +173,47 @@ def test_a_figure_with_no_point_yet_is_not_drawn_and_an_older_one_is_removed(tmp
     one = {**nothing, "lora": {"time_ratio": 0.5, "score": 84.0, "intervals": {}}}
     assert methods_report.figure(str(path), one, methods, "time_ratio", "x", "t") is True
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def _timed_run(task: str, method: str, seed: int, cpu_s: float, wall_s: float) -> dict:
+    """A compared run of one epoch taking `cpu_s` CPU seconds over `wall_s` wall seconds (no training)."""
+    epoch = {"epoch_cpu_s": cpu_s, "epoch_time_s": wall_s, "train_cpu_s": cpu_s, "train_time_s": wall_s,
+             "val": {"accuracy": 0.8}, "test": {"accuracy": 0.8}}
+    summary = {"seed": seed, "metric": "accuracy", "best_epoch": 1, "epochs": [epoch], "lr": 1e-3,
+               "machine": {"cpu": "AMD EPYC", "cores": 1, "isa": ["avx2"]}}
+    return {"settings": {"task": task, "part": method, "seed": seed}, "summary": summary}
+
+
+def test_the_time_claim_is_shown_over_all_runs_and_over_the_uncontended_ones():
+    from tf_transfer.reporting import method_comparison, methods_report
+
+    methods = {name: study_module.METHODS[name] for name in (methods_report.FULL, "LoRA r8")}
+    # LoRA saves 40%, 35% and 30% at seeds 0-2; its seed-0 run waited for its core (half its wall time on the CPU).
+    compared = [_timed_run("sst2", methods_report.FULL, seed, 100.0, 100.0) for seed in range(3)]
+    compared += [_timed_run("sst2", "LoRA r8", seed, cpu, 2 * cpu if seed == 0 else cpu)
+                 for seed, cpu in enumerate([60.0, 65.0, 70.0])]
+    table = {key: methods_report.measures(runs, "cpu", "peak_memory_mb")
+             for key, runs in methods_report.cells(compared, methods).items()}
+    uncontended = methods_report.uncontended_table(compared, "cpu", "peak_memory_mb", methods)
+    claim = methods_report._faster_claim(table, ["sst2"], uncontended)
+    assert claim.verdict == "reproduced"
+    assert claim.ours.startswith("time per epoch saved: +35.0% [")
+    assert "; uncontended pairs only: +32.5% [" in claim.ours
+    assert "uncontended pairs only: sst2 +32.5% [" in claim.basis and "over 2 seeds" in claim.basis
+    section = "\n".join(methods_report.contention_section(compared))
+    assert "1 of the 6 compared runs were contended" in section
+    assert "| sst2 LoRA r8 seed 0 | 0.50 | 120 | 60 |" in section
+
+
+def test_a_run_that_predates_the_constant_record_is_flagged_collapsed_by_its_splits_baseline():
+    from tf_transfer.reporting import method_comparison, methods_report
+
+    run = _timed_run("mrpc", "BitFit", 0, 10.0, 10.0)["summary"]  # best validation accuracy 0.8, no record
+    assert methods_report.collapsed(run, validation_baseline={"score": 0.8})
+    assert not methods_report.collapsed(run, validation_baseline={"score": 0.79})
+    assert not methods_report.collapsed(run)  # nothing to compare with: not flagged
+    design = method_comparison.Design({}, ["mrpc"], study_module.method_of, study_module.pick_rate,
+                                   search_labels={"search_bitfit": "BitFit"})
+    search = {"settings": {"task": "mrpc", "part": "search_bitfit", "seed": 0, "lr": 1e-3}, "summary": run}
+    rows = method_comparison.search_rows([search], ["mrpc"], design, {("mrpc", 0): {"score": 0.8}})
+    assert rows == [["mrpc", "BitFit", "yes", "**0.001: 80.0** (collapsed)"]]

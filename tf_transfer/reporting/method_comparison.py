@@ -132,6 +132,19 @@ def paired_values(table: dict, method: str, task: str, key: str, reference: str 
     return {seed: (a[seed], b[seed]) for seed in sorted(set(a) & set(b), key=str)}
 
 
+def uncontended_table(compared: list, clock: str, memory: str, methods: dict) -> dict:
+    """`measures` per cell over the compared runs that had their core to themselves (`tables.contended`): time claims
+    are shown for all runs (they decide) and for these."""
+    alone = [r for r in compared if not (r["summary"] and reports.contended(r["summary"]))]
+    return {key: measures(runs, clock, memory) for key, runs in cells(alone, methods).items()}
+
+
+def contention_section(compared: list) -> list:
+    """`tables.contention_section` over the compared runs, each named by its task, method (part) and seed."""
+    return reports.contention_section([(f"{r['settings']['task']} {r['settings']['part']} seed "
+                                        f"{r['settings']['seed']}", r["summary"]) for r in compared if r["summary"]])
+
+
 def pair_kinds(table: dict, method: str, task: str, reference: str = FULL) -> dict:
     """`{machine kind: seeds}` of the seeds whose `method` and `reference` runs on `task` ran on that one kind (a
     time pairs only within a kind, and is not pooled across kinds)."""
@@ -292,10 +305,11 @@ def learned_interval(table: dict, task: str, baselines: dict):
     return stats.paired_difference(gains, [0.0] * len(gains)) if gains else None
 
 
-def search_rows(collected: list, tasks: list, design: Design) -> list:
+def search_rows(collected: list, tasks: list, design: Design, baselines=None) -> list:
     """Per task and search: each rate's best validation score (x100) at seed 0, the chosen rate (the runs' own rule,
     once every rate has run) in bold, whether it lies at an end of the rates tried, and "(collapsed)" beside a run
-    whose best validation score is the constant prediction's (`collapsed`)."""
+    whose best validation score is the constant prediction's (`collapsed`; `baselines`: the constant prediction's
+    validation scores by task and seed, for runs that do not record it)."""
     found, flat = defaultdict(dict), set()
     for run in collected:
         part = run["settings"]["part"]
@@ -303,7 +317,8 @@ def search_rows(collected: list, tasks: list, design: Design) -> list:
             label = part.split(":", 1)[1].strip() if ":" in part else design.search_labels[part]
             value = validation(run["summary"]) if run["summary"] else "missing"
             found[(run["settings"]["task"], label)][run["settings"]["lr"]] = value
-            if run["summary"] and collapsed(run["summary"]):
+            own = (baselines or {}).get((run["settings"]["task"], run["settings"]["seed"]))
+            if run["summary"] and collapsed(run["summary"], validation_baseline=own):
                 flat.add((run["settings"]["task"], label, run["settings"]["lr"]))
     rows = []
     for task in tasks:
@@ -344,24 +359,30 @@ def csv_rows(collected: list, clock: str, design: Design) -> list:
     return rows
 
 
-def collapsed(summary: dict, dev_baseline=None) -> bool:
+def collapsed(summary: dict, dev_baseline=None, validation_baseline=None) -> bool:
     """A run that learned nothing (flagged, kept): its best validation score is exactly the constant prediction's
-    (as the run recorded it), or its GLUE dev score is exactly the majority class's (`dev_baseline`, for runs made
-    before the constant prediction was recorded)."""
+    (as the run recorded it); for runs made before the constant prediction was recorded, its best validation score
+    is exactly the constant prediction's on its split (`validation_baseline`, `validation_baselines`' entry for its
+    task and seed), or its GLUE dev score exactly the majority class's (`dev_baseline`)."""
     constant = (summary or {}).get("constant_prediction") or {}
     if constant.get("score") is not None and constant.get("best") is not None:
         return abs(constant["best"] - constant["score"]) < 1e-9
-    dev = score(summary) if summary else None
-    return dev_baseline is not None and dev is not None and abs(dev - 100 * dev_baseline["score"]) < 1e-9
+    for value, baseline in ((validation, validation_baseline), (score, dev_baseline)):
+        found = value(summary) if summary and baseline is not None else None
+        if found is not None and abs(found - 100 * baseline["score"]) < 1e-9:
+            return True
+    return False
 
 
-def searches_section(collected: list, tasks: list, design: Design) -> list:
+def searches_section(collected: list, tasks: list, design: Design, baselines=None) -> list:
     lines = ["## The learning-rate searches", "",
              "Seed 0, best validation score (x100, on the split held out of GLUE train) per rate; the chosen rate in "
-             "bold (ties: the smaller). The seed-0 runs choose the rate; the compared runs are "
+             "bold (ties: the smaller); \"(collapsed)\": a run whose best validation score is the constant "
+             "prediction's on its split (it learned nothing; kept). The seed-0 runs choose the rate; the compared runs "
+             "are "
              + ("the search's own seed-0 run and seeds 1-2." if design.compared_seeds_searched else
                 "fresh seeds, so the choice does not flatter its own scores."), ""]
-    searches = search_rows(collected, tasks, design)
+    searches = search_rows(collected, tasks, design, baselines)
     edges = sum(1 for row in searches if row[2])
     decided = sum(1 for row in searches if "**" in row[3])
     return lines + [f"{edges} of the {decided} searches finished so far (of {len(searches)}) chose a rate at an end of "

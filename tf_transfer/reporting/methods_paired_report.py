@@ -239,12 +239,6 @@ def pairs_section(collected: list, design: Design) -> list:
     return lines + [""]
 
 
-def contention_section(compared: list) -> list:
-    """`tables.contention_section` over the compared runs (`by_method`'s entries)."""
-    return reports.contention_section([(f"{r['settings']['task']} {r['settings']['part']} seed "
-                                        f"{r['settings']['seed']}", r["summary"]) for r in compared if r["summary"]])
-
-
 def core_hours(collected: list) -> dict:
     """`{machine kind: core-hours}` of every completed run's training, scoring and compilation (CPU seconds)."""
     found = defaultdict(float)
@@ -380,10 +374,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     memory = shared.memory_key(relabeled)
     table = {key: shared.measures(runs, chosen.clock, memory)
              for key, runs in shared.cells(relabeled, design.methods).items()}
-    # The same cells over the runs that had their core to themselves (`tables.contended`): time claims are shown for
-    # all runs (they decide) and for these.
-    uncontended = {key: shared.measures(runs, chosen.clock, memory) for key, runs in shared.cells(
-        [r for r in relabeled if not (r["summary"] and reports.contended(r["summary"]))], design.methods).items()}
+    uncontended = shared.uncontended_table(relabeled, chosen.clock, memory, design.methods)
     for cell in [*table.values(), *uncontended.values()]:
         cell["values"]["probed"] = reports.probed_time_to_stop
     summary = shared.overall(table, tasks, design.methods)
@@ -409,7 +400,7 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
     lines += ["## The claims", "", claims.table(claims_of(table, tasks, gains, design, uncontended)), ""]
     lines += power_section(table, design)
     lines += pairs_section(collected, design)
-    lines += contention_section(relabeled)
+    lines += shared.contention_section(relabeled)
     spent = core_hours(collected)
     if spent:
         lines += [f"Core-hours spent{so_far} (CPU seconds of training, scoring and cache builds, every run of the "

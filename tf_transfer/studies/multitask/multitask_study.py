@@ -35,6 +35,11 @@ def data_settings(data_dir, data) -> dict:
     return {"data_dir": data_dir}
 
 
+def listed_data(data_dir, data) -> dict:
+    """The data folder, where given, also when the grid is reported: the report's constant prediction reads it."""
+    return {"data_dir": data_dir} if data_dir else {}
+
+
 # The row flagfiles (flags/li_*.flags) name their own --output_dir; the grid places its runs itself.
 STUDY = Study(name="multitask", settings_class=MultitaskSettings, train=train, run_dir=run_dir,
-              data_settings=data_settings, command_flags={"output_dir": str})
+              data_settings=data_settings, listed_data=listed_data, command_flags={"output_dir": str})

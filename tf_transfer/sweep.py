@@ -75,11 +75,12 @@ HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --te
 
 
 def main(argv):
+    from tf_transfer.reporting import sweep_report
     from tf_transfer.studies import sweep_session
 
     options = options_of_flags(argv)  # the sweep's own flags first: they are checked before any file is read
     base, settings, lrs, sweep_options = _settings_of_flags()
-    sweep_session.run(options, base, settings, lrs, sweep_options)
+    sweep_session.run(options, base, settings, lrs, sweep_options, sweep_report.write_report)
 
 
 def options_of_flags(argv=("sweep",)):

@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from absl import logging
 
@@ -105,10 +105,12 @@ def _disk_full_is_one_line(body):
 
 
 @_disk_full_is_one_line
-def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict) -> None:
+def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, write_report: Callable) -> None:
     """Runs this process's part of the sweep of `base` (every trial's settings as a dict; `settings`, the same
     checked) over `options.methods` at the rates `lrs` (None: each method's own) with the methods' `sweep_options`:
-    in the process the user started, the workers, the first line, the report and the last lines too."""
+    in the process the user started, the workers, the first line, the report (`write_report(study, sweep_dir,
+    out)`, `reporting.sweep_report`'s, handed down by the command: a study does not import the reporting layer) and
+    the last lines too."""
     from tf_transfer.core import metrics
 
     started = time.time()
@@ -155,16 +157,15 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict) -
         return
     for process in spawned:
         process.wait()
-    _finish(options, study, sweep_dir, ended, workers, started)
+    _finish(options, study, sweep_dir, ended, workers, started, write_report)
 
 
-def _finish(options: SweepOptions, study, sweep_dir: str, ended: str, workers: int, started: float) -> None:
+def _finish(options: SweepOptions, study, sweep_dir: str, ended: str, workers: int, started: float,
+            write_report: Callable) -> None:
     """The report, and the sweep's last two lines: what it spent, and its recommendation (or why none)."""
-    from tf_transfer.reporting import sweep_report
-
     out = options.out or sweep_dir
     try:
-        _, line, use = sweep_report.write_report(study, sweep_dir, out)
+        _, line, use = write_report(study, sweep_dir, out)
     except OSError as e:
         _no_space(e, out, "the sweep's report")
         raise

@@ -75,12 +75,17 @@ HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --text_column_names for --te
 
 
 def main(argv):
-    from tf_transfer.reporting import sweep_report
     from tf_transfer.studies import sweep_session
 
     options = options_of_flags(argv)  # the sweep's own flags first: they are checked before any file is read
     base, settings, lrs, sweep_options = _settings_of_flags()
-    sweep_session.run(options, base, settings, lrs, sweep_options, sweep_report.write_report)
+    sweep_session.run(options, base, settings, lrs, sweep_options, _write_report)
+
+
+def _write_report(study, sweep_dir: str, out: str) -> tuple:
+    from tf_transfer.reporting import sweep_report  # at the end only, as a worker that writes no report never needs it
+
+    return sweep_report.write_report(study, sweep_dir, out)
 
 
 def options_of_flags(argv=("sweep",)):

@@ -64,9 +64,9 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
         embeddings_train = any(layer.trainable_weights for layer in self.backbone.layers
                                if freezing.block_of(self.backbone, layer) == "embeddings")
         self.frozen = -1 if embeddings_train else self.first_block
-        self.loop = self._decision_loop()
-        self.record = self.loop.record
-        self.loop.start(self.backbone, self.model.optimizer)
+        self.decisions = self._decision_loop()
+        self.record = self.decisions.record
+        self.decisions.start(self.backbone, self.model.optimizer)
         self._install()
 
     def _frozen_at_start(self) -> int:
@@ -84,8 +84,8 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
 
     def _install(self) -> None:
         """Each `fit` builds its step anew from what the rule has set up (AutoFreeze's sums: on its optimizer)."""
-        if self.loop.gradients is not None:
-            self.loop.gradients.install(self.model.optimizer)
+        if self.decisions.gradients is not None:
+            self.decisions.gradients.install(self.model.optimizer)
         self.model.make_train_function(force=True)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -93,14 +93,14 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
-        decided = self.loop.decide(self.step, self.epoch, self.frozen)
+        decided = self.decisions.decide(self.step, self.epoch, self.frozen)
         if decided is None:
             return
         wanted, why = decided
         before = self.frozen
         self._freeze_to(wanted)
-        self.loop.record_freeze(before, wanted, self.step, self.epoch, why,
-                                decision_loop.trainable_weights(self.model))
+        self.decisions.record_freeze(before, wanted, self.step, self.epoch, why,
+                                     decision_loop.trainable_weights(self.model))
 
     def _freeze_to(self, frozen: int) -> None:
         """The embeddings and blocks 0..frozen-1 frozen (-1: none; 0: the embeddings alone), by the freezing rule's

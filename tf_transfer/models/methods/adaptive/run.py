@@ -75,13 +75,13 @@ class GrowingPrefixRun:
         self.total_steps = self.steps_per_epoch * settings.loop.max_epochs
         self.frozen = -1  # blocks frozen: -1 while the embeddings still train
         self.caches, self.cache_keys, self.global_step, self.engine = None, None, 0, None
-        self.loop = self._decision_loop()
-        self.record = self.loop.record
+        self.decisions = self._decision_loop()
+        self.record = self.decisions.record
         self.record.update(phases=[], traces=0, cache_s=0.0, compile_s=0.0)
         self.traced = 0
         self._count_traces(self.model)
-        self.loop.start(self.backbone, self.optimizer, self.strategy)
-        self.gradients = self.loop.gradients  # AutoFreeze's per-block gradient sums; FreezeOut decides by the step
+        self.decisions.start(self.backbone, self.optimizer, self.strategy)
+        self.gradients = self.decisions.gradients  # AutoFreeze's per-block gradient sums; FreezeOut: None
 
     def _decision_loop(self) -> decision_loop.DecisionLoop:
         """The method's decision loop, of the run's settings (each method's subclass)."""
@@ -141,7 +141,7 @@ class GrowingPrefixRun:
         plan = self.feed.plan(epoch)  # the token feed's: the same batches whatever the depth
         done, loss_sum, examples = 0, 0.0, 0
         while done < len(plan):
-            stop = min(len(plan), done + self.loop.steps_to_decision(self.global_step))
+            stop = min(len(plan), done + self.decisions.steps_to_decision(self.global_step))
             segment = plan[done:stop]
             start = time.perf_counter()
             loss = self._fit(segment, progress, done)
@@ -177,9 +177,9 @@ class GrowingPrefixRun:
         phases[-1]["train_s"] += seconds
 
     def _decide(self, epoch: int) -> None:
-        decided = self.loop.decide(self.global_step, epoch, self.frozen,
-                                   # every worker freezes what the chief does
-                                   agreed=lambda wanted: self.tools.from_chief(self.strategy, lambda: wanted))
+        decided = self.decisions.decide(self.global_step, epoch, self.frozen,
+                                        # every worker freezes what the chief does
+                                        agreed=lambda wanted: self.tools.from_chief(self.strategy, lambda: wanted))
         if decided is not None:
             wanted, why = decided
             self._freeze_to(wanted, epoch=epoch, why=why)
@@ -205,8 +205,8 @@ class GrowingPrefixRun:
         self.record["compile_s"] += compile_s
         if not record:
             return
-        event = self.loop.record_freeze(before, frozen, self.global_step, epoch, why, self._trainable(),
-                                        cache_s=cache_s, compile_s=compile_s)
+        event = self.decisions.record_freeze(before, frozen, self.global_step, epoch, why, self._trainable(),
+                                             cache_s=cache_s, compile_s=compile_s)
         self._announce(event)
 
     def _grow_caches(self, before: int, frozen: int) -> None:

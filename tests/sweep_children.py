@@ -1,12 +1,12 @@
 """A sweep trial whose trainer child is killed: the sweep's own trial function (`sweep_trial.train_trial`: a real
-GLUE run of a tiny BERT) in the command's place, which trains one chosen candidate's first try
+GLUE run of a tiny BERT) in `sweep_session._train_trial`'s place, which trains one chosen candidate's first try
 in a child process (`tf_transfer.core.isolated`, as `--isolate_runs` trains every trial) that is killed with SIGKILL,
 as the OOM killer kills, right after it saved its first epoch's checkpoint; every other trial (the retry too) trains
 in the command's process, as `--noisolate_runs` trains them, so that the test pays for one child's TensorFlow import,
 not one per trial. The chosen candidate is named in a file `kill_after_epoch` in the sweep's folder, removed as the
 child dies.
 
-    monkeypatch.setattr(tf_transfer.sweep, "_train_trial", sweep_children.train_trial)  # with --noisolate_runs
+    monkeypatch.setattr(sweep_session, "_train_trial", sweep_children.train_trial)  # with --noisolate_runs
 """
 
 from __future__ import annotations

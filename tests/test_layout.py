@@ -1,5 +1,6 @@
-"""The package's layers import downwards only, no function runs over 60 lines, and a command's flags come from its
-settings class or are listed in docs/layout.md with why they are not settings.
+"""The package's layers import downwards only, no function runs over 60 lines, no module at the package's top over
+150, and a command's flags come from its settings class or are listed in docs/layout.md with why they are not
+settings.
 
 Layers, lowest first: core (errors, settings, choices, machine facts), data (arrays and datasets), models (Keras
 models), training (the runner and engine), studies (what each paper does with them), reporting (tables, figures),
@@ -66,6 +67,22 @@ def test_no_function_runs_over_60_lines():
                     if lines > 60:
                         long.append(f"{path}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+DOOR_LINES = 150  # a command that declares flags, builds settings and calls one function fits in this
+
+
+def test_every_module_at_the_top_of_the_package_is_a_thin_door():
+    """The modules at the top of tf_transfer/ (the commands, the flags two of them share, the Python API's door)
+    hold no work of their own: each is at most `DOOR_LINES` lines, the work in its layer (docs/layout.md)."""
+    long = {}
+    for name in sorted(os.listdir(os.path.join(REPO, "tf_transfer"))):
+        if name.endswith(".py"):
+            with open(os.path.join(REPO, "tf_transfer", name), encoding="utf-8") as f:
+                lines = len(f.read().splitlines())
+            if lines > DOOR_LINES:
+                long[name] = lines
+    assert not long, f"over {DOOR_LINES} lines: {long}"
 
 
 def _module_name(path: str) -> str:
@@ -164,7 +181,7 @@ def test_every_flag_a_command_defines_is_a_setting_or_listed_in_the_layout():
 
 
 # The shared modules of tf_transfer/studies/ beside the study folders: used by every study, owned by none.
-STUDIES_SHARED = {"__init__.py", "grid.py", "study.py", "study_method.py", "study_registry.py"}
+STUDIES_SHARED = {"__init__.py", "grid.py", "grid_session.py", "study.py", "study_method.py", "study_registry.py"}
 # Modules of a study folder whose name does not start with the study's (each says what it is).
 STUDY_OWN_NAMES = {"glue": ("comparison_runs.py", "compared_methods.py", "pinned_shards.py")}
 # A grid that reads another grid's runs as its own names it by import (methods_paired reuses the adaptive-freezing

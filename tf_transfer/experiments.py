@@ -22,16 +22,12 @@ study or none, with the time saved and score difference against the task's fine-
 
 from __future__ import annotations
 
-import os
-import time
-
-from absl import flags, logging
+from absl import flags
 
 from tf_transfer import grid_flags
 from tf_transfer import sweep as sweep_command  # `sweep` is the sweep's command (its flags are defined)
-from tf_transfer.core import cli, isolated
+from tf_transfer.core import cli
 from tf_transfer.core import flags as flags_lib
-from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 
@@ -53,7 +49,7 @@ def main(argv):
 
     if len(argv) == 3 and argv[1] == "run" and not FLAGS.dry_run:
         grid_flags.check_files()  # before the grid's modules import TensorFlow
-    from tf_transfer.studies import grid as studies
+    from tf_transfer.studies import grid_session
 
     if len(argv) == 3 and argv[1] == "table":
         from tf_transfer.reporting import runs_table
@@ -69,101 +65,16 @@ def main(argv):
     from experiments import load_grid
 
     study = load_grid(name)
-    runs = study.runs(FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=grid_flags.axes_given())
-    _override(study, name, runs)
-    if FLAGS.tasks and not runs:
-        raise TransferError(f"study {name} has no runs for tasks {','.join(FLAGS.tasks)}")
-    listed = study.entry.listed_data(FLAGS.data_dir, FLAGS.data)  # e.g. GLUE's folder: reports read GLUE dev
-    for settings in runs:
-        settings.update(listed)
-    if command == "report":
-        _report(study, name, runs)
-        return
-    selected = studies.shard(runs, FLAGS.shard)
-    if FLAGS.dry_run:
-        for position, settings in enumerate(selected, start=1):
-            print(f"{position:4d} {studies.describe(settings, study.shown)} part={settings['part']} -> "
-                  f"{studies.run_dir(FLAGS.runs_dir, study, settings)}")
-        print(f"{len(selected)} runs ({len(runs)} in the whole grid)")
-        return
-    _run(study, name, runs, selected)
-
-
-def _override(study, name: str, runs: list) -> None:
-    """Puts the GLUE settings given on the command line on every run of the grid."""
-    from tf_transfer.core.errors import TransferError
-
-    given = grid_flags.given_settings()
-    if not given:
-        return
-    if study.settings_class is not GlueSettings:
-        raise TransferError(f"--{next(iter(given))} sets GLUE-trainer runs; study {name} takes its own settings "
-                            "(see its module in experiments/)")
-    for settings in runs:
-        settings.update(given)
-        if "cache_frozen" in given:  # full fine-tuning has nothing frozen to cache
-            settings["cache_frozen"] = given["cache_frozen"] and settings["trainable_layers"] != "all"
-
-
-def _report(study, name: str, runs: list) -> None:
-    from tf_transfer.core.errors import TransferError
-    from tf_transfer.studies import grid as studies
-
-    out = FLAGS.out or os.path.join("reports", name)
-    if not os.path.isdir(FLAGS.runs_dir):
-        raise TransferError(f"runs folder {FLAGS.runs_dir} does not exist: point --runs_dir at the grid's runs "
-                            "(the committed reproductions are under reports/)")
-    collected = studies.collect(study, runs, FLAGS.runs_dir)
-    if not any(c["summary"] for c in collected):
-        # A report of nothing but "missing" would overwrite a real one at --out and look like a result.
-        raise TransferError(f"no completed run of {name} (--variant={FLAGS.variant}) under {FLAGS.runs_dir}: "
-                            "run the grid first, or point --runs_dir at its runs; nothing written")
-    written = study.report(collected, out, study, FLAGS.variant)
-    done = sum(1 for c in collected if c["summary"])
-    variant = f" ({FLAGS.variant} variant)" if len(study.variants) > 1 or FLAGS.variant != "paper" else ""
-    print(f"report of {name}{variant}: {done}/{len(collected)} runs completed; written to {written or out}")
-
-
-def _run(study, name: str, runs: list, selected: list) -> None:
-    from tf_transfer.studies import grid as studies
-    from tf_transfer.training import locks
-
-    data = study.data_for(FLAGS.data_dir, FLAGS.data)
-    locks.check_writable(FLAGS.runs_dir, "--runs_dir")  # before any run: not one traceback per run
-    for settings in selected:
-        settings.update(data)
-        if FLAGS.cache_dir and settings.get("cache_frozen"):
-            settings["cache_dir"] = FLAGS.cache_dir
-    logging.set_verbosity(logging.INFO)
-
-    def run_one(settings, folder):
-        if FLAGS.isolate_runs:
-            isolated.call(_train_run, study, settings, folder)
-        else:
-            _train_run(study, settings, folder)
-
-    start = time.time()
-    counts = studies.run_until_settled(study, selected, FLAGS.runs_dir, run_one,
-                                       log=lambda line: print(line, flush=True))
-    print(f"{name}: {counts['ran']} ran, {counts['completed']} already completed, {counts['failed']} failed, "
-          f"{counts['locked']} taken by other processes, {counts['waiting']} waiting, "
-          f"{counts['not needed']} not needed; "
-          f"{(time.time() - start) / 60:.1f} min")
-    if counts["failed"]:
+    options = grid_session.GridOptions(
+        variant=FLAGS.variant, tasks=FLAGS.tasks, presets=FLAGS.presets, axes=grid_flags.axes_given(),
+        given=grid_flags.given_settings(), data_dir=FLAGS.data_dir, data=FLAGS.data, runs_dir=FLAGS.runs_dir,
+        cache_dir=FLAGS.cache_dir, shard=FLAGS.shard, dry_run=FLAGS.dry_run, isolate_runs=FLAGS.isolate_runs,
+        out=FLAGS.out)
+    counts = grid_session.run_or_report(command, study, name, options)
+    if counts and counts["failed"]:
         # Scripts chaining a grid and its report must see that the grid is not whole.
         cli.fail(f"{counts['failed']} runs failed; each one's error is in the error.json beside it under "
                  f"{FLAGS.runs_dir} (rerun the same command to retry them)", status=1)
-
-
-def _train_run(study, settings: dict, folder: str) -> None:
-    import keras
-
-    from tf_transfer.studies import grid as studies
-
-    logging.use_absl_handler()  # a child process logs as its parent does
-    logging.set_verbosity(logging.INFO)
-    keras.backend.clear_session()  # with --noisolate_runs one process runs many models: drop the previous one
-    studies.train_run(study, settings, folder)
 
 
 if __name__ == "__main__":

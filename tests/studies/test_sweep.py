@@ -533,15 +533,17 @@ def test_a_second_worker_gets_the_flags_given_the_workers_count_and_the_deadline
     from conftest import parsed
     from tf_transfer import grid_flags
     from tf_transfer import sweep as sweep_command
+    from tf_transfer.studies.sweep import sweep_session
 
     started = []
-    monkeypatch.setattr(sweep_command.subprocess, "Popen", lambda argv, env, preexec_fn: started.append((argv, env)))
-    parsed(sweep_command.COMMAND_FLAGS, ("--train_file=t.csv", "--text_column_names=text", "--label_column=stars",
-                                         "--budget=30m", "--sweep_name=old"),
-           lambda: sweep_command._start_worker(1, 2, "tweets-1a2b3c4d", [0, 1], 1234.5))
+    monkeypatch.setattr(sweep_session.subprocess, "Popen", lambda argv, env, preexec_fn: started.append((argv, env)))
+    options = parsed(sweep_command.COMMAND_FLAGS, ("--train_file=t.csv", "--text_column_names=text",
+                                                   "--label_column=stars", "--budget=30m", "--sweep_name=old"),
+                     sweep_command.options_of_flags)
+    sweep_session._start_worker(options, 1, 2, "tweets-1a2b3c4d", [0, 1], 1234.5)
     [(argv, env)] = started
     # Its own core alone would make it count one worker: the count is given, so it keeps the sweep's ledger.
     assert argv[1:3] == ["-m", "tf_transfer.sweep"] and argv[-2:] == ["--workers=2", "--sweep_name=tweets-1a2b3c4d"]
     assert {"--train_file=t.csv", "--text_columns=text", "--label_column=stars", "--budget=30m"} <= set(argv)
-    assert "--sweep_name=old" not in argv and env[sweep_command.WORKER] == "1 1234.5"
+    assert "--sweep_name=old" not in argv and env[sweep_session.WORKER] == "1 1234.5"
 

@@ -147,19 +147,19 @@ def test_a_full_disk_in_a_trials_run_stops_the_sweep_with_one_line(tmp_path, cod
         "epoch is kept; free space and rerun")
 
 
-def test_a_full_disk_under_the_report_is_one_line(tmp_path, monkeypatch):
+def test_a_full_disk_under_the_report_is_one_line(tmp_path):
     from tf_transfer import sweep as sweep_command
-    from tf_transfer.reporting import sweep_report
+    from tf_transfer.studies.sweep import sweep_session
 
     study, _ = _study(tmp_path, [])
 
     def full(study, sweep_dir, out):
         raise OSError(errno.ENOSPC, "No space left on device", f"{out}/README.md")
 
-    monkeypatch.setattr(sweep_report, "write_report", full)
+    options = parsed(sweep_command.COMMAND_FLAGS, ("--budget=1m", f"--out={tmp_path}/report"),
+                     sweep_command.options_of_flags)
     with pytest.raises(TransferError) as refused:
-        parsed(sweep_command.COMMAND_FLAGS, ("--budget=1m", f"--out={tmp_path}/report"),
-               lambda: sweep_command._finish(study, str(tmp_path), "done", 1, 0.0))
+        sweep_session._finish(options, study, str(tmp_path), "done", 1, 0.0, write_report=full)
     assert str(refused.value) == (f"no space left on {tmp_path}/report/README.md while writing the sweep's report: "
                                   "its trials are kept in its storage; free space and rerun")
 
@@ -169,7 +169,7 @@ def test_the_retry_bound_is_checked(monkeypatch):
 
     with pytest.raises(TransferError, match=r"--storage_retry_s=-1: give whole seconds, 0 or more"):
         parsed(sweep_command.COMMAND_FLAGS, ("--budget=1m", "--storage_retry_s=-1"),
-               lambda: sweep_command._check_command(["sweep"]))
+               sweep_command.options_of_flags)
 
 
 def test_a_trial_whose_process_is_a_zombie_is_queued_again_at_once(tmp_path):

@@ -166,10 +166,9 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     import json
 
     import sweep_children
-    import tf_transfer.sweep
-    from tf_transfer.studies.sweep import sweep_plan
+    from tf_transfer.studies.sweep import sweep_plan, sweep_session
 
-    monkeypatch.setattr(tf_transfer.sweep, "_train_trial", sweep_children.train_trial)
+    monkeypatch.setattr(sweep_session, "_train_trial", sweep_children.train_trial)
     monkeypatch.setattr(sweep_plan, "measure", sweep_fakes.measured)
     sweep_dir = tmp_path / "runs" / "sweep" / "child"
     sweep_dir.mkdir(parents=True)

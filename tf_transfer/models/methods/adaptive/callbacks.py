@@ -1,5 +1,6 @@
 """AutoFreeze and FreezeOut as Keras callbacks: freezing decided while a user's own `model.fit` trains, with the
-commands' rule, schedule and freeze record (`--method=autofreeze` and `freezeout`, docs/methods.md).
+commands' decision loop (`decision_loop`: rule, schedule and freeze record; `--method=autofreeze` and `freezeout`,
+docs/methods.md).
 
 A callback sees the step's end, not its gradients: the blocks' gradient sums come from the optimizer
 (`block_gradients.BlockGradients`, installed when training begins), and a freeze makes Keras trace the
@@ -20,12 +21,11 @@ from __future__ import annotations
 from typing import Optional
 
 import keras
-import numpy as np
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods, user_model
-from tf_transfer.models.methods.adaptive import schedules
+from tf_transfer.models.methods.adaptive import decision_loop
 
 
 def _checked(method: str, **values) -> None:
@@ -36,7 +36,8 @@ def _checked(method: str, **values) -> None:
 
 
 class _AdaptiveFreezing(keras.callbacks.Callback):
-    """What AutoFreeze and FreezeOut share: the step count, the growing frozen prefix and the record."""
+    """What AutoFreeze and FreezeOut share: the step count, the growing frozen prefix and the record; the decisions
+    are the commands' own loop (`decision_loop`), which each subclass makes."""
 
     method = ""
 
@@ -53,9 +54,7 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
             return
         self.backbone = user_model.backbone_of(self.model)
         self.num_blocks = len(self.backbone.transformer_layers)
-        if self.min_trainable_layers > self.num_blocks:
-            raise TransferError(f"--min_trainable_layers={self.min_trainable_layers} exceeds the backbone's "
-                                f"{self.num_blocks} encoder blocks: use 0..{self.num_blocks}")
+        decision_loop.check_kept_blocks(self.min_trainable_layers, self.num_blocks)  # said before fit's steps
         steps, epochs = self.params.get("steps"), self.params.get("epochs")
         if not steps:
             raise TransferError(f"{type(self).__name__} plans its freezing over fit's steps: give fit data of known "
@@ -65,8 +64,9 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
         embeddings_train = any(layer.trainable_weights for layer in self.backbone.layers
                                if freezing.block_of(self.backbone, layer) == "embeddings")
         self.frozen = -1 if embeddings_train else self.first_block
-        self.record = schedules.new_record(self.method, self.min_trainable_layers, self.total_steps)
-        self._start()
+        self.decisions = self._decision_loop()
+        self.record = self.decisions.record
+        self.decisions.start(self.backbone, self.model.optimizer)
         self._install()
 
     def _frozen_at_start(self) -> int:
@@ -78,12 +78,14 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
             frozen += 1
         return frozen
 
-    def _start(self) -> None:
-        """Sets up the method's rule (each subclass)."""
+    def _decision_loop(self) -> decision_loop.DecisionLoop:
+        """The method's decision loop, of this callback's settings (each subclass)."""
         raise NotImplementedError
 
     def _install(self) -> None:
-        """Each `fit` builds its step anew from what the rule has set up."""
+        """Each `fit` builds its step anew from what the rule has set up (AutoFreeze's sums: on its optimizer)."""
+        if self.decisions.gradients is not None:
+            self.decisions.gradients.install(self.model.optimizer)
         self.model.make_train_function(force=True)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -91,20 +93,14 @@ class _AdaptiveFreezing(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
-        decided = self._decide()
+        decided = self.decisions.decide(self.step, self.epoch, self.frozen)
         if decided is None:
             return
         wanted, why = decided
-        if wanted > self.frozen:
-            before = self.frozen
-            self._freeze_to(wanted)
-            trainable = int(sum(int(np.prod(v.shape)) for v in self.model.trainable_variables))
-            self.record["events"].append(schedules.freeze_event(before, wanted, self.step, self.epoch, why,
-                                                                       trainable))
-
-    def _decide(self) -> Optional[tuple]:
-        """`(blocks frozen from now, why)` after this step, or None: no decision due."""
-        raise NotImplementedError
+        before = self.frozen
+        self._freeze_to(wanted)
+        self.decisions.record_freeze(before, wanted, self.step, self.epoch, why,
+                                     decision_loop.trainable_weights(self.model))
 
     def _freeze_to(self, frozen: int) -> None:
         """The embeddings and blocks 0..frozen-1 frozen (-1: none; 0: the embeddings alone), by the freezing rule's
@@ -157,28 +153,9 @@ class AutoFreeze(_AdaptiveFreezing):
         super().__init__(min_trainable_layers)
         self.interval_steps, self.percentile = interval_steps, percentile
 
-    def _start(self) -> None:
-        from tf_transfer.models.methods.adaptive.block_gradients import BlockGradients
-
-        self.interval = self.interval_steps or max(1, self.total_steps // 10)
-        self.record.update(interval_steps=self.interval, percentile=self.percentile)
-        self.gradients = BlockGradients(None, [list(block.trainable_variables)
-                                               for block in self.backbone.transformer_layers])
-
-    def _install(self) -> None:
-        self.gradients.install(self.model.optimizer)
-        super()._install()
-
-    def _decide(self) -> Optional[tuple]:
-        if self.step % self.interval:
-            return None
-        norms = self.gradients.norms()
-        self.gradients.reset()
-        wanted, why = schedules.autofreeze_decision(
-            self.record, norms, max(self.frozen, self.first_block), self.percentile, self.min_trainable_layers,
-            self.step, self.epoch)
-        # AutoFreeze freezes blocks, the embeddings with the first.
-        return (wanted, why) if wanted > 0 else None
+    def _decision_loop(self) -> decision_loop.DecisionLoop:
+        return decision_loop.AutoFreezeLoop(self.num_blocks, self.total_steps, self.first_block,
+                                            self.min_trainable_layers, self.interval_steps, self.percentile)
 
 
 class FreezeOut(_AdaptiveFreezing):
@@ -209,18 +186,6 @@ class FreezeOut(_AdaptiveFreezing):
         super().__init__(min_trainable_layers)
         self.t0, self.scale, self.scale_lr = t0, scale, scale_lr
 
-    def _start(self) -> None:
-        from tf_transfer.models.methods.adaptive import layer_rates
-
-        times = schedules.freezeout_times(self.num_blocks, self.t0, self.scale, self.min_trainable_layers)
-        self.freeze_steps = schedules.freezeout_freeze_steps(times, self.total_steps)
-        self.record.update(t0=self.t0, scale=self.scale, scale_lr=self.scale_lr, times=times,
-                           freeze_steps=self.freeze_steps)
-        backbone = self.backbone
-        layers = [[v for layer in backbone.layers if freezing.block_of(backbone, layer) == "embeddings"
-                   for v in layer.trainable_variables]]
-        layers += [list(block.trainable_variables) for block in backbone.transformer_layers]
-        layer_rates.anneal_layers(self.model.optimizer, layers, times, self.total_steps, self.scale_lr)
-
-    def _decide(self) -> Optional[tuple]:
-        return schedules.freezeout_decision(self.record, self.step, self.freeze_steps, self.frozen)
+    def _decision_loop(self) -> decision_loop.DecisionLoop:
+        return decision_loop.FreezeOutLoop(self.num_blocks, self.total_steps, self.first_block,
+                                           self.min_trainable_layers, self.t0, self.scale, self.scale_lr)

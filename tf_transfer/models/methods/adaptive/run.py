@@ -44,7 +44,7 @@ import numpy as np
 from absl import logging
 
 from tf_transfer.core.errors import TransferError
-from tf_transfer.models.methods.adaptive import schedules
+from tf_transfer.models.methods.adaptive import decision_loop
 
 STATE = "freeze-state-epoch{epoch}.npz"
 
@@ -64,11 +64,8 @@ class GrowingPrefixRun:
 
     def build(self, strategy=None) -> None:
         super().build(strategy)
-        settings, backbone = self.settings, self.backbone
-        self.num_blocks = int(backbone.num_layers)
-        if settings.min_trainable_layers > self.num_blocks:
-            raise TransferError(f"--min_trainable_layers={settings.min_trainable_layers} exceeds the backbone's "
-                                f"{self.num_blocks} encoder blocks: use 0..{self.num_blocks}")
+        settings = self.settings
+        self.num_blocks = int(self.backbone.num_layers)
         k = settings.trainable_layers
         self.first_block = 0 if k == "all" else self.num_blocks - k
         # `model` stays the full classifier (checkpointed: its frozen blocks trained before they froze; exported);
@@ -78,15 +75,16 @@ class GrowingPrefixRun:
         self.total_steps = self.steps_per_epoch * settings.loop.max_epochs
         self.frozen = -1  # blocks frozen: -1 while the embeddings still train
         self.caches, self.cache_keys, self.global_step, self.engine = None, None, 0, None
-        self.record = schedules.new_record(settings.method, settings.min_trainable_layers, self.total_steps)
+        self.decisions = self._decision_loop()
+        self.record = self.decisions.record
         self.record.update(phases=[], traces=0, cache_s=0.0, compile_s=0.0)
         self.traced = 0
         self._count_traces(self.model)
-        self.gradients = None  # AutoFreeze's per-block gradient sums; FreezeOut decides by the step alone
-        self._install_rule()
+        self.decisions.start(self.backbone, self.optimizer, self.strategy)
+        self.gradients = self.decisions.gradients  # AutoFreeze's per-block gradient sums; FreezeOut: None
 
-    def _install_rule(self) -> None:
-        """Sets up the method's rule on the built model and optimizer (each method's subclass)."""
+    def _decision_loop(self) -> decision_loop.DecisionLoop:
+        """The method's decision loop, of the run's settings (each method's subclass)."""
         raise NotImplementedError
 
     def _count_traces(self, model) -> None:
@@ -143,7 +141,7 @@ class GrowingPrefixRun:
         plan = self.feed.plan(epoch)  # the token feed's: the same batches whatever the depth
         done, loss_sum, examples = 0, 0.0, 0
         while done < len(plan):
-            stop = min(len(plan), done + self._steps_to_decision())
+            stop = min(len(plan), done + self.decisions.steps_to_decision(self.global_step))
             segment = plan[done:stop]
             start = time.perf_counter()
             loss = self._fit(segment, progress, done)
@@ -156,12 +154,6 @@ class GrowingPrefixRun:
         self._save_state(epoch)
         return {"loss": loss_sum / max(examples, 1), "frozen_blocks": max(self.frozen, 0),
                 "trainable_params": self._trainable(), "global_step": self.global_step}
-
-    def _steps_to_decision(self) -> int:
-        if self.gradients is not None:
-            return self.interval - self.global_step % self.interval
-        upcoming = [at for at in self.freeze_steps if at is not None and at > self.global_step]
-        return (min(upcoming) - self.global_step) if upcoming else self.total_steps + 1
 
     def _fit(self, segment: list, progress, offset: int) -> float:
         import keras
@@ -185,21 +177,11 @@ class GrowingPrefixRun:
         phases[-1]["train_s"] += seconds
 
     def _decide(self, epoch: int) -> None:
-        settings = self.settings
-        if self.gradients is None:
-            wanted, why = schedules.freezeout_decision(self.record, self.global_step, self.freeze_steps,
-                                                              self.frozen)
-        else:
-            if self.global_step % self.interval:
-                return
-            norms = self.gradients.norms()
-            self.gradients.reset()
-            wanted, why = schedules.autofreeze_decision(
-                self.record, norms, max(self.frozen, self.first_block), settings.freeze_percentile,
-                settings.min_trainable_layers, self.global_step, epoch)
-        wanted = self.tools.from_chief(self.strategy, lambda: wanted)  # every worker freezes what the chief does
-        # AutoFreeze freezes blocks (the embeddings with the first); FreezeOut may freeze the embeddings alone.
-        if wanted > self.frozen and (wanted > 0 or self.gradients is None):
+        decided = self.decisions.decide(self.global_step, epoch, self.frozen,
+                                        # every worker freezes what the chief does
+                                        agreed=lambda wanted: self.tools.from_chief(self.strategy, lambda: wanted))
+        if decided is not None:
+            wanted, why = decided
             self._freeze_to(wanted, epoch=epoch, why=why)
 
     # --- the growing prefix --------------------------------------------------------------------------------------
@@ -223,9 +205,8 @@ class GrowingPrefixRun:
         self.record["compile_s"] += compile_s
         if not record:
             return
-        event = {**schedules.freeze_event(before, frozen, self.global_step, epoch, why, self._trainable()),
-                 "cache_s": cache_s, "compile_s": compile_s}
-        self.record["events"].append(event)
+        event = self.decisions.record_freeze(before, frozen, self.global_step, epoch, why, self._trainable(),
+                                             cache_s=cache_s, compile_s=compile_s)
         self._announce(event)
 
     def _grow_caches(self, before: int, frozen: int) -> None:
@@ -271,7 +252,7 @@ class GrowingPrefixRun:
         self.tools.keras_distributed(self.current, self.strategy)
 
     def _trainable(self) -> int:
-        return int(sum(int(np.prod(v.shape)) for v in self.current.trainable_variables))
+        return decision_loop.trainable_weights(self.current)
 
     def evaluate(self):
         scores = self.tools.scores
@@ -331,31 +312,18 @@ class GrowingPrefixRun:
 class AutoFreezeRun(GrowingPrefixRun):
     """`--method=autofreeze`: the blocks' gradient sums decide, every `--freeze_interval_steps`."""
 
-    def _install_rule(self) -> None:
-        from tf_transfer.models.methods.adaptive.block_gradients import BlockGradients
-
+    def _decision_loop(self) -> decision_loop.DecisionLoop:
         settings = self.settings
-        self.interval = settings.freeze_interval_steps or max(1, self.total_steps // 10)
-        self.record.update(interval_steps=self.interval, percentile=settings.freeze_percentile)
-        blocks = [list(block.trainable_variables) for block in self.backbone.transformer_layers]
-        self.gradients = BlockGradients(self.strategy, blocks)
-        self.gradients.install(self.optimizer)
+        return decision_loop.AutoFreezeLoop(self.num_blocks, self.total_steps, self.first_block,
+                                            settings.min_trainable_layers, settings.freeze_interval_steps,
+                                            settings.freeze_percentile)
 
 
 class FreezeOutRun(GrowingPrefixRun):
     """`--method=freezeout`: each layer freezes at its scheduled step, its rate annealed to zero by then."""
 
-    def _install_rule(self) -> None:
-        from tf_transfer.models import freezing
-        from tf_transfer.models.methods.adaptive import layer_rates
-
-        settings, backbone = self.settings, self.backbone
-        times = schedules.freezeout_times(self.num_blocks, settings.freezeout_t0, settings.freezeout_scale,
-                                                 settings.min_trainable_layers)
-        self.freeze_steps = schedules.freezeout_freeze_steps(times, self.total_steps)
-        layers = [[v for layer in backbone.layers if freezing.block_of(backbone, layer) == "embeddings"
-                   for v in layer.trainable_variables]]
-        layers += [list(block.trainable_variables) for block in backbone.transformer_layers]
-        layer_rates.anneal_layers(self.optimizer, layers, times, self.total_steps, settings.freezeout_scale_lr)
-        self.record.update(t0=settings.freezeout_t0, scale=settings.freezeout_scale,
-                           scale_lr=settings.freezeout_scale_lr, times=times, freeze_steps=self.freeze_steps)
+    def _decision_loop(self) -> decision_loop.DecisionLoop:
+        settings = self.settings
+        return decision_loop.FreezeOutLoop(self.num_blocks, self.total_steps, self.first_block,
+                                           settings.min_trainable_layers, settings.freezeout_t0,
+                                           settings.freezeout_scale, settings.freezeout_scale_lr)

@@ -2,7 +2,8 @@
 
 A run of `--method=autofreeze` or `--method=freezeout` starts with every block it may train (all, or the last
 `trainable_layers`) and freezes a growing prefix of them: the embeddings and blocks 0..j. These two functions say how
-many blocks are frozen after a decision; `run` (the commands) and `callbacks` (`model.fit`) apply them.
+many blocks are frozen after a decision; `decision_loop` asks them for `run` (the commands) and `callbacks`
+(`model.fit`).
 
 AutoFreeze (Liu, Agarwal & Venkataraman, arXiv 2102.01386; the authors' `freeze_intermediate_e2e_lr.py`): over each
 interval of steps the gradients of every block are summed; at the interval's end a block's statistic is the L1 norm

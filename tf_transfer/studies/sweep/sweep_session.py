@@ -1,0 +1,256 @@
+"""One process's part of a budgeted sweep, as `python -m tf_transfer.sweep` runs it: the sweep's folder and name, its
+Optuna study opened or joined, the first line (what an answer needs), the workers it starts on this machine's other
+cores, the trials, and at the end the report and the last lines (what it spent, the recommendation).
+
+The command reads its flags into `SweepOptions` (the sweep's own choices, checked) and its runs' settings, and
+calls `run`; a worker it started (`WORKER` in its environment) runs the same `run` and leaves the report to it.
+
+Example:
+
+>>> options = SweepOptions(budget="30m", methods=["freeze", "lora"])
+>>> options.budget_s
+1800.0
+>>> SweepOptions(budget=None)
+Traceback (most recent call last):
+...
+tf_transfer.core.errors.TransferError: the sweep needs --budget: the wall time it may take, e.g. --budget=30m
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+from absl import logging
+
+from tf_transfer.core import isolated
+from tf_transfer.core.errors import TransferError
+from tf_transfer.models import methods as methods_lib
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
+
+WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers `run` starts: their number, then their deadline
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+    """What the sweep itself is given (its runs' settings apart), each named by its flag of `tf_transfer.sweep`:
+    `budget` (--budget), `methods`, `workers`, `top` (--sweep_top), `seeds` (--sweep_seeds), `storage`, `name`
+    (--sweep_name), `heartbeat_s` (--sweep_heartbeat), `retry_s` (--storage_retry_s), `isolate_runs`, `out`,
+    `runs_dir`; `default_padding`, a new sweep's padding where nothing says one; `command`, the command line stored
+    with the sweep; `worker_flags`, the flags given, which the workers it starts are given too. Checked when made,
+    in the order the command has always said them."""
+
+    budget: Optional[str]
+    methods: list = dataclasses.field(default_factory=lambda: list(methods_lib.registry.in_sweep()))
+    workers: int = 0
+    top: int = 3
+    seeds: int = 3
+    storage: Optional[str] = None
+    name: Optional[str] = None
+    heartbeat_s: int = sweep_storage.HEARTBEAT_S
+    retry_s: int = sweep_storage.RETRY_S
+    isolate_runs: bool = True
+    out: Optional[str] = None
+    runs_dir: str = "runs"
+    default_padding: str = "pack"
+    command: str = "python -m tf_transfer.sweep"
+    worker_flags: tuple = ()
+
+    def __post_init__(self):
+        if not self.budget:
+            raise TransferError("the sweep needs --budget: the wall time it may take, e.g. --budget=30m")
+        if self.heartbeat_s < 1:
+            raise TransferError(f"--sweep_heartbeat={self.heartbeat_s}: give whole seconds, 1 or more")
+        if self.retry_s < 0:
+            raise TransferError(f"--storage_retry_s={self.retry_s}: give whole seconds, 0 or more")
+        if self.workers < 0:
+            raise TransferError(f"--workers={self.workers}: give 1 or more processes, or 0 for one per usable core")
+        sweep.parse_budget(self.budget)  # a budget that is not a duration: said before anything is read
+
+    @property
+    def budget_s(self) -> float:
+        return sweep.parse_budget(self.budget)
+
+
+def parse_sweep_options(given: dict) -> dict:
+    """The methods' sweep flags (`methods.registry.sweep_options`, e.g. --lora_ranks) from their words as given
+    (`{flag: [word, ...]}`), each word of its kind."""
+    words = {int: "whole numbers", float: "numbers", str: "words"}
+    parsed = {}
+    for flag, (_, _, kind) in methods_lib.registry.sweep_options().items():
+        try:
+            parsed[flag] = [kind(value) for value in given[flag]]
+        except ValueError:
+            raise TransferError(f"--{flag} takes {words.get(kind, kind.__name__)}, comma-separated, got "
+                                f"{','.join(given[flag])}") from None
+    return parsed
+
+
+def _disk_full_is_one_line(body):
+    """`body`, where a full disk (or quota) met while writing the sweep's own files (its folder, its SQLite file,
+    its runs' folders) is one line, not a traceback."""
+    @functools.wraps(body)
+    def wrapped(options: SweepOptions, *args):
+        try:
+            return body(options, *args)
+        except OSError as e:
+            _no_space(e, options.runs_dir, "the sweep's files")
+            raise
+    return wrapped
+
+
+@_disk_full_is_one_line
+def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, write_report: Callable) -> None:
+    """Runs this process's part of the sweep of `base` (every trial's settings as a dict; `settings`, the same
+    checked) over `options.methods` at the rates `lrs` (None: each method's own) with the methods' `sweep_options`:
+    in the process the user started, the workers, the first line, the report (`write_report(study, sweep_dir,
+    out)`, `reporting.sweep_report`'s, handed down by the command: a study does not import the reporting layer) and
+    the last lines too."""
+    from tf_transfer.core import metrics
+
+    started = time.time()
+    budget_s = options.budget_s
+    identity = _identity(options, base, settings, lrs, sweep_options)
+    sweep_dir, name = _sweep_place(options, settings.dataset, identity)
+    if options.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
+        sweep_storage.storage_of(options.storage, None)
+    cores = sorted(os.sched_getaffinity(0))
+    worker, deadline = _worker_of_environment()  # (None, None) in the process the user started
+    workers = 1 if name == sweep_storage.LEGACY_NAME else options.workers or len(cores)
+
+    def make_candidates():
+        from tf_transfer.models import backbones
+
+        depth = backbones.load_preset(settings.preset).backbone.num_layers
+        return sweep.candidates(options.methods, depth, lrs, sweep_options)
+
+    log = (lambda line: print(line.replace("[sweep]", f"[sweep w{worker}]"), flush=True)) if worker \
+        else (lambda line: print(line, flush=True))
+    # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
+    # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
+    lower_is_better = settings.metric_name in metrics.LOWER_IS_BETTER
+    study, where = sweep.open_study(sweep_dir, {"padding": options.default_padding, **base}, make_candidates,
+                                    workers * budget_s, options.storage, lower_is_better, name=name,
+                                    identity=identity, heartbeat_s=options.heartbeat_s, command=options.command,
+                                    log=log, workers=workers, retry_s=options.retry_s)
+    if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
+        os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
+    if not worker:
+        deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
+        _say_what_it_needs(options, study, base, workers, deadline - time.time())
+        print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
+    spawned = [] if worker else [_start_worker(options, number, workers, name, cores, deadline)
+                                 for number in range(1, workers)]
+    logging.set_verbosity(logging.INFO)
+
+    def train(*args, **kwargs):
+        # Looked up at each trial (not bound once): a test puts its own trial function in `_train_trial`'s place.
+        return isolated.call(_train_trial, *args, **kwargs) if options.isolate_runs else _train_trial(*args, **kwargs)
+
+    ended = sweep.run_sweep(study, where, sweep_dir, train, options.top, options.seeds, log=log, deadline=deadline)
+    if worker:
+        return
+    for process in spawned:
+        process.wait()
+    _finish(options, study, sweep_dir, ended, workers, started, write_report)
+
+
+def _finish(options: SweepOptions, study, sweep_dir: str, ended: str, workers: int, started: float,
+            write_report: Callable) -> None:
+    """The report, and the sweep's last two lines: what it spent, and its recommendation (or why none)."""
+    out = options.out or sweep_dir
+    try:
+        _, line, use = write_report(study, sweep_dir, out)
+    except OSError as e:
+        _no_space(e, out, "the sweep's report")
+        raise
+    print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
+          f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
+          f"{(time.time() - started) / 60:.1f} min (--budget={options.budget}); report in {out}/README.md")
+    if use:
+        print(f"to train it for use: {use}")
+    print(line)
+
+
+def _no_space(error: OSError, path: str, what: str) -> None:
+    """One line for a full disk (or quota) met while writing the sweep's own files; any other `OSError` goes on."""
+    from tf_transfer.studies.sweep import sweep_retries
+
+    if error.errno in sweep_retries.NO_SPACE:
+        raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
+
+
+def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, left_s: float) -> None:
+    """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
+    decides (`sweep_plan`), from a few training steps on the data, timed on one worker's core. A sweep
+    that goes on (a trial has measured the machine) skips the measurement."""
+    from tf_transfer.studies.sweep import sweep_plan
+
+    if any(t.user_attrs.get("epoch_time_s") for t in study.get_trials(deepcopy=False)):
+        return
+    speed = isolated.call(sweep_plan.measure, base) if options.isolate_runs else sweep_plan.measure(base)
+    found = study.user_attrs["candidates"]
+    p = sweep_plan.plan(found, sweep.reference(found), speed, workers, int(base.get("max_epochs", 9)),
+                        int(base.get("patience") or 0), options.top, options.seeds, budget_s=left_s)
+    line = sweep_plan.first_line(p, left_s)
+    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
+    print(line, flush=True)
+
+
+def _worker_of_environment() -> tuple:
+    """`(number, deadline)` of a worker this command started (`_start_worker`), else `(None, None)`."""
+    given = os.environ.get(WORKER)
+    if not given:
+        return None, None
+    number, deadline = given.split()
+    return int(number), float(deadline)
+
+
+def _start_worker(options: SweepOptions, number: int, workers: int, name: str, cores: list, deadline: float):
+    """Another process of this sweep (the command's flags given, the sweep's name, the count of its `workers`,
+    which its own core alone would not give), pinned to its own core; it stops at `deadline` and leaves the report
+    to this one. It dies with this process."""
+    env = {**os.environ, WORKER: f"{number} {deadline!r}"}
+
+    def pin():
+        isolated.die_with_parent()
+        os.sched_setaffinity(0, {cores[number % len(cores)]})
+
+    return subprocess.Popen([sys.executable, "-m", "tf_transfer.sweep", *dict.fromkeys(options.worker_flags),
+                             f"--workers={workers}", f"--sweep_name={name}"], env=env, preexec_fn=pin)
+
+
+def _identity(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict) -> dict:
+    """What names the sweep (`sweep_storage.default_name`): its settings, methods, rates and the methods' options, and
+    the SHA-256 of a user's files, so that another file of the same name is another sweep (a GLUE task's sweep keeps
+    the name it had before files were hashed)."""
+    from tf_transfer.data import user_data
+
+    hashes = user_data.file_hashes(settings.data_spec)
+    # Packing is a new sweep's own default (`run`): --padding=pack given or not names the same sweep.
+    named = {k: v for k, v in base.items() if (k, v) != ("padding", options.default_padding)}
+    return {"base": named, "methods": sorted(options.methods), "lrs": lrs, **sweep_options,
+            **({"data_sha256": hashes} if hashes else {})}
+
+
+def _sweep_place(options: SweepOptions, dataset: str, identity: dict) -> tuple:
+    """`(the sweep's folder, its name)`: `--sweep_name` or one derived from the settings, under
+    <runs_dir>/sweep/; a sweep begun before names (SQLite in <runs_dir>/sweep/<data set>/) goes on there."""
+    legacy = os.path.join(options.runs_dir, "sweep", dataset)
+    if not options.name and not options.storage and os.path.exists(os.path.join(legacy, "sweep.db")):
+        return legacy, sweep_storage.LEGACY_NAME
+    name = sweep_storage.check_name(options.name) if options.name else sweep_storage.default_name(dataset, identity)
+    return os.path.join(options.runs_dir, "sweep", name), name
+
+
+def _train_trial(*args, **kwargs) -> dict:
+    from tf_transfer.studies.sweep import sweep_trial
+
+    logging.use_absl_handler()
+    logging.set_verbosity(logging.INFO)
+    return sweep_trial.train_trial(*args, **kwargs)

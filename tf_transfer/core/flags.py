@@ -99,6 +99,20 @@ def settings_flags(settings_class, exclude: tuple = (), module: str = None, only
     return chosen
 
 
+def follow(settings_class, chosen: dict) -> None:
+    """Keeps a command's flags (`chosen`, its `COMMAND_FLAGS`) in step with its settings class: a setting added
+    later (a training method registered outside the package) gets its flag, one taken out loses it."""
+    module = _calling_module()
+
+    def changed(added: dict, removed: tuple) -> None:
+        for name in removed:
+            if chosen.pop(name, None) is not None and name in FLAGS:
+                delattr(FLAGS, name)
+        chosen.update(settings_flags(settings_class, only=tuple(added), module=module))
+
+    settings_lib.follow_fields(settings_class, changed)
+
+
 def hf_aliases(chosen: dict) -> dict:
     """Defines Hugging Face's name (`HF_ALIASES`) for each of the command's flags in `chosen` that has one (listed
     by `--help` and found by absl's suggestions for a misspelt flag); returns `{alias: flag}`."""

@@ -52,6 +52,47 @@ def add_fields(namespace: dict, fields: dict) -> None:
         namespace[name] = field
 
 
+# settings class -> callables told `(added {name: (type, field)}, removed names)` when `change_fields` changes it.
+_FIELD_FOLLOWERS: dict = {}
+# What `dataclasses.dataclass` writes into a class: taken out before it makes the class again (it keeps what it finds).
+_MADE_BY_DATACLASS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__match_args__")
+
+
+def change_fields(settings_class, added: dict = None, removed: tuple = ()) -> None:
+    """Adds `added` (`{name: (type, field)}`, those it does not have yet) to a settings class already made, after its
+    fields, and takes the fields `removed` out, then tells its followers (`follow_fields`): the settings of a training
+    method registered after the class was made (outside the package), or taken out again. The class stays the same
+    object, so every module that imported it sees the change."""
+    added = {name: spec for name, spec in (added or {}).items() if name not in settings_class.__dataclass_fields__}
+    removed = tuple(name for name in removed if name in settings_class.__dict__.get("__annotations__", {}))
+    if not added and not removed:
+        return
+    own = settings_class.__dict__["__annotations__"]
+    for field in dataclasses.fields(settings_class):
+        if field.name in own:  # `dataclass` reads each field's declaration from the class body: put it back
+            setattr(settings_class, field.name, field)
+    for name in removed:
+        del own[name]
+        delattr(settings_class, name)
+    namespace = {"__annotations__": own}
+    add_fields(namespace, added)
+    for name in added:
+        setattr(settings_class, name, namespace[name])
+    for name in _MADE_BY_DATACLASS:
+        if name in settings_class.__dict__:
+            delattr(settings_class, name)
+    params = settings_class.__dataclass_params__
+    dataclasses.dataclass(frozen=params.frozen, kw_only=True)(settings_class)
+    _type_hints.cache_clear()
+    for follower in _FIELD_FOLLOWERS.get(settings_class, ()):
+        follower(added, removed)
+
+
+def follow_fields(settings_class, follower: Callable) -> None:
+    """Calls `follower(added, removed)` whenever `change_fields` changes `settings_class` (a command's flags)."""
+    _FIELD_FOLLOWERS.setdefault(settings_class, []).append(follower)
+
+
 def flag_name(field: dataclasses.Field) -> str:
     return field.metadata.get("flag", field.name)
 

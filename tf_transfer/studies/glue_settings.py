@@ -108,7 +108,6 @@ class GlueSettings(RunSettings):
         "method": methods.registry.name_check(),
         "encoding": (settings_lib.known_encoding, "must be a text encoding Python knows (e.g. utf-8, cp1252, "
                                                   "latin-1)"),
-        **methods.registry.setting_checks(),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
@@ -175,6 +174,7 @@ class GlueSettings(RunSettings):
                                 f"{', '.join(allowed)}")
 
     def check_together(self) -> list:
+        methods.registry.check_configs(self)  # each method's settings, as its config checks them
         return [
             # Nothing held out: nothing to stop early on or to pick an epoch by (every epoch is trained).
             (self.validation_fraction > 0 or self.patience == 0,
@@ -253,6 +253,27 @@ class GlueSettings(RunSettings):
     def default_output_dir(self, root: str = "runs") -> str:
         return os.path.join(root, self.dataset, self.run_name(), f"seed{self.seed}")
 
+
+
+def _follow_method(method, registered: bool) -> None:
+    """A method registered after `GlueSettings` was made (outside the package) brings it its settings, with the
+    value older runs had and whether other methods' runs record them; taken out, it takes them back (those no other
+    method has)."""
+    own = method.settings
+    if registered:
+        settings_lib.change_fields(GlueSettings, added=own)
+        GlueSettings.ADDED_SETTINGS.update({k: v for k, v in methods.registry.older_runs((method.name,)).items()
+                                            if k not in GlueSettings.ADDED_SETTINGS})
+        GlueSettings.METHOD_ONLY.update(methods.registry.recorded_only_for((method.name,)))
+        return
+    gone = tuple(name for name in own if name not in methods.registry.setting_fields())
+    settings_lib.change_fields(GlueSettings, removed=gone)
+    for name in gone:
+        GlueSettings.ADDED_SETTINGS.pop(name, None)
+        GlueSettings.METHOD_ONLY.pop(name, None)
+
+
+methods.registry.follow(_follow_method)
 
 # A first run on a user's own data (--train_file or --task=tfds:...) when neither a flag nor a flagfile gives these
 # settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, the last 2

@@ -54,19 +54,20 @@ def fields(what: str) -> dict:
 
 
 def checks(study: str) -> dict:
-    """The settings' rules (`RunSettings.CHECKS`): `method` must be one `study` can run, each method's own rules."""
+    """The settings' rule (`RunSettings.CHECKS`): `method` must be one `study` can run (each method's config checks
+    its own settings: `rules`)."""
     own_trainer = [name for name in methods.names() if name not in usable()]
     elsewhere = (f" ({', '.join(own_trainer)} decide what trains as they train, in the GLUE trainer alone: python -m "
                  "tf_transfer.glue)") if own_trainer else ""
     return {"method": ((lambda value: value in usable()),
-                       f"must be one of {', '.join(usable())} in {study}{elsewhere}"),
-            **registry.setting_checks(usable())}
+                       f"must be one of {', '.join(usable())} in {study}{elsewhere}")}
 
 
 def rules(settings, trainable_layers) -> list:
-    """`check_together`'s rules of the method: its own over `settings` with the study's scope of blocks
-    (`trainable_layers`: what the freezing rule leaves trainable where the method acts), and no other method's
-    setting changed."""
+    """`check_together`'s rules of the method: each usable method's config takes its settings (`TransferError`
+    otherwise), the chosen one's rules over `settings` with the study's scope of blocks (`trainable_layers`: what the
+    freezing rule leaves trainable where the method acts), and no other method's setting changed."""
+    registry.check_configs(settings, usable())
     if settings.method not in usable():
         return []  # refused by the `method` check
     chosen = methods.get(settings.method)

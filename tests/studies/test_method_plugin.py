@@ -169,11 +169,15 @@ def test_a_method_registered_outside_the_package_brings_its_setting_to_the_glue_
     from absl import flags
 
     import tf_transfer.glue as glue
+    import tf_transfer.stack as stack
     from tf_transfer.studies.glue_settings import GlueSettings
+    from tf_transfer.studies.stack_settings import StackSettings
 
+    before = list(GlueSettings(task="rte").to_dict().items())
     register(LayerNormParts)
     try:
-        assert "betas_only" in GlueSettings.__dataclass_fields__ and "betas_only" in glue.COMMAND_FLAGS
+        for settings_class, command in ((GlueSettings, glue), (StackSettings, stack)):  # stack: trained before it
+            assert "betas_only" in settings_class.__dataclass_fields__ and "betas_only" in command.COMMAND_FLAGS
         result = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}", f"--preset={one_block_preset}",
                             "--method=layernorm_parts", "--betas_only", "--lr=1e-2", "--max_epochs=1",
                             "--batch_size=8", "--max_seq_length=16", "--max_train_examples=16",
@@ -188,6 +192,7 @@ def test_a_method_registered_outside_the_package_brings_its_setting_to_the_glue_
     finally:
         methods.unregister("layernorm_parts")
     # Taken out again: no flag, setting or `config` entry of later runs in this process has it.
-    assert "betas_only" not in GlueSettings.__dataclass_fields__ and "betas_only" not in glue.COMMAND_FLAGS
+    for settings_class, command in ((GlueSettings, glue), (StackSettings, stack)):
+        assert "betas_only" not in settings_class.__dataclass_fields__ and "betas_only" not in command.COMMAND_FLAGS
     assert "betas_only" not in flags.FLAGS
-    assert "betas_only" not in GlueSettings(task="rte").to_dict()
+    assert list(GlueSettings(task="rte").to_dict().items()) == before

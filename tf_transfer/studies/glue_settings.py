@@ -27,6 +27,7 @@ from tf_transfer.data import tasks, user_data
 from tf_transfer.models import freezing, methods
 # The first run's rate per kind of route (one table, read by `compare` and the freezing grid too).
 from tf_transfer.models.first_run_rates import FIRST_RUN_LR, first_run_lr  # noqa: F401
+from tf_transfer.studies import study_method
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -255,25 +256,21 @@ class GlueSettings(RunSettings):
 
 
 
-def _follow_method(method, registered: bool) -> None:
-    """A method registered after `GlueSettings` was made (outside the package) brings it its settings, with the
-    value older runs had and whether other methods' runs record them; taken out, it takes them back (those no other
-    method has)."""
-    own = method.settings
+def _follow_older_runs(method, registered: bool) -> None:
+    """A method registered after `GlueSettings` was made (outside the package) brings, beside its settings
+    (`study_method.follow`), the value older runs had of each and whether other methods' runs record them; taken
+    out, it takes them back."""
     if registered:
-        settings_lib.change_fields(GlueSettings, added=own)
         GlueSettings.ADDED_SETTINGS.update({k: v for k, v in methods.registry.older_runs((method.name,)).items()
                                             if k not in GlueSettings.ADDED_SETTINGS})
         GlueSettings.METHOD_ONLY.update(methods.registry.recorded_only_for((method.name,)))
         return
-    gone = tuple(name for name in own if name not in methods.registry.setting_fields())
-    settings_lib.change_fields(GlueSettings, removed=gone)
-    for name in gone:
+    for name in (name for name in method.settings if name not in GlueSettings.__dataclass_fields__):
         GlueSettings.ADDED_SETTINGS.pop(name, None)
         GlueSettings.METHOD_ONLY.pop(name, None)
 
 
-methods.registry.follow(_follow_method)
+study_method.follow(GlueSettings, takes=methods.names, also=_follow_older_runs)
 
 # A first run on a user's own data (--train_file or --task=tfds:...) when neither a flag nor a flagfile gives these
 # settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, the last 2

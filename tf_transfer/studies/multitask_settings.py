@@ -152,3 +152,6 @@ class MultitaskSettings(RunSettings):
         method = study_method.name_part(self)  # '' for freezing: older runs keep their names
         return (f"{method}{self.schedule}_{self.pair_head}_k{self.trainable_layers}_lr{self.lr:g}_llrd{self.llrd:g}_"
                 f"{digest}")
+
+
+study_method.follow(MultitaskSettings)  # a method registered later brings its settings

@@ -167,3 +167,6 @@ class SentimentBertSettings(RunSettings):
                 "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "hidden_units": self.hidden_units, "max_seq_length": self.max_seq_length,
                 "precision": self.precision, **study_method.recorded(self)}
+
+
+study_method.follow(SentimentBertSettings)  # a method registered later brings its settings

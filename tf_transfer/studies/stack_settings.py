@@ -189,6 +189,9 @@ class StackSettings(RunSettings):
                             f"{self.run_prefix}{'+'.join(self.heads)}_{self.stack_strategy}", f"seed{self.seed}")
 
 
+study_method.follow(StackSettings)  # a method registered later brings its settings
+
+
 @dataclasses.dataclass(frozen=True)
 class Phase:
     number: int  # 1: head on the frozen backbone; 2: everything

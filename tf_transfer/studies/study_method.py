@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import types
+from typing import Callable, Optional
 
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.settings import setting
 from tf_transfer.models import methods
 from tf_transfer.models.methods import registry
@@ -51,6 +53,24 @@ def fields(what: str) -> dict:
     study) and the usable methods' own settings, for `settings_lib.add_fields(vars(), ...)`."""
     return {"method": (str, setting(methods.DEFAULT, registry.method_help(usable(), what))),
             **registry.setting_fields(usable())}
+
+
+def follow(settings_class, takes: Callable = usable, also: Optional[Callable] = None) -> None:
+    """A method registered after `settings_class` was made (outside the package) brings it its settings, when it is
+    one of the methods the class `takes` (these studies: those that set what trains before training); taken out, it
+    takes back those no other such method has. `also(method, registered)` follows too (the GLUE settings' records
+    of older runs)."""
+    def changed(method, registered: bool) -> None:
+        if registered and method.name in takes():
+            settings_lib.change_fields(settings_class, added=method.settings)
+        elif not registered:
+            kept = registry.setting_fields(takes())
+            settings_lib.change_fields(settings_class, removed=tuple(name for name in method.settings
+                                                                     if name not in kept))
+        if also is not None:
+            also(method, registered)
+
+    registry.follow(changed)
 
 
 def checks(study: str) -> dict:

@@ -152,7 +152,7 @@ def _flags_outside_settings() -> dict:
     for row in section.splitlines():
         cells = row.split("|")
         if row.startswith("| `") and len(cells) > 3:
-            module = "tf_transfer." + re.fullmatch(r" `(\w+)\.py` ", cells[1]).group(1)
+            module = "tf_transfer." + re.fullmatch(r" `([\w/]+)\.py` ", cells[1]).group(1).replace("/", ".")
             listed.setdefault(module, set()).update(re.findall(r"`--(\w+)`", cells[2]))
     return listed
 
@@ -169,7 +169,11 @@ def test_every_flag_a_command_defines_is_a_setting_or_listed_in_the_layout():
     for name in sorted(os.listdir(os.path.join(REPO, "tf_transfer"))):
         if name.endswith(".py") and name not in ("__init__.py", "__main__.py"):
             importlib.import_module(f"tf_transfer.{name[:-3]}")
+    from tf_transfer.core import flags as flags_lib
+
     listed = _flags_outside_settings()
+    # The shared flags a command takes by name (`flags_lib.common`): each listed, none listed that is not one.
+    assert listed.pop("tf_transfer.core.flags") == set(flags_lib.COMMON)
     listed["tf_transfer.sweep"] |= set(registry.sweep_options())  # each method's, e.g. --lora_ranks
     defined = {module: {flag.name for flag in found if type(flag).__name__ != "_FlagAlias"}
                for module, found in flags.FLAGS.flags_by_module_dict().items()

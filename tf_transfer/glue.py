@@ -36,6 +36,7 @@ COMMAND_FLAGS = {
     ),
 }
 HF_ALIASES = flags_lib.hf_aliases(COMMAND_FLAGS)  # --learning_rate for --lr, ... (docs/glue.md)
+flags_lib.follow(GlueSettings, COMMAND_FLAGS)  # a method registered later brings its settings' flags
 
 
 def settings_from_flags() -> GlueSettings:

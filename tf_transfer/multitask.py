@@ -29,6 +29,7 @@ COMMAND_FLAGS = {
         overwrite=(False, "Start afresh even if --output_dir holds a completed run."),
     ),
 }
+flags_lib.follow(MultitaskSettings, COMMAND_FLAGS)  # a method registered later brings its settings' flags
 
 
 def main(argv):

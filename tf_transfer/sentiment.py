@@ -35,6 +35,7 @@ COMMAND_FLAGS = {
                           "folds, seeds and epochs are kept), adds missing seeds, and refuses other settings."),
     ),
 }
+flags_lib.follow(SentimentBertSettings, COMMAND_FLAGS)  # a method registered later brings its settings' flags
 
 flags.DEFINE_string("approach", "sparse",
                     "sparse: TF-IDF, count and hashed features + logistic regression, k-fold cross-validation. "

@@ -36,6 +36,7 @@ COMMAND_FLAGS = {
                           "with the same settings is otherwise resumed after its last finished epoch)."),
     ),
 }
+flags_lib.follow(StackSettings, COMMAND_FLAGS)  # a method registered later brings its settings' flags
 
 
 def main(argv):

@@ -105,7 +105,7 @@ def test_bitfit_trains_every_bias_and_layer_norm_beta_in_scope_and_gamma_only_wh
 @pytest.mark.parametrize("kwargs, fragment", [
     (dict(method="lora", lora_rank=17), "--lora_rank=17 does not fit"),
     (dict(method="lora", trainable_layers=0), "trains nothing of the blocks"),
-    (dict(method="lora", lora_targets=("queries",)), "'queries' is not a LoRA target"),
+    (dict(method="lora", lora_targets=("queries",)), "--lora_targets must name some of query, key"),
     (dict(method="prompt"), "--method='prompt' is not a training method"),
 ])
 def test_impossible_method_settings_are_one_clear_error(kwargs, fragment):

@@ -1,14 +1,17 @@
 """A training method is one registration of four pieces: a method defined here, in the test, with only `name`, `title`,
 `help` and `apply` trains through the GLUE trainer, a grid, the budgeted sweep and `experiments table` without any
-other module knowing it (every other piece is `Method`'s default); a method that forgets a required piece, or breaks a
-piece's rule, is refused naming the piece."""
+other module knowing it (every other piece is `Method`'s default); one defined here with a setting of its own (its
+config dataclass) brings the GLUE trainer that setting as a flag and a `config` entry; a method that forgets a
+required piece, or breaks a piece's rule, is refused naming the piece."""
 
+import dataclasses
 import json
 import re
 
 import pytest
 
 from conftest import run_module
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.core.record_schema import Field, RecordMismatch
 from tf_transfer.models import freezing, methods
@@ -54,9 +57,10 @@ def test_a_method_that_forgets_a_piece_or_breaks_a_rule_is_refused_naming_it():
     forgetful = type("Forgetful", (Method,), {"name": "forgetful", "title": "forgetful", "help": "nothing"})
     with pytest.raises(TransferError, match=r"training method 'forgetful' has no 'apply' \(apply\(backbone"):
         register(forgetful)
-    stray = type("Stray", (LayerNormsOnly,), {"name": "stray", "older_runs": {"stray_rank": 8}})
-    with pytest.raises(TransferError, match="training method 'stray': its 'older_runs' names 'stray_rank', which is "
-                                            "not one of its settings"):
+    helpless = dataclasses.make_dataclass("HelplessConfig", [("stray_rank", int, dataclasses.field(default=8))],
+                                          frozen=True)
+    stray = type("Stray", (LayerNormsOnly,), {"name": "stray", "config": helpless})
+    with pytest.raises(TransferError, match="training method 'stray': its 'config' has no help for 'stray_rank'"):
         register(stray)
     reasonless = type("Reasonless", (LayerNormsOnly,), {"name": "reasonless", "run_defaults": ({"lr": 1e-3}, "")})
     with pytest.raises(TransferError, match="training method 'reasonless': its 'run_defaults' must be a pair"):
@@ -131,3 +135,64 @@ def test_a_method_registered_in_a_test_trains_through_the_trainer_a_grid_the_swe
     listed = run_module("tf_transfer.experiments", "table", str(tmp_path))
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert re.search(r"\|\s*layernorms\s*\|", listed.stdout), listed.stdout  # its `method` cell: the name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BetasConfig:
+    """The setting of the method below, as a method outside the package declares it."""
+
+    betas_only: bool = settings_lib.setting(False, "--method=layernorm_parts: train the LayerNorms' betas alone, not "
+                                                   "their gammas.")
+
+    def __post_init__(self):
+        settings_lib.check("betas_only", self.betas_only, ((lambda value: isinstance(value, bool)), "must be a bool"))
+
+
+class LayerNormParts(Method):
+    """The LayerNorms of the blocks in scope, their gammas only when `betas_only` is off."""
+
+    name = "layernorm_parts"
+    title = "LayerNorm parts"
+    help = "the LayerNorms (or their betas) of those blocks; the head"
+    config = BetasConfig
+
+    def apply(self, backbone, options, trainable_layers):
+        wanted = ("beta",) if options.betas_only else ("gamma", "beta")
+        for block in backbone.transformer_layers:
+            block.trainable = True
+            for variable in block.weights:
+                variable.trainable = variable.name in wanted
+
+
+def test_a_method_registered_outside_the_package_brings_its_setting_to_the_glue_command(
+        tmp_path, glue_dir, one_block_preset):
+    from absl import flags
+
+    import tf_transfer.glue as glue
+    import tf_transfer.stack as stack
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
+    from tf_transfer.studies.stack.stack_settings import StackSettings
+
+    before = list(GlueSettings(task="rte").to_dict().items())
+    register(LayerNormParts)
+    try:
+        for settings_class, command in ((GlueSettings, glue), (StackSettings, stack)):  # stack: trained before it
+            assert "betas_only" in settings_class.__dataclass_fields__ and "betas_only" in command.COMMAND_FLAGS
+        result = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}", f"--preset={one_block_preset}",
+                            "--method=layernorm_parts", "--betas_only", "--lr=1e-2", "--max_epochs=1",
+                            "--batch_size=8", "--max_seq_length=16", "--max_train_examples=16",
+                            f"--output_dir={tmp_path / 'run'}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["completed"] and summary["config"]["betas_only"] is True
+        table = {row["part"]: row["trainable"] for row in summary["parameter_table"]}
+        assert table["block_0"] == 2 * 16  # the betas of the block's two LayerNorms of width 16; with gammas: 64
+        with pytest.raises(TransferError, match="--betas_only must be a bool, got 'yes'"):
+            GlueSettings(task="rte", method="layernorm_parts", betas_only="yes")
+    finally:
+        methods.unregister("layernorm_parts")
+    # Taken out again: no flag, setting or `config` entry of later runs in this process has it.
+    for settings_class, command in ((GlueSettings, glue), (StackSettings, stack)):
+        assert "betas_only" not in settings_class.__dataclass_fields__ and "betas_only" not in command.COMMAND_FLAGS
+    assert "betas_only" not in flags.FLAGS
+    assert list(GlueSettings(task="rte").to_dict().items()) == before

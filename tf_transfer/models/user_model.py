@@ -225,9 +225,8 @@ def method_settings(method: str, options: dict) -> dict:
             raise TransferError(f"--method={chosen.name} has no setting {name!r}: its settings are {known}")
         if isinstance(value, (list, str)) and chosen.settings[field][0] is tuple:
             value = tuple(value.split(",")) if isinstance(value, str) else tuple(value)
-        if field in chosen.checks:
-            settings_lib.check(field, value, chosen.checks[field])
         named[field] = value
+    chosen.options(named)  # checked as its config checks them
     return named
 
 

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import types
+from typing import Callable, Optional
 
+from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.settings import setting
 from tf_transfer.models import methods
 from tf_transfer.models.methods import registry
@@ -53,20 +55,39 @@ def fields(what: str) -> dict:
             **registry.setting_fields(usable())}
 
 
+def follow(settings_class, takes: Callable = usable, also: Optional[Callable] = None) -> None:
+    """A method registered after `settings_class` was made (outside the package) brings it its settings, when it is
+    one of the methods the class `takes` (these studies: those that set what trains before training); taken out, it
+    takes back those no other such method has. `also(method, registered)` follows too (the GLUE settings' records
+    of older runs)."""
+    def changed(method, registered: bool) -> None:
+        if registered and method.name in takes():
+            settings_lib.change_fields(settings_class, added=method.settings)
+        elif not registered:
+            kept = registry.setting_fields(takes())
+            settings_lib.change_fields(settings_class, removed=tuple(name for name in method.settings
+                                                                     if name not in kept))
+        if also is not None:
+            also(method, registered)
+
+    registry.follow(changed)
+
+
 def checks(study: str) -> dict:
-    """The settings' rules (`RunSettings.CHECKS`): `method` must be one `study` can run, each method's own rules."""
+    """The settings' rule (`RunSettings.CHECKS`): `method` must be one `study` can run (each method's config checks
+    its own settings: `rules`)."""
     own_trainer = [name for name in methods.names() if name not in usable()]
     elsewhere = (f" ({', '.join(own_trainer)} decide what trains as they train, in the GLUE trainer alone: python -m "
                  "tf_transfer.glue)") if own_trainer else ""
     return {"method": ((lambda value: value in usable()),
-                       f"must be one of {', '.join(usable())} in {study}{elsewhere}"),
-            **registry.setting_checks(usable())}
+                       f"must be one of {', '.join(usable())} in {study}{elsewhere}")}
 
 
 def rules(settings, trainable_layers) -> list:
-    """`check_together`'s rules of the method: its own over `settings` with the study's scope of blocks
-    (`trainable_layers`: what the freezing rule leaves trainable where the method acts), and no other method's
-    setting changed."""
+    """`check_together`'s rules of the method: each usable method's config takes its settings (`TransferError`
+    otherwise), the chosen one's rules over `settings` with the study's scope of blocks (`trainable_layers`: what the
+    freezing rule leaves trainable where the method acts), and no other method's setting changed."""
+    registry.check_configs(settings, usable())
     if settings.method not in usable():
         return []  # refused by the `method` check
     chosen = methods.get(settings.method)

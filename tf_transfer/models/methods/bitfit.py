@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tf_transfer.core.errors import TransferError
@@ -23,17 +24,21 @@ from tf_transfer.models.methods.registry import Method, register
 RATES = (1e-3, 5e-3)  # the sweep's: BitFit's paper trains at 1e-4..1e-3 with far more steps
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BitFitConfig:
+    """BitFit's setting, a flag of the commands that train it."""
+
+    bitfit_layer_norm: bool = setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); their "
+                                             "betas are bias terms and train anyway.")
+
+
 @register
 class BitFit(Method):
     name = "bitfit"
     title = "BitFit"
     help = "the bias terms of those blocks; the head"
     color = "tab:green"
-    settings = {
-        "bitfit_layer_norm": (bool, setting(False, "--method=bitfit: also train the LayerNorms' scales (gamma); "
-                                                   "their betas are bias terms and train anyway.")),
-    }
-    older_runs = {"bitfit_layer_norm": False}
+    config = BitFitConfig
     backward_passes = 1  # the activations' gradients; the bias sums are not counted
     record_fields = (Field("bitfit", (dict,), "with `--method=bitfit`: `{layer_norm}` (whether the LayerNorms' gains "
                            "and biases train too)", required=False),)

@@ -21,6 +21,7 @@ Example (all-MiniLM-L6-v2, r=8 on query and value: 6 blocks x 2 targets x (384 +
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Sequence
@@ -60,6 +61,35 @@ def lora_weight_count(hidden: int, layers: int, rank: int, targets: Sequence[str
 RATES = (5e-4, 2e-3)  # the sweep's (the paper's GLUE rates for RoBERTa-base: 4e-4..5e-4)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """LoRA's settings, each a flag of the commands that train it (Hugging Face PEFT's `LoraConfig`: r, lora_alpha,
+    target_modules, init_lora_weights)."""
+
+    lora_rank: int = setting(8, "--method=lora: the rank r of each update.")
+    lora_alpha: float = setting(8.0, "--method=lora: updates are scaled by lora_alpha / lora_rank (the paper fixes "
+                                     "alpha at the first rank it tries; Hugging Face PEFT's default is 8).")
+    lora_targets: tuple = setting(DEFAULT_TARGETS, "--method=lora: the dense layers of each block that get an "
+                                  "update, some of " + ", ".join(LORA_TARGETS) + " (the paper: query,value).")
+    # Came after runs of every method were made, with another default than those runs had: recorded only for LoRA
+    # runs (`only_for_method`), so that no other run's name changed.
+    lora_init: str = setting(LORA_INITS[0], "--method=lora: how A is drawn: kaiming_uniform (the LoRA authors' code "
+                             "and Hugging Face PEFT's default: uniform in +-1/sqrt(d_in)) or gaussian (N(0, 1/r), "
+                             "PEFT's option; this project's LoRA runs before 2026-11-25). B starts at zero either "
+                             "way.", older="gaussian", only_for_method=True)
+
+    def __post_init__(self):
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))  # flags and JSON give lists
+        settings_lib.check("lora_rank", self.lora_rank, (settings_lib.at_least(1), "must be at least 1"))
+        settings_lib.check("lora_alpha", self.lora_alpha,
+                           (settings_lib.in_range(0.0, float("inf"), low_open=True), "must be above 0"))
+        settings_lib.check("lora_targets", self.lora_targets,
+                           ((lambda value: bool(value) and set(value) <= set(LORA_TARGETS)),
+                            "must name some of " + ", ".join(LORA_TARGETS)))
+        settings_lib.check("lora_init", self.lora_init,
+                           ((lambda value: value in LORA_INITS), "must be one of " + ", ".join(LORA_INITS)))
+
+
 @register
 class LoRA(Method):
     name = "lora"
@@ -67,29 +97,7 @@ class LoRA(Method):
     help = ("the paper's rank-r update of --lora_targets in the last --trainable_layers blocks, all by default; the "
             "pooler and head in full")
     color = "tab:orange"
-    settings = {
-        "lora_rank": (int, setting(8, "--method=lora: the rank r of each update.")),
-        "lora_alpha": (float, setting(8.0, "--method=lora: updates are scaled by lora_alpha / lora_rank (the paper "
-                                           "fixes alpha at the first rank it tries; Hugging Face PEFT's default is "
-                                           "8).")),
-        "lora_targets": (tuple, setting(DEFAULT_TARGETS, "--method=lora: the dense layers of each block that get an "
-                                        "update, some of " + ", ".join(LORA_TARGETS) + " (the paper: query,value).")),
-        "lora_init": (str, setting(LORA_INITS[0], "--method=lora: how A is drawn: kaiming_uniform (the LoRA authors' "
-                                   "code and Hugging Face PEFT's default: uniform in +-1/sqrt(d_in)) or gaussian (N(0, "
-                                   "1/r), PEFT's option; this project's LoRA runs before 2026-11-25). B starts at zero "
-                                   "either way.")),
-    }
-    checks = {
-        "lora_rank": (settings_lib.at_least(1), "must be at least 1"),
-        "lora_alpha": (settings_lib.in_range(0.0, float("inf"), low_open=True), "must be above 0"),
-        "lora_init": ((lambda value: value in LORA_INITS), "must be one of " + ", ".join(LORA_INITS)),
-        "lora_targets": ((lambda value: bool(value) and set(value) <= set(LORA_TARGETS)),
-                         "must name some of " + ", ".join(LORA_TARGETS)),
-    }
-    older_runs = {"lora_rank": 8, "lora_alpha": 8.0, "lora_targets": list(DEFAULT_TARGETS), "lora_init": "gaussian"}
-    # `lora_init` came after runs of every method were made, with another default than those runs had: recorded
-    # only for LoRA runs, so that no other run's name changed.
-    recorded_only_for_it = ("lora_init",)
+    config = LoraConfig
     hparams_off = {"lora_rank": 0, "lora_init": "-"}
     backward_passes = 1  # the activations' gradients; LoRA's rank-r products are not counted
     sweep_options = {"lora_ranks": (["4", "8", "16"], "sweep: the LoRA ranks among the candidates.", int)}
@@ -107,10 +115,6 @@ class LoRA(Method):
         return scope.needs_a_block(settings)
 
     def apply(self, backbone, options, trainable_layers) -> None:
-        unknown = [t for t in options.lora_targets if t not in LORA_TARGETS]
-        if unknown:
-            raise TransferError(f"--lora_targets: {unknown[0]!r} is not a LoRA target: use some of "
-                                f"{', '.join(LORA_TARGETS)}")
         blocks = scope.blocks_in_scope(backbone, trainable_layers, self.name)
         layers = [_target(backbone, block, target) for block in blocks for target in options.lora_targets]
         for block in blocks:

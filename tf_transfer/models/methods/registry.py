@@ -4,10 +4,14 @@ reports ask the registry for the method's pieces and never name a method themsel
 training method").
 
 A method gives `name`, `title`, `help` and `apply` (`REQUIRED`); every other piece of `PIECES` has a default on
-`Method` (no settings, no checks, nothing recorded, the sweep's default candidate and pricing, ...) that the method
-overrides only where it differs, as Hugging Face PEFT's `BaseTuner` and TF Model Garden's `Task` do. A method that
-forgets a required piece, or gives one that breaks a rule, is refused when it registers, with a line naming the
-method and the piece, never a bare `KeyError` later.
+`Method` (no settings, nothing recorded, the sweep's default candidate and pricing, ...) that the method overrides
+only where it differs, as Hugging Face PEFT's `BaseTuner` and TF Model Garden's `Task` do. A method's settings are
+its `config`, a frozen dataclass as PEFT's `LoraConfig`: each field a setting (`core.settings.setting(default,
+help)`; `older=` the value runs made before it had, when not its default; `only_for_method=True` to leave it out of
+other methods' records), checked in its `__post_init__`. A method that forgets a required piece, or gives one that
+breaks a rule, is refused when it registers, with a line naming the method and the piece, never a bare `KeyError`
+later. A method registered after the settings classes were made (outside this package) brings its settings to them
+(`follow`).
 
 Example (a method trained by its `apply` alone; tests/studies/test_method_plugin.py trains one like it):
 
@@ -29,8 +33,9 @@ tf_transfer.core.errors.TransferError: --method='prompt' is not a training metho
 from __future__ import annotations
 
 import dataclasses
-import types
-from typing import Optional
+import functools
+import typing
+from typing import Callable, Optional
 
 from tf_transfer.core.errors import TransferError
 
@@ -45,10 +50,8 @@ PIECES = {
     "title": "its name in reports' prose (e.g. 'LoRA')",
     "help": "its words in --method's help",
     "color": "its colour in figures",
-    "settings": "its settings: {field: (type, core.settings.setting(default, help))}, each a flag ({} for none)",
-    "checks": "rules of its settings: {field: (rule, message)} as core.settings.CHECKS ({} for none)",
-    "older_runs": "the value of each of its settings that runs made before the setting existed had ({} for none)",
-    "recorded_only_for_it": "its settings left out of other methods' run records and names (() for none)",
+    "config": "its settings: a frozen dataclass, each field a core.settings.setting(default, help) and a flag, "
+              "checked in its __post_init__ (NoSettings for none)",
     "run_defaults": "({setting: value}, why): what the glue command takes from the method where neither a flag nor "
                     "a flagfile gives it, and why, for the run's first line (({}, '') for nothing)",
     "check_together": "check_together(settings): [(ok, message)] rules across its settings and the scope",
@@ -82,16 +85,24 @@ REQUIRED = ("name", "title", "help", "apply")
 SWEEP_RATES = (1e-4, 1e-3)
 
 _METHODS: dict = {}
+# Told `(method, registered)` of each method registered (True) or taken out (False) from then on: the settings
+# classes made before, so that a method registered later brings them its settings (`follow`).
+_FOLLOWERS: list = []
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NoSettings:
+    """The config of a method without settings of its own."""
 
 
 class Method:
     """A training method: subclass it, give `name`, `title`, `help` and `apply`, override the other pieces of `PIECES`
-    where the method differs from the defaults here, and decorate it with `@register`. The defaults: no settings (so
-    no checks, no older runs' values, nothing left out of other runs), nothing taken from the method where no flag is
-    given, no rule across settings, nothing added to the run's first line, to `summary.json` or to TensorBoard, no
-    weights added, the run folder's name and the sweep's candidates starting with `name`, `name` in `experiments
-    table`, one sweep candidate (every block, at `SWEEP_RATES`) priced as freezing's (the weights' gradients too),
-    no sweep flags, nothing to merge before an export, and the GLUE trainer's own task.
+    where the method differs from the defaults here, and decorate it with `@register`. The defaults: no settings
+    (`config` is `NoSettings`), nothing taken from the method where no flag is given, no rule across settings,
+    nothing added to the run's first line, to `summary.json` or to TensorBoard, no weights added, the run folder's
+    name and the sweep's candidates starting with `name`, `name` in `experiments table`, one sweep candidate (every
+    block, at `SWEEP_RATES`) priced as freezing's (the weights' gradients too), no sweep flags, nothing to merge
+    before an export, and the GLUE trainer's own task.
 
     Example:
 
@@ -104,10 +115,7 @@ class Method:
     """
 
     color = "tab:gray"
-    settings = {}
-    checks = {}
-    older_runs = {}
-    recorded_only_for_it = ()
+    config = NoSettings
     run_defaults = ({}, "")
     record_fields = ()
     hparams_off = {}
@@ -116,12 +124,15 @@ class Method:
     sweep_columns = ()
     trainer = None
 
-    def options(self, values: dict) -> types.SimpleNamespace:
-        """Its settings with their defaults, updated from `values` (a settings object's fields or keyword
-        arguments; other names are ignored)."""
-        chosen = {name: field.default for name, (_, field) in self.settings.items()}
-        chosen.update({k: v for k, v in values.items() if k in chosen})
-        return types.SimpleNamespace(**chosen)
+    @property
+    def settings(self) -> dict:
+        """`{field: (type, dataclass field)}` of its `config`, in their order (read from it, not a piece)."""
+        return config_fields(self.config)
+
+    def options(self, values: dict):
+        """Its `config`: its settings' defaults, updated from `values` (a settings object's fields or keyword
+        arguments; other names are ignored), checked as the config checks them (`TransferError`)."""
+        return self.config(**{k: v for k, v in values.items() if k in self.settings})
 
     def check_together(self, settings) -> list:
         return []
@@ -176,23 +187,32 @@ def register(cls: type) -> type:
     # same way by each.
     taken = {field: (other.name, other.settings[field]) for other in _METHODS.values() if other.name != name
              for field in other.settings}
-    clash = [field for field, (kind, spec) in cls.settings.items() if field in taken and (
+    clash = [field for field, (kind, spec) in config_fields(cls.config).items() if field in taken and (
         taken[field][1][0] is not kind or taken[field][1][1].default != spec.default
         or taken[field][1][1].metadata != spec.metadata)]
     if clash:
         raise TransferError(f"training method {name!r}: setting {clash[0]!r} is already {taken[clash[0]][0]!r}'s, "
                             "declared otherwise")
+    known = name in _METHODS
     _METHODS[name] = cls()
+    if not known:
+        for follower in _FOLLOWERS:
+            follower(_METHODS[name], True)
     return cls
 
 
 def _broken_piece(cls: type) -> Optional[tuple]:
     """`(piece, what is wrong)` for the first piece of `cls` that breaks its rule, or None."""
-    own = set(cls.settings)
-    for piece in ("checks", "older_runs", "recorded_only_for_it"):
-        stray = [field for field in getattr(cls, piece) if field not in own]
-        if stray:
-            return piece, f"names {stray[0]!r}, which is not one of its settings"
+    config = cls.config
+    if not (dataclasses.is_dataclass(config) and isinstance(config, type) and config.__dataclass_params__.frozen):
+        return "config", "is not a frozen dataclass"
+    helpless = [field.name for field in dataclasses.fields(config) if not field.metadata.get("help")]
+    if helpless:
+        return "config", f"has no help for {helpless[0]!r}: declare it with core.settings.setting(default, help)"
+    try:
+        config()
+    except TypeError:
+        return "config", "has a setting without a default"
     values, why = cls.run_defaults if isinstance(cls.run_defaults, tuple) and len(cls.run_defaults) == 2 else (
         None, None)
     if not hasattr(values, "items") or not isinstance(why, str) or (values and not why):
@@ -203,8 +223,26 @@ def _broken_piece(cls: type) -> Optional[tuple]:
 
 
 def unregister(name: str) -> None:
-    """Takes a method out (tests that register a method of their own)."""
-    _METHODS.pop(name, None)
+    """Takes a method out (tests that register a method of their own), and its settings out of the settings classes
+    that followed it in."""
+    method = _METHODS.pop(name, None)
+    if method is not None:
+        for follower in _FOLLOWERS:
+            follower(method, False)
+
+
+def follow(follower: Callable) -> None:
+    """Calls `follower(method, registered)` for every method registered (True) or taken out (False) from now on: a
+    settings class made before a method outside this package registers takes its settings so (the GLUE trainer's:
+    `studies/glue_settings.py`)."""
+    _FOLLOWERS.append(follower)
+
+
+@functools.lru_cache(maxsize=None)
+def config_fields(config: type) -> dict:
+    """`{field: (type, dataclass field)}` of a method's config dataclass, in their order."""
+    hints = typing.get_type_hints(config)
+    return {field.name: (hints[field.name], field) for field in dataclasses.fields(config)}
 
 
 def names() -> tuple:
@@ -261,12 +299,25 @@ def setting_fields(chosen: Optional[tuple] = None) -> dict:
     return fields
 
 
-def setting_checks(chosen: Optional[tuple] = None) -> dict:
-    return {name: check for method in _chosen(chosen) for name, check in method.checks.items()}
+def check_configs(settings, chosen: Optional[tuple] = None) -> None:
+    """Raises `TransferError` (naming the flag) unless each method's config (or the `chosen` methods') takes its
+    settings' values in a settings object, as each config's `__post_init__` checks them."""
+    for method in _chosen(chosen):
+        method.options({name: getattr(settings, name) for name in method.settings
+                        if name in settings.__dataclass_fields__})
 
 
-def older_runs() -> dict:
-    return {name: value for method in _METHODS.values() for name, value in method.older_runs.items()}
+def older_value(field: dataclasses.Field):
+    """The value a method's setting had in runs made before it existed: its `older`, else its default."""
+    return field.metadata.get("older", field.default)
+
+
+def older_runs(chosen: Optional[tuple] = None) -> dict:
+    return {name: _plain(older_value(field)) for name, (_, field) in setting_fields(chosen).items()}
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def owners() -> dict:
@@ -278,9 +329,10 @@ def owners() -> dict:
     return found
 
 
-def recorded_only_for() -> dict:
+def recorded_only_for(chosen: Optional[tuple] = None) -> dict:
     """`{setting: method}`: settings that other methods' runs leave out of their records and names."""
-    return {name: method.name for method in _METHODS.values() for name in method.recorded_only_for_it}
+    return {name: method.name for method in _chosen(chosen) for name, (_, field) in method.settings.items()
+            if field.metadata.get("only_for_method")}
 
 
 def method_rules(settings) -> list:

@@ -16,17 +16,18 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import ClassVar, Optional, Union
+from typing import ClassVar, Optional
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.choices import JIT_COMPILE, LR_SCHEDULES
 from tf_transfer.core.errors import TransferError
-from tf_transfer.core.settings import RunSettings, setting, shared_setting
+from tf_transfer.core.settings import RunSettings, setting, take
 from tf_transfer.data import inputs
 from tf_transfer.data import tasks, user_data
 from tf_transfer.models import freezing, methods
 # The first run's rate per kind of route (one table, read by `compare` and the freezing grid too).
 from tf_transfer.models.first_run_rates import FIRST_RUN_LR, first_run_lr  # noqa: F401
+from tf_transfer.studies import study_method
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,9 +56,8 @@ class GlueSettings(RunSettings):
     test_file: Optional[str] = setting(None, "Test file, in --train_file's format, scored after every epoch.")
     text_columns: tuple = setting((), "With --train_file or --task=tfds:...: the text column, or two (a sentence "
                                       "pair), comma-separated.")
-    label_column: Optional[str] = shared_setting("label_column", note="With --train_file or --task=tfds:...: "
-                                                                      "strings or integers (numbers with "
-                                                                      "--regression).")
+    take(vars(), "label_column", note="With --train_file or --task=tfds:...: strings or integers (numbers with "
+                                      "--regression).")
     encoding: str = setting("utf-8", "Text encoding of --train_file, --validation_file and --test_file (e.g. cp1252 "
                                      "or latin-1 for Windows or older Western files); UTF-8 may start with a "
                                      "byte-order mark.")
@@ -70,49 +70,34 @@ class GlueSettings(RunSettings):
     validation_split: Optional[str] = setting(None, "--task=tfds:...: the validation split (default: a seeded "
                                                     "--validation_fraction of the training split).")
     test_split: Optional[str] = setting(None, "--task=tfds:...: a split scored as test after every epoch.")
-    preset: str = shared_setting("preset", note="A BERT, RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder.")
-    trainable_layers: Union[int, str] = shared_setting("trainable_layers")
+    take(vars(), "preset", note="A BERT, RoBERTa, DistilBERT, ELECTRA or DeBERTa-v3 encoder.")
+    take(vars(), "trainable_layers")
     method: str = setting(methods.DEFAULT, methods.registry.method_help())
     # Every registered method's own settings (LoRA's rank, BitFit's LayerNorm switch, ...), here in the class's
     # field order: each a flag, a `config` entry of summary.json and part of the run's fingerprint.
     settings_lib.add_fields(vars(), methods.registry.setting_fields())
-    lr: float = shared_setting("lr", note="The paper: 2e-5 fine-tuning, 1e-3 transfer.")
-    batch_size: int = shared_setting("batch_size", 1, why="The paper (Wang) trains at batch 1.")
-    max_epochs: int = shared_setting("max_epochs", note="The paper: 30.")
-    patience: int = shared_setting("patience", 2, why="The paper (Wang) stops after 2 epochs without improvement.")
-    min_delta: float = setting(0.0, "An improvement must exceed this to count.")
+    take(vars(), "lr", note="The paper: 2e-5 fine-tuning, 1e-3 transfer.")
+    take(vars(), "batch_size", default=1, why="The paper (Wang) trains at batch 1.")
+    take(vars(), "max_epochs", note="The paper: 30.")
+    take(vars(), "patience", default=2, why="The paper (Wang) stops after 2 epochs without improvement.")
+    take(vars(), "min_delta")
     data_dir: Optional[str] = setting(None, "GLUE folder in the original TSV layout (default $GLUE_DIR); with "
                                             "neither, tensorflow-datasets glue/<task> is used.")
-    validation_fraction: float = shared_setting("validation_fraction", note="Here of GLUE train or --train_file, "
-                                                                            "when no validation file is given (the "
-                                                                            "paper: 10%).")
-    settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
-    lr_schedule: str = setting("constant", "constant, or linear (warm-up then linear decay to 0, as BERT).")
-    warmup_proportion: float = setting(0.1, "Share of all steps spent warming up (--lr_schedule=linear).")
-    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm", "adam_epsilon"))
-    dropout: float = shared_setting("dropout", note="Also in the head.")
+    take(vars(), "validation_fraction", note="Here of GLUE train or --train_file, when no validation file is given "
+                                             "(the paper: 10%).")
+    take(vars(), "max_train_examples", "lr_schedule", "warmup_proportion", "weight_decay", "clip_norm",
+         "adam_epsilon")
+    take(vars(), "dropout", note="Also in the head.")
     metric: Optional[str] = setting(None, "Validation metric for early stopping (default: the task's primary "
                                           "metric).")
-    padding: str = setting("bucket", "bucket: pad each batch to its length bucket (same results, less compute); "
-                                     "fixed: pad to --max_seq_length as the paper did; pack: lay each batch's "
-                                     "examples end to end in rows of --max_seq_length tokens, each seeing only "
-                                     "itself (same function, far fewer tokens; dropout draws differ).")
-    settings_lib.add_fields(vars(), settings_lib.shared("bucket_step", "eval_batch_size", "skip_bad_rows"))
+    take(vars(), "padding", "bucket_step", "eval_batch_size", "skip_bad_rows")
     cache_frozen: bool = setting(
         False, "Compute the frozen embeddings and blocks once per split (inference mode, stored as float16) and "
                "train only the last k blocks and head on them. Deviates from the paper (no dropout inside the frozen "
                "blocks); off in the paper's flagfiles.")
     cache_dir: Optional[str] = setting(None, "Keep frozen-prefix caches on disk here (memory-mapped) and reuse "
                                              "them.")
-    jit_compile: str = setting("auto", "XLA for the training step: auto (Keras decides: off on CPU), true, false.")
-    steps_per_execution: int = setting(1, "Training steps per call into the compiled function (cuts per-step "
-                                          "overhead at small batch sizes).")
-    init_checkpoint: Optional[str] = setting(
-        None, "Original Google BERT (TF1) checkpoint prefix, e.g. .../bert_model.ckpt; used instead of --preset "
-              "together with --bert_config_file and --vocab_file, as in Google's run_classifier.py.")
-    bert_config_file: Optional[str] = setting(None, "bert_config.json of --init_checkpoint.")
-    vocab_file: Optional[str] = setting(None, "vocab.txt of --init_checkpoint (uncased: lowercased, accents "
-                                              "stripped).")
+    take(vars(), "jit_compile", "steps_per_execution", "init_checkpoint", "bert_config_file", "vocab_file")
 
     CHECKS: ClassVar[dict] = {
         **settings_lib.CHECKS,
@@ -124,7 +109,6 @@ class GlueSettings(RunSettings):
         "method": methods.registry.name_check(),
         "encoding": (settings_lib.known_encoding, "must be a text encoding Python knows (e.g. utf-8, cp1252, "
                                                   "latin-1)"),
-        **methods.registry.setting_checks(),
     }
     # Where data and caches live and knobs that only change speed: they never change a run's results.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("data_dir", "cache_dir", "steps_per_execution", "eval_batch_size",
@@ -191,6 +175,7 @@ class GlueSettings(RunSettings):
                                 f"{', '.join(allowed)}")
 
     def check_together(self) -> list:
+        methods.registry.check_configs(self)  # each method's settings, as its config checks them
         return [
             # Nothing held out: nothing to stop early on or to pick an epoch by (every epoch is trained).
             (self.validation_fraction > 0 or self.patience == 0,
@@ -269,6 +254,23 @@ class GlueSettings(RunSettings):
     def default_output_dir(self, root: str = "runs") -> str:
         return os.path.join(root, self.dataset, self.run_name(), f"seed{self.seed}")
 
+
+
+def _follow_older_runs(method, registered: bool) -> None:
+    """A method registered after `GlueSettings` was made (outside the package) brings, beside its settings
+    (`study_method.follow`), the value older runs had of each and whether other methods' runs record them; taken
+    out, it takes them back."""
+    if registered:
+        GlueSettings.ADDED_SETTINGS.update({k: v for k, v in methods.registry.older_runs((method.name,)).items()
+                                            if k not in GlueSettings.ADDED_SETTINGS})
+        GlueSettings.METHOD_ONLY.update(methods.registry.recorded_only_for((method.name,)))
+        return
+    for name in (name for name in method.settings if name not in GlueSettings.__dataclass_fields__):
+        GlueSettings.ADDED_SETTINGS.pop(name, None)
+        GlueSettings.METHOD_ONLY.pop(name, None)
+
+
+study_method.follow(GlueSettings, takes=methods.names, also=_follow_older_runs)
 
 # A first run on a user's own data (--train_file or --task=tfds:...) when neither a flag nor a flagfile gives these
 # settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, the last 2

@@ -144,7 +144,7 @@ class GlueTask(Task):
         settings = self.settings
         self.task, train, validation, tests, self.skipped = load_data(settings)
         self.test_names = list(tests)
-        keras.utils.set_random_seed(settings.loop.seed)
+        keras.utils.set_random_seed(settings.inputs.seed)
         self.strategy = self._strategy(strategy)
         # The policy is global in Keras and read when layers are built: set it (float32 included) before loading.
         keras.mixed_precision.set_global_policy(settings.runtime.precision)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import ClassVar, Optional, Union
+from typing import ClassVar, Optional
 
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.core.settings import RunSettings, setting, shared_setting
+from tf_transfer.core.settings import RunSettings, setting, take
 from tf_transfer.data import cs224n
 from tf_transfer.models import freezing
 from tf_transfer.studies import study_method
@@ -64,38 +64,34 @@ class MultitaskSettings(RunSettings):
                                           "step one batch of every task and the summed loss; an epoch is one pass "
                                           "over the largest task.")
     task_order: tuple = setting(TASK_NAMES, "Order of the tasks within an epoch (sequential schedule).")
-    trainable_layers: Union[int, str] = shared_setting("trainable_layers")
+    take(vars(), "trainable_layers")
     # The method's settings (LoRA's rank, ...), each a flag; recorded in `config` and the run's name only for a method
     # other than the default (`study_method.record`), so that runs from before --method keep their names.
     settings_lib.add_fields(vars(), study_method.fields("What of the shared BERT trains, within --trainable_layers"))
     freeze_pooler: bool = setting(False, "Freeze BERT's pooler too (with --trainable_layers=0: a fully frozen BERT, "
                                          "only the heads train).")
-    lr: float = shared_setting("lr", 1e-5, why="The paper: 1e-5 fine-tuning, 1e-3 frozen BERT.")
+    take(vars(), "lr", default=1e-5, why="The paper: 1e-5 fine-tuning, 1e-3 frozen BERT.")
     head_lr: Optional[float] = setting(None, "Learning rate of the three task heads (default: --lr).")
-    batch_size: int = shared_setting("batch_size", note="Per task (the paper: 32).")
-    max_epochs: int = shared_setting("max_epochs", 20, why="The paper trains 20 and keeps the best on validation.")
-    patience: int = shared_setting("patience", note="The paper: 0.")
-    max_train_examples: Optional[int] = shared_setting("max_train_examples", note="Counted per task.")
-    max_seq_length: int = shared_setting("max_seq_length", note="Per sentence with --pair_head=sbert, per packed pair "
-                                                                "with concat.")
-    seed: int = shared_setting("seed", note="Here --split_seed draws the splits instead.")
+    take(vars(), "batch_size", note="Per task (the paper: 32).")
+    take(vars(), "max_epochs", default=20, why="The paper trains 20 and keeps the best on validation.")
+    take(vars(), "patience", note="The paper: 0.")
+    take(vars(), "max_train_examples", note="Counted per task.")
+    take(vars(), "max_seq_length", note="Per sentence with --pair_head=sbert, per packed pair with concat.")
+    take(vars(), "seed", note="Here --split_seed draws the splits instead.")
     split_seed: int = setting(0, "Seed for the Quora train/dev split and --validation_fraction; kept apart from --seed "
                                  "so that every seed is scored on the same examples.")
     quora_dev_fraction: float = setting(0.2, "Without quora-train.csv, this share of quora-dev.csv becomes dev and "
                                              "the rest train.")
-    validation_fraction: float = shared_setting("validation_fraction", 0.0, note="Here of each task's train set, to "
-                                                                                 "pick the best epoch.",
-                                                why="0 picks it on dev, as the paper (val and test are then the same "
-                                                    "dev scores).")
-    weight_decay: float = shared_setting("weight_decay", 0.0, why="Here 0, as in the CS224N starter code.")
-    clip_norm: float = shared_setting("clip_norm", 0.0, why="Here 0 (off), as in the CS224N starter code.")
-    dropout: float = shared_setting("dropout", note="The heads have --head_dropout.")
+    take(vars(), "validation_fraction", default=0.0, note="Here of each task's train set, to pick the best epoch.",
+         why="0 picks it on dev, as the paper (val and test are then the same dev scores).")
+    take(vars(), "weight_decay", default=0.0, why="Here 0, as in the CS224N starter code.")
+    take(vars(), "clip_norm", default=0.0, why="Here 0 (off), as in the CS224N starter code.")
+    take(vars(), "dropout", note="The heads have --head_dropout.")
     head_dropout: float = setting(0.3, "Dropout before each task head (the CS224N starter's hidden_dropout_prob).")
-    settings_lib.add_fields(vars(), settings_lib.shared("eval_batch_size", "skip_bad_rows"))
+    take(vars(), "eval_batch_size", "skip_bad_rows")
     init_from: Optional[str] = setting(None, "A previous run's --output_dir: start from its best.weights.h5 (same "
                                              "--preset and --pair_head), e.g. heads trained first on a frozen BERT.")
-    distribution: str = shared_setting("distribution", note="Each replica trains on its slice of every batch; "
-                                                            "mixed_float16 needs default.")
+    take(vars(), "distribution", note="Each replica trains on its slice of every batch; mixed_float16 needs default.")
 
     CHECKS: ClassVar[dict] = {
         **settings_lib.CHECKS,
@@ -111,16 +107,9 @@ class MultitaskSettings(RunSettings):
     }
     # A rerun may use other devices: the folder's run resumes (or is reported as done) on any of them.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
-    # The group's default applies (`tf_transfer.core.setting_groups`), or the study's view gives the value:
-    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {
-        "padding": "its feed pads each batch to its length bucket",
-        "bucket_step": "its feed's own (multitask_feed.BUCKET_STEP)",
-        "init_checkpoint": "backbones from presets only", "bert_config_file": "as init_checkpoint",
-        "vocab_file": "as init_checkpoint",
-        "lr_schedule": "a constant rate, as the CS224N starter code", "warmup_proportion": "no warm-up",
-        "adam_epsilon": "1e-6, as the CS224N starter code", "min_delta": "any improvement counts",
-        "jit_compile": "Keras decides", "steps_per_execution": "one step per call",
-    }
+    # The group settings not taken have their group's default (`tf_transfer.core.setting_groups`): a constant rate
+    # and epsilon 1e-6, as the CS224N starter code; its feed pads each batch to its length bucket
+    # (`multitask_feed.BUCKET_STEP`); backbones from presets only.
 
     def __post_init__(self):
         self._set("task_order", parse_task_order(self.task_order))
@@ -163,3 +152,6 @@ class MultitaskSettings(RunSettings):
         method = study_method.name_part(self)  # '' for freezing: older runs keep their names
         return (f"{method}{self.schedule}_{self.pair_head}_k{self.trainable_layers}_lr{self.lr:g}_llrd{self.llrd:g}_"
                 f"{digest}")
+
+
+study_method.follow(MultitaskSettings)  # a method registered later brings its settings

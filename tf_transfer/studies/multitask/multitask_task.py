@@ -131,10 +131,10 @@ class MultitaskTask(Task):
         keras.mixed_precision.set_global_policy(runtime.precision)
         # Seeded before the backbone is built: its dropout layers draw their seed generators' seeds when made, so
         # seeding only afterwards left them to whatever ran before in the process (two runs in one process differed).
-        keras.utils.set_random_seed(settings.loop.seed)
+        keras.utils.set_random_seed(settings.inputs.seed)
         self.loaded = self._load_backbone()
         self.backbone = self.loaded.backbone
-        keras.utils.set_random_seed(settings.loop.seed)
+        keras.utils.set_random_seed(settings.inputs.seed)
         self.feed = MultitaskFeed(self._encode(raw), settings.inputs, settings.schedule, settings.task_order)
         self._build_model()
 

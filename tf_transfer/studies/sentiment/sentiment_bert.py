@@ -383,12 +383,10 @@ def _load(settings: SentimentBertSettings, strategy, train_data, test_data):
 
 def _backbone(settings: SentimentBertSettings, strategy):
     """The preset loaded under `strategy` (`loader.load_model`'s result; the blocks trained are `k`)."""
-    from tf_transfer.core import setting_groups
     from tf_transfer.models import loader
 
-    model = setting_groups.view(settings, setting_groups.ModelSettings, trainable_layers=settings.k)
     with strategy.scope():
-        return loader.load_model(model, supported=("bert",), purpose="the sentiment study")
+        return loader.load_model(settings.model, supported=("bert",), purpose="the sentiment study")
 
 
 def _results_header(existing, settings: SentimentBertSettings, data: LabelledTexts, loaded, encoded_train,

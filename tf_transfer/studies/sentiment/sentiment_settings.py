@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 from tf_transfer.core import setting_groups
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.core.settings import RunSettings, setting, shared_setting
+from tf_transfer.core.settings import RunSettings, setting, take
 from tf_transfer.models import freezing, methods
 from tf_transfer.models.sentence_features import POOLINGS
 from tf_transfer.studies import study_method
@@ -55,7 +55,7 @@ class SentimentBertSettings(RunSettings):
     of them. `distribution` only decides where the steps run, so it is not one of the settings runs must share.
     """
 
-    preset: str = shared_setting("preset", note="The paper used BERT.")
+    take(vars(), "preset", note="The paper used BERT.")
     mode: str = setting("frozen", "frozen: static features (backbone in inference mode, computed once), only the head "
                                   "trains; unfrozen: everything trains; top2: only the last two encoder blocks (and "
                                   "the head) train (the paper's results table: 'Last Two Layers'; its method section "
@@ -70,28 +70,25 @@ class SentimentBertSettings(RunSettings):
                                   "tokens), or last4_concat ([CLS] vectors of the last four hidden states "
                                   "concatenated, the BERT authors' feature-based suggestion).")
     runs: int = setting(10, "BERT runs (seeds) per model on the same split (the paper: 10).")
-    seed: int = shared_setting("seed", note="Here it also draws the cross-validation folds; BERT run r (from 0) uses "
-                                            "seed --seed + r for its initialisation, dropout and data order.")
+    take(vars(), "seed", note="Here it also draws the cross-validation folds; BERT run r (from 0) uses seed --seed + "
+                              "r for its initialisation, dropout and data order.")
     test_fraction: float = setting(0.2, "Share of rows held out (stratified) to score the BERT models. The paper "
                                         "holds out one fixed split without giving its size; 0.2 is our choice.")
     epochs: Optional[int] = setting(
         None, "BERT training epochs per run; the paper does not say. Default 3 when encoder blocks train (BERT's "
               "recommended 2-4) and 100 for frozen, where only the head trains and at lr 5e-5 needs thousands of "
               "steps (100 epochs of Kaggle's 6,090 training tweets are 19,100; on a smaller file give more).")
-    batch_size: int = shared_setting("batch_size", note="The paper does not say; 32 is one of BERT's recommended "
-                                                        "values.")
-    lr: float = shared_setting("lr", 5e-5, why="The paper: 5e-5.")
+    take(vars(), "batch_size", note="The paper does not say; 32 is one of BERT's recommended values.")
+    take(vars(), "lr", default=5e-5, why="The paper: 5e-5.")
     hidden_units: int = setting(
         0, "0: the paper's head, BERT's features into a single dense layer with a logistic activation (one sigmoid "
            "unit; a softmax layer for more than two labels), i.e. logistic regression as for the sparse features. "
            "N > 0: a dense ReLU layer of N units before it (e.g. 64, the head of the results committed before the "
            "paper's head could be run).")
-    max_seq_length: int = shared_setting("max_seq_length", note="Longer texts are cut, and the results file counts "
-                                                                "the texts that fill the budget.")
-    precision: str = shared_setting("precision", note="mixed_float16 scales the loss. Part of the settings a rerun "
-                                                      "must match.")
-    distribution: str = shared_setting("distribution", note="For --approach=bert. Not part of the settings a rerun "
-                                                            "must match.")
+    take(vars(), "max_seq_length", note="Longer texts are cut, and the results file counts the texts that fill the "
+                                        "budget.")
+    take(vars(), "precision", note="mixed_float16 scales the loss. Part of the settings a rerun must match.")
+    take(vars(), "distribution", note="For --approach=bert. Not part of the settings a rerun must match.")
 
     CHECKS: ClassVar[dict] = {
         **settings_lib.CHECKS,
@@ -103,20 +100,10 @@ class SentimentBertSettings(RunSettings):
         **study_method.checks("the sentiment study"),
     }
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
-    # The group's default applies (`tf_transfer.core.setting_groups`), or the study's view gives the value:
-    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {
-        "padding": "each batch padded to its length bucket", "bucket_step": "the feed's default",
-        "eval_batch_size": "sentiment_bert scores at its own INFERENCE_BATCH_SIZE",
-        "max_train_examples": "all of the split's training rows", "validation_fraction": "--test_fraction instead",
-        "skip_bad_rows": "labelled_texts refuses a bad row, naming it", "data_dir": "--data, one file",
-        "dropout": "the preset's own", "init_checkpoint": "backbones from presets only",
-        "bert_config_file": "as init_checkpoint", "vocab_file": "as init_checkpoint",
-        # sentiment_bert trains with plain Adam at --lr (the paper's), not with the optimizer group:
-        "lr_schedule": "unused", "warmup_proportion": "unused", "weight_decay": "unused", "clip_norm": "unused",
-        "adam_epsilon": "unused",
-        "max_epochs": "from --epochs (the `loop` view)", "patience": "no validation split: every epoch trains",
-        "min_delta": "as patience", "jit_compile": "Keras decides", "steps_per_execution": "one step per call",
-    }
+    # The group settings not taken have their group's default (`tf_transfer.core.setting_groups`), unused here:
+    # sentiment_bert trains with plain Adam at --lr (the paper's), not the optimizer group, on every row of its
+    # training split (--test_fraction is held out, no validation split: nothing stops early), and scores at its own
+    # INFERENCE_BATCH_SIZE; a bad row is refused, naming it.
 
     def __post_init__(self):
         check_choice("bert_mode", self.mode, tuple(BERT_MODES))
@@ -140,6 +127,12 @@ class SentimentBertSettings(RunSettings):
     def loop(self) -> setting_groups.LoopSettings:
         """`epochs` every run trains; no validation split, so nothing stops early."""
         return setting_groups.view(self, setting_groups.LoopSettings, max_epochs=self.epochs)
+
+    @property
+    def model(self) -> setting_groups.ModelSettings:
+        """The blocks `k` trains, at the preset's own dropout: the paper names none, and every sentiment run so far
+        took the preset's (the group's 0.1 is BERT's, which the other studies set)."""
+        return setting_groups.view(self, setting_groups.ModelSettings, trainable_layers=self.k, dropout=None)
 
     @property
     def k(self):
@@ -174,3 +167,6 @@ class SentimentBertSettings(RunSettings):
                 "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "hidden_units": self.hidden_units, "max_seq_length": self.max_seq_length,
                 "precision": self.precision, **study_method.recorded(self)}
+
+
+study_method.follow(SentimentBertSettings)  # a method registered later brings its settings

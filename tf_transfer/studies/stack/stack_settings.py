@@ -18,7 +18,7 @@ from typing import ClassVar, Optional
 from tf_transfer.core import setting_groups
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
-from tf_transfer.core.settings import RunSettings, setting, shared_setting
+from tf_transfer.core.settings import RunSettings, setting, take
 from tf_transfer.models import freezing, methods
 from tf_transfer.studies import study_method
 
@@ -63,37 +63,35 @@ class StackSettings(RunSettings):
                                    "than this; the head weights from before that epoch are restored.")
     phase1_lr: float = setting(1e-3, "Learning rate of phase 1, the head alone (the paper: 1e-3).")
     phase2_lr: float = setting(2e-5, "Learning rate of phase 2, BERT and head together (the paper: about 2e-5).")
-    max_epochs: int = shared_setting("max_epochs", 6, note="Both phases together.",
-                                     why="Here 6: phase 1's 3 (--phase1_epochs) and 3 of phase 2.")
-    max_seq_length: int = shared_setting("max_seq_length", note="Per question for bimpm and sim_transformer; CoNLL "
-                                                                "words beyond it are predicted O and counted.")
-    seed: int = shared_setting("seed")
-    preset: str = shared_setting("preset")
-    validation_fraction: float = shared_setting("validation_fraction", note="Here of --data, also for the gap rule.")
+    take(vars(), "max_epochs", default=6, note="Both phases together.",
+         why="Here 6: phase 1's 3 (--phase1_epochs) and 3 of phase 2.")
+    take(vars(), "max_seq_length", note="Per question for bimpm and sim_transformer; CoNLL words beyond it are "
+                                        "predicted O and counted.")
+    take(vars(), "seed", "preset")
+    take(vars(), "validation_fraction", note="Here of --data, also for the gap rule.")
     test_data: Optional[str] = setting(None, "Optional test file in the same format, scored after every epoch.")
     validation_data: Optional[str] = setting(
         None, "Optional validation file in the same format (CoNLL-2003: eng.testa), for picking the best epoch, "
               "early stopping and the gap rule; --data is then all training data (--validation_fraction unused).")
-    settings_lib.add_fields(vars(), settings_lib.shared("max_train_examples"))
+    take(vars(), "max_train_examples")
     train_sample_seed: Optional[int] = setting(
         None, "With --max_train_examples: train on a random sample of that many training examples drawn with this "
               "seed, the same whatever --seed (so runs of every strategy and seed share it); default: the first "
               "--max_train_examples in file order.")
     ensemble: tuple = setting((), "Instead of --head: train each of these heads (e.g. cnn,highway_lstm) the same way "
                                   "and average their class probabilities.")
-    patience: int = shared_setting("patience", note="Counted in the last phase.")
-    settings_lib.add_fields(vars(), settings_lib.shared("weight_decay", "clip_norm"))  # the paper's values
-    dropout: float = shared_setting("dropout", note="Also in the head.")
+    take(vars(), "patience", note="Counted in the last phase.")
+    take(vars(), "weight_decay", "clip_norm")  # the paper's values
+    take(vars(), "dropout", note="Also in the head.")
     head_units: int = setting(128, "Width of the heads: MLP hidden layer, LSTM units per direction, convolution "
                                    "filters, 1/4 of the transformer feed-forward width, matching heads' projection and "
                                    "ReLU layer.")
     perspectives: int = setting(20, "Matching perspectives of bimpm and sim_transformer (BiMPM: 20).")
     text_column: Optional[str] = setting(None, "classification: the text column (default: the first of text, "
                                                "sentence, review, content).")
-    label_column: Optional[str] = shared_setting("label_column", note="With --task=classification; default: the "
-                                                                      "first of label, sentiment, target, class.")
-    settings_lib.add_fields(vars(), settings_lib.shared("eval_batch_size", "bucket_step"))
-    precision: str = shared_setting("precision")
+    take(vars(), "label_column", note="With --task=classification; default: the first of label, sentiment, target, "
+                                      "class.")
+    take(vars(), "eval_batch_size", "bucket_step", "precision")
     # The method's settings (LoRA's rank, ...), each a flag; recorded in `config` only for a method other than the
     # default (`study_method.record`), so that runs from before --method keep their settings and folders.
     settings_lib.add_fields(vars(), study_method.fields("What of BERT phase 2 trains (and phase 1 with "
@@ -118,18 +116,9 @@ class StackSettings(RunSettings):
     }
     # Where a run computes, not what: a rerun may change it, and runs from before it existed still match.
     NOT_RESULT_SETTINGS: ClassVar[tuple] = ("distribution",)
-    # The group's default applies (`tf_transfer.core.setting_groups`), or the study's view gives the value:
-    GROUP_FIELDS_NOT_SET: ClassVar[dict] = {
-        "padding": "its feed pads each batch to its length bucket",
-        "skip_bad_rows": "stack_data skips unlabelled rows, refuses other bad ones", "data_dir": "--data, one file",
-        "trainable_layers": "per phase: the head alone, then everything (plan_phases)",
-        "init_checkpoint": "backbones from presets only", "bert_config_file": "as init_checkpoint",
-        "vocab_file": "as init_checkpoint",
-        "lr": "per phase: --phase1_lr, --phase2_lr (plan_phases' views)",
-        "lr_schedule": "a constant rate in each phase", "warmup_proportion": "no warm-up",
-        "adam_epsilon": "BERT's (1e-6)", "min_delta": "any improvement counts",
-        "jit_compile": "Keras decides", "steps_per_execution": "one step per call",
-    }
+    # The group settings not taken have their group's default (`tf_transfer.core.setting_groups`): no --lr, each
+    # phase has its rate (`plan_phases`' views); no --trainable_layers, the head alone then everything; its feed pads
+    # each batch to its length bucket; a constant rate in each phase, BERT's epsilon; backbones from presets only.
 
     def __post_init__(self):
         self._set("ensemble", tuple(self.ensemble))
@@ -198,6 +187,9 @@ class StackSettings(RunSettings):
     def default_output_dir(self, root: str = "runs") -> str:
         return os.path.join(root, "stack", self.task,
                             f"{self.run_prefix}{'+'.join(self.heads)}_{self.stack_strategy}", f"seed{self.seed}")
+
+
+study_method.follow(StackSettings)  # a method registered later brings its settings
 
 
 @dataclasses.dataclass(frozen=True)

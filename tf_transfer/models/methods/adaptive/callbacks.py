@@ -22,17 +22,14 @@ from typing import Optional
 
 import keras
 
-from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods, user_model
 from tf_transfer.models.methods.adaptive import decision_loop
 
 
 def _checked(method: str, **values) -> None:
-    """The method's settings checked as the commands check them (the same lines)."""
-    checks = methods.get(method).checks
-    for name, value in values.items():
-        settings_lib.check(name, value, checks[name])
+    """The method's settings checked as the commands check them (the same lines: its config's)."""
+    methods.get(method).options(values)
 
 
 class _AdaptiveFreezing(keras.callbacks.Callback):

@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+
 from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.record_schema import Field
 from tf_transfer.core.settings import setting
@@ -19,10 +21,16 @@ from tf_transfer.models.methods.adaptive import schedules
 import tf_transfer.models.methods.scope as scope
 from tf_transfer.models.methods.registry import Method
 
-MIN_TRAINABLE_LAYERS = {
-    "min_trainable_layers": (int, setting(1, "--method=autofreeze or freezeout: the top blocks that never freeze (0: "
-                                             "every block may freeze, the pooler and head train to the end).")),
-}
+
+
+def min_trainable_layers() -> dataclasses.Field:
+    """The setting AutoFreeze's and FreezeOut's configs share, declared here once (`check_min_trainable_layers`)."""
+    return setting(1, "--method=autofreeze or freezeout: the top blocks that never freeze (0: every block may "
+                      "freeze, the pooler and head train to the end).")
+
+
+def check_min_trainable_layers(config) -> None:
+    settings_lib.check("min_trainable_layers", config.min_trainable_layers, (settings_lib.at_least(0), "must be >= 0"))
 
 
 class Adaptive(Method):
@@ -79,6 +87,3 @@ class Adaptive(Method):
     def sweep_candidates(self, num_layers: int, options: dict) -> list:
         return []  # not among the sweep's candidates (yet)
 
-
-def checks() -> dict:
-    return {"min_trainable_layers": (settings_lib.at_least(0), "must be >= 0")}

@@ -234,7 +234,7 @@ def unregister(name: str) -> None:
 def follow(follower: Callable) -> None:
     """Calls `follower(method, registered)` for every method registered (True) or taken out (False) from now on: a
     settings class made before a method outside this package registers takes its settings so (the GLUE trainer's:
-    `studies/glue_settings.py`)."""
+    `studies/glue/glue_settings.py`)."""
     _FOLLOWERS.append(follower)
 
 

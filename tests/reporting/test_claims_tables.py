@@ -13,7 +13,7 @@ from tf_transfer.core import stats
 from tf_transfer.reporting import claims
 
 STUDIES = ["transfer_learning", "layer_freezing", "sentiment", "stack_quora", "multitask", "methods",
-           "adaptive_freezing", "methods_paired"]
+           "adaptive_freezing", "methods_paired", "stack_conll"]
 # An interval as `stats.Interval.text` writes it: `-1.6 [-5.8, +2.7]`, in any unit.
 INTERVAL = re.compile(r"\[[+\-−]?[0-9.]+[^\],]*, [+\-−]?[0-9.]+[^\]]*\]")
 

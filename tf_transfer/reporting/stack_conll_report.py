@@ -119,6 +119,20 @@ def arm_rows(arms: dict, design: Design) -> list:
     return rows
 
 
+def still_improving(arms: dict) -> str:
+    """A sentence naming, per arm, the runs whose best validation epoch was their last: their scores are those of
+    a model still improving when the epoch budget ended, not of a converged one ("" where none was).
+
+    >>> still_improving({"a": [{"best_epoch": 6, "epochs": [{"epoch": e} for e in range(1, 7)]}], "b": []})
+    ' Best at the last epoch run (still improving when the budget ended): a 1/1.'
+    """
+    counts = {arm: (sum(1 for s in runs if s.get("best_epoch") == len(s["epochs"])), len(runs))
+              for arm, runs in arms.items() if runs}
+    found = [f"{arm} {last}/{done}" for arm, (last, done) in counts.items() if last]
+    return (" Best at the last epoch run (still improving when the budget ended): " + ", ".join(found) + "."
+            if found else "")
+
+
 ARM_HEADER = ["arm", "head", "strategy", "seeds", "test entity F1", "test token accuracy", "validation entity F1",
               "best epoch", "CPU s to stop"]
 
@@ -184,7 +198,8 @@ def write_report(collected: list, out: str, study, variant: str, design: Design)
              "## Every arm over seeds", "",
              tables.markdown_table(ARM_HEADER, arm_rows(arms, design)), "",
              "Mean ± SD over seeds, scores in points. CPU s to stop: the training process's CPU seconds over all "
-             "of a run's epochs (no scoring, no compilation), each run pinned to one core.", "",
+             "of a run's epochs (no scoring, no compilation), each run pinned to one core."
+             + still_improving(arms), "",
              "## Entity F1 per seed (eng.testb)", "",
              tables.markdown_table(["seed", *design.arms], seed_rows(arms, design)), ""]
     if chosen.differences:

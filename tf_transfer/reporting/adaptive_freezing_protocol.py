@@ -48,3 +48,14 @@ def choose_k(found: dict, reference) -> int:
     if close:
         return min(close, key=lambda k: (found[k][1], k))
     return max(found, key=lambda k: (float("-inf") if found[k][0] is None else found[k][0], -k))
+
+
+# The compared methods, in the order the report lists them.
+METHODS = (FULL, AUTOFREEZE, FREEZEOUT, STATIC)
+
+
+def compared_method(part: str):
+    """The compared method a part's runs belong to (`seed 3: AutoFreeze` -> `AutoFreeze`); None for the seed-0
+    search and static grid."""
+    method = part.split(": ", 1)[1] if part.startswith("seed ") else None
+    return method if method in METHODS else None

@@ -15,27 +15,25 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 from collections import defaultdict
 from functools import partial
 from typing import Optional
 
-import numpy as np
-
 from tf_transfer.reporting import method_comparison as shared
 from tf_transfer.core import stats
-from tf_transfer.data.tasks import get_task
 from tf_transfer.reporting import claims
 from tf_transfer.reporting import tables as reports
 from tf_transfer.reporting.rate_search import best_validation, pick_rate
 from tf_transfer.reporting import validation_baselines
-from tf_transfer.reporting.adaptive_freezing_protocol import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, SAME_SCORE,
-                                                              SEARCH_PART, SEARCH_SEED, STATIC, choose_k, time_to_best)
+from tf_transfer.reporting.adaptive_freezing_drift import drift_section, load_line, task_metric
+from tf_transfer.reporting.adaptive_freezing_runs import CSV_HEADER, csv_rows, final_k, hours_left
+from tf_transfer.reporting.adaptive_freezing_protocol import (AUTOFREEZE, FREEZEOUT, FULL, GRID_PART, METHODS,
+                                                              SAME_SCORE, SEARCH_PART, SEARCH_SEED, STATIC, choose_k,
+                                                              compared_method, time_to_best)
 from tf_transfer.reporting.data_note import data_section
-from tf_transfer.reporting.method_comparison import _paired, machine_groups, ratio, share_text, time_savings
+from tf_transfer.reporting.method_comparison import machine_groups, ratio, share_text, time_savings
 
-METHODS = (FULL, AUTOFREEZE, FREEZEOUT, STATIC)
 ADAPTIVE = (AUTOFREEZE, FREEZEOUT)
 SCORE_MARGIN = 1.0  # points: "preserves accuracy" where the interval's low end is above -1 point (issue 40)
 WITHIN = 0.5  # points: the issue's target for the estimate
@@ -45,13 +43,6 @@ CLAIMS_PROTOCOL = ("6-block all-MiniLM-L6-v2, up to 4 epochs, one CPU core per r
                    "FreezeOut: ResNets and DenseNets on CIFAR")
 PAPER_TIME = {AUTOFREEZE: (1 / 2.55, "up to 2.55x faster"), FREEZEOUT: (0.8, "about 20% less wall time")}
 COLORS = {AUTOFREEZE: "tab:red", FREEZEOUT: "tab:purple"}
-
-
-def compared_method(part: str):
-    """The compared method a part's runs belong to (`seed 3: AutoFreeze` -> `AutoFreeze`); None for the seed-0
-    search and static grid."""
-    method = part.split(": ", 1)[1] if part.startswith("seed ") else None
-    return method if method in METHODS else None
 
 
 def method_cells(collected: list) -> dict:
@@ -215,14 +206,6 @@ def _text(interval) -> str:
     return "–" if interval is None else interval.text()
 
 
-def final_k(summary: dict):
-    """The blocks that trained at the end: an adaptive run's L minus its frozen blocks, a static run's k, 'all'."""
-    events = (summary.get("freezing") or {}).get("events")
-    if events is not None:
-        return summary["num_layers"] - max([e.get("frozen_blocks", 0) for e in events] + [0])
-    return summary["trainable_layers"]
-
-
 def task_rows(table: dict, task: str, baseline, methods) -> list:
     """`method_comparison.task_rows` plus the time as a share of full fine-tuning's and the final k per seed."""
     rows = shared.task_rows(table, task, baseline, methods)
@@ -382,79 +365,6 @@ def learned_sentence(table: dict, tasks: list, gains: dict, provisional: dict, i
             "validation splits (`majority_validation.csv`): " + "; ".join(parts) + ".")
 
 
-def _kind(settings: dict) -> str:
-    return compared_method(settings["part"]) or (
-        FULL if settings["part"] == SEARCH_PART else settings["part"])
-
-
-def _core_s(summary: dict):
-    """About what the run took of a dedicated core: its wall seconds from start to finish times the share of the
-    core its training epochs had (`cpu_utilization`; 1 where not recorded); None without both times."""
-    try:
-        start, end = (datetime.datetime.strptime(summary[k], "%Y-%m-%dT%H:%M:%S%z")
-                      for k in ("started_at", "finished_at"))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return (end - start).total_seconds() * min(1.0, _utilization(summary) or 1.0)
-
-
-def hours_left(collected: list):
-    """A rough estimate of the core-hours the runs not completed still take: each at the mean core time (`_core_s`)
-    of the completed runs of its kind (method, or the static grid) on its task, else of its kind, else of full
-    fine-tuning on its task or anywhere (an upper bound for the freezing methods); None before any run has
-    completed."""
-    seen = defaultdict(list)
-    for run in collected:
-        seconds = _core_s(run["summary"]) if run["summary"] else None
-        if seconds is not None:
-            seen[(_kind(run["settings"]), run["settings"]["task"])].append(seconds)
-            seen[(_kind(run["settings"]), None)].append(seconds)
-    if not seen:
-        return None
-    everything = [s for (kind, task), values in seen.items() if task is None for s in values]
-    left = 0.0
-    for run in collected:
-        if run["summary"]:
-            continue
-        kind, task = _kind(run["settings"]), run["settings"]["task"]
-        for key in ((kind, task), (kind, None), (FULL, task), (FULL, None)):
-            if seen.get(key):
-                left += sum(seen[key]) / len(seen[key])
-                break
-        else:
-            left += sum(everything) / len(everything)
-    return left / 3600
-
-
-CSV_HEADER = ["task", "part", "method", "lr", "seed", "trainable_layers", "final_k", "freezes (step:blocks)",
-              "metric", "validation_best", "test_at_best", "best_epoch", "epochs", "time_to_stop_cpu_s",
-              "s_per_epoch", "cpu_utilization", "peak_memory_mb", "machine", "folder"]
-
-
-def _utilization(summary: dict):
-    """The mean over epochs of CPU seconds per wall second of training: about 1 alone on a core, less when shared."""
-    values = [e["cpu_utilization"] for e in summary["epochs"] if e.get("cpu_utilization") is not None]
-    return round(sum(values) / len(values), 2) if values else None
-
-
-def csv_rows(collected: list) -> list:
-    rows = []
-    for run in collected:
-        summary, s = run["summary"], run["settings"]
-        if not summary:
-            continue
-        freezes = " ".join(f"{e['step']}:{e['frozen_blocks']}" for e in (summary.get("freezing") or {}).get(
-            "events", []))
-        rows.append([s["task"], s["part"], _kind(s), s["lr"], s["seed"], summary["trainable_layers"],
-                     final_k(summary), freezes, summary["metric"], round(shared.validation(summary), 2),
-                     round(shared.score(summary), 2), summary.get("best_epoch"), len(summary["epochs"]),
-                     round(reports.time_to_stop(summary, "cpu"), 1), round(shared.epoch_seconds(summary, "cpu"), 1),
-                     _utilization(summary), round(summary.get("peak_memory_mb") or 0),
-                     reports.machine_label(summary.get("machine")),
-                     run["folder"]])
-    return rows
-
-
 def _still_to_run(study, collected: list, chosen) -> list:
     """`tables.still_to_run` by method (not by seed's part), and the hours it may take."""
     by_method = [{**r, "settings": {**r["settings"], "part": compared_method(r["settings"]["part"])
@@ -514,115 +424,6 @@ def _claims_section(table: dict, tasks: list, gains: dict, provisional: dict, do
             f"within {WITHIN:g} points and an interval above -{SCORE_MARGIN:g} point; the time targets are "
             f"{100 * TIME_TARGET:.0f}% and {100 * TIME_STRETCH:.0f}% of full fine-tuning's time to stop.", "",
             reports.markdown_table(TARGET_HEADER, target_rows(table, tasks)), ""]
-
-
-def task_metric(collected: list, task: str) -> str:
-    """The metric the task's runs stop and are scored on (the grid's `--metric`, else the task's primary)."""
-    given = next((r["settings"].get("metric") for r in collected if r["settings"]["task"] == task), None)
-    return given or get_task(task).primary_metric
-
-
-def load_line(collected: list, task: str) -> str:
-    """Each compared method's mean `others_cpu_load` over its runs' epochs (what else the machine ran beside them:
-    a busy other core slows a pinned run's CPU seconds too), and how many runs recorded it."""
-    found = defaultdict(list)
-    for run in collected:
-        method = compared_method(run["settings"]["part"])
-        if method and run["settings"]["task"] == task and run["summary"]:
-            found[method].append(reports.others_load(run["summary"]))
-    cells = []
-    for method in METHODS:
-        loads = [x for x in found.get(method, []) if x is not None]
-        if found.get(method):
-            cells.append(f"{method} " + (f"{sum(loads) / len(loads):.2f}" if loads else "not recorded")
-                         + f" ({len(loads)} of {len(found[method])} runs recorded it)")
-    return ("Other work beside the runs (`others_cpu_load`: the machine's other processes' CPU seconds per wall "
-            "second while an epoch trained, 0 idle, 1 one core busy, above 1 on 2 cores when other work also took "
-            "turns on the run's core; mean over a run's epochs, then over runs; what a busy core costs a pinned run: "
-            "benchmarks/README.md, *A busy neighbour core*): " + "; ".join(cells) + ".") if cells else ""
-
-
-def _same_work(run: dict):
-    """The setting of a run whose every epoch does the same work in every seed (full fine-tuning, or a static k over
-    its cache: the same examples, the same trainable blocks), as a key; None for AutoFreeze and FreezeOut, whose
-    epochs get cheaper as blocks freeze."""
-    s = run["settings"]
-    if s.get("method") != "freeze" or not run["summary"]:
-        return None
-    return s["task"], str(s["trainable_layers"]), float(s["lr"]), bool(s.get("cache_frozen"))
-
-
-def drift_runs(collected: list) -> list:
-    """`[(setting, mean log CPU s per epoch, mean log probe s)]` of the same-work runs that recorded the machine's
-    speed probe after every epoch."""
-    found = []
-    for run in collected:
-        key = _same_work(run)
-        probes = reports.probe_seconds(run["summary"]) if key else None
-        cpu = [e.get("epoch_cpu_s") for e in run["summary"]["epochs"]] if probes else None
-        if probes and all(cpu):
-            found.append((key, float(np.mean(np.log(cpu))), float(np.mean(np.log(probes)))))
-    return found
-
-
-def _spread(values, groups) -> float:
-    """The pooled within-group sd of log values, as a share (0.1: about 10%)."""
-    values, groups = np.asarray(values), list(groups)
-    squares, df = 0.0, 0
-    for group in set(groups):
-        members = values[[i for i, g in enumerate(groups) if g == group]]
-        squares, df = squares + float(np.sum((members - members.mean()) ** 2)), df + len(members) - 1
-    return float(np.expm1(np.sqrt(squares / df))) if df else float("nan")
-
-
-def drift_section(collected: list, table: dict, tasks: list) -> list:
-    """Whether the machine's speed probe (`speed_probe_cpu_ms`, recorded since 2026-11-26 18:20 UTC) explains how
-    the CPU seconds of the same work drift between runs, and the time shares divided by it beside the raw ones."""
-    found = drift_runs(collected)
-    groups = [key for key, _, _ in found]
-    repeated = [i for i, g in enumerate(groups) if groups.count(g) > 1]
-    lines = ["## The machine's drift, and the times divided by its speed", "",
-             "The same work took different CPU seconds on different hours (this VM's speed drifts; on 2026-11-26 "
-             "the same static-k epoch of STS-B took 139-153 CPU s in one run and 178-196 s in another). Since "
-             "2026-11-26 18:20 UTC every epoch also records the machine's speed right after it (`speed_probe_cpu_ms`, "
-             "docs/outputs.md). The check: over the runs whose epochs all do the same work in every seed (full "
-             "fine-tuning and static k), does a run's CPU seconds per epoch move with its probe, beyond what its "
-             "setting explains? (Run means of the logs, centred within each setting; Pearson's r with Fisher's z "
-             "interval, `stats.within_group_correlation`.)", ""]
-    if len(repeated) < 4:
-        return lines + [f"Not enough probed runs yet: {len(found)} same-work run(s) recorded the probe on every "
-                        f"epoch, {len(repeated)} of them in settings with at least two such runs. The times above "
-                        "are raw CPU seconds.", ""]
-    cpu, probe = [found[i][1] for i in repeated], [found[i][2] for i in repeated]
-    kept = [groups[i] for i in repeated]
-    r = stats.within_group_correlation(cpu, probe, kept)
-    raw, divided = _spread(cpu, kept), _spread(np.subtract(cpu, probe), kept)
-    tracks = r.defined and r.low > 0
-    lines += [f"{len(repeated)} runs in {len(set(kept))} settings: r = {r.estimate:.2f} "
-              + (f"[{r.low:.2f}, {r.high:.2f}]" if r.defined else "(no interval)")
-              + f"; a setting's CPU seconds per epoch spread by {100 * raw:.0f}% between its runs (pooled sd), "
-              f"{100 * divided:.0f}% once divided by the probe. "
-              + ("The probe tracks the drift (the interval lies above 0)." if tracks else
-                 "That the probe tracks the drift is not shown (the interval reaches 0 or below): the raw times "
-                 "above stand, and the divided ones below are shown only for comparison."), ""]
-    rows = []
-    for method in (AUTOFREEZE, FREEZEOUT, STATIC):
-        for label, kind in [group for task in tasks for group in machine_groups(table, method, task)]:
-            task = label.split(" on ")[0]
-            probed = ratio(table, method, task, key="probed", kind=kind)
-            if probed is None or probed.n < 2:
-                continue
-            raw_same = ratio(table, method, task, seeds=set(_paired(table, method, task, "probed", kind=kind)),
-                             kind=kind)
-            rows.append([method, label, str(probed.n), share_text(raw_same), share_text(probed)])
-    if rows:
-        lines += ["Time to stop as a share of full fine-tuning's, over the seeds whose runs on both sides recorded "
-                  "the probe on every epoch:", "",
-                  reports.markdown_table(["method", "task", "seeds", "raw CPU seconds [95%]",
-                                          "divided by the probe [95%]"], rows), ""]
-    else:
-        lines += ["No seed has both sides of a comparison probed yet.", ""]
-    return lines
 
 
 def _task_section(collected: list, table: dict, tasks: list, majority: dict, out: str) -> list:

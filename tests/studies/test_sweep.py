@@ -8,11 +8,12 @@ import pytest
 
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
-from tf_transfer.studies.sweep import sweep_search as sweep
+from tf_transfer.models import methods
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_session
 
 
 def test_candidates_cover_each_method_at_its_own_rates():
-    found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6)
+    found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6, options={"lora_ranks": [4, 8, 16]})
     assert {"freeze_kall_lr2e-05", "freeze_k3_lr0.001", "lora_r8_kall_lr0.0005", "lora_r16_k2_lr0.002",
             "bitfit_kall_lr0.005"} <= set(found)
     assert found["freeze_k2_lr0.0001"] == {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-4}
@@ -26,6 +27,28 @@ def test_candidates_cover_each_method_at_its_own_rates():
     assert order.index("lora_r8_k2_lr0.0005") < order.index("lora_r8_kall_lr0.0005") < order.index("freeze_kall_lr2e-05")
     with pytest.raises(TransferError, match="'adapters' is not a method"):
         sweep.candidates(["adapters"], 6)
+
+
+def test_the_default_sweep_leaves_out_the_methods_and_ranks_the_studies_found_dominated():
+    # BitFit stays a method --methods may name, with its reason in --methods' help; LoRA takes one rank by default.
+    assert methods.registry.in_default_sweep() == ("freeze", "lora")
+    assert "bitfit" in methods.registry.in_sweep()
+    assert "LoRA r8" in methods.registry.left_out_of_default_sweep()["bitfit"]
+    found = sweep.candidates(list(methods.registry.in_default_sweep()), num_layers=6)
+    assert len(found) == 2 * (1 + 3) + 2 * 2  # full + k in {1, 2, 3}; rank 8 on {all, last 2}
+    assert {name.split("_k")[0] for name in found} == {"freeze", "lora_r8"}
+    assert sweep_session.SweepOptions.__dataclass_fields__["methods"].default_factory() == ["freeze", "lora"]
+
+
+def test_a_method_whose_sweep_left_out_is_no_string_is_refused():
+    with pytest.raises(TransferError, match="sweep_left_out.*must be a string"):
+        @methods.registry.register
+        class Odd(methods.registry.Method):
+            name, title, help, sweep_left_out = "odd", "odd", "nothing", True
+
+            def apply(self, backbone, options, trainable_layers):
+                pass
+    assert "odd" not in methods.names()
 
 
 def _runs(scores: dict, costs: dict, cut: dict = None, epochs: int = 3, max_epochs: int = 9) -> list:

@@ -72,6 +72,8 @@ PIECES = {
                        "activations' only): how the sweep prices a candidate and the bench counts FLOPs",
     "sweep_candidates": "sweep_candidates(num_layers, options): [(settings overrides, learning rates)] the budgeted "
                         "sweep may try ([] for none)",
+    "sweep_left_out": "why the sweep's default --methods leave it out, from a committed study ('' where they take it "
+                      "in; --methods still names it)",
     "sweep_options": "the sweep's flags for its candidates: {flag: (default list, help, int|float|str)} ({} for none)",
     "sweep_columns": "settings shown as columns of the sweep's candidates table (() for none)",
     "candidate_tag": "candidate_tag(settings): how a sweep candidate's name starts",
@@ -120,6 +122,7 @@ class Method:
     record_fields = ()
     hparams_off = {}
     backward_passes = 2
+    sweep_left_out = ""
     sweep_options = {}
     sweep_columns = ()
     trainer = None
@@ -217,6 +220,8 @@ def _broken_piece(cls: type) -> Optional[tuple]:
         None, None)
     if not hasattr(values, "items") or not isinstance(why, str) or (values and not why):
         return "run_defaults", "must be a pair ({setting: value}, why), with a reason when it takes anything"
+    if not isinstance(cls.sweep_left_out, str):
+        return "sweep_left_out", "must be a string: why the sweep's default --methods leave it out ('' for not)"
     if cls.backward_passes not in (1, 2):
         return "backward_passes", f"is {cls.backward_passes!r}, not 1 or 2"
     return None
@@ -402,6 +407,16 @@ def sweep_options() -> dict:
 
 def in_sweep() -> tuple:
     """The methods that give the sweep candidates (`sweep_candidates` not empty at 12 blocks and the options'
-    defaults): the sweep's default --methods."""
+    defaults): those --methods may name."""
     defaults = {flag: [kind(value) for value in default] for flag, (default, _, kind) in sweep_options().items()}
     return tuple(name for name, method in _METHODS.items() if method.sweep_candidates(12, defaults))
+
+
+def in_default_sweep() -> tuple:
+    """The sweep's default --methods: those of `in_sweep` without a `sweep_left_out` reason."""
+    return tuple(name for name in in_sweep() if not _METHODS[name].sweep_left_out)
+
+
+def left_out_of_default_sweep() -> dict:
+    """`{method: why}` of the methods the sweep can try that its default --methods leave out."""
+    return {name: _METHODS[name].sweep_left_out for name in in_sweep() if _METHODS[name].sweep_left_out}

@@ -46,7 +46,7 @@ class SweepOptions:
     in the order the command has always said them."""
 
     budget: Optional[str]
-    methods: list = dataclasses.field(default_factory=lambda: list(methods_lib.registry.in_sweep()))
+    methods: list = dataclasses.field(default_factory=lambda: list(methods_lib.registry.in_default_sweep()))
     workers: int = 0
     top: int = 3
     seeds: int = 3

@@ -281,8 +281,6 @@ TASK_HEADER = ["method", "rate", "score", "vs full, points (seed-paired 95%)", "
 def learned(table: dict, tasks: list, baselines: dict) -> dict:
     """`{task: points}` by which full fine-tuning's mean best validation score beats the constant prediction's on
     the same validation splits (`validation_baselines`; tasks without a known baseline left out)."""
-    from tf_transfer.reporting import validation_baselines
-
     gains = {}
     for task in tasks:
         full, base = table.get((FULL, task)), validation_baselines.mean_score(baselines, task)

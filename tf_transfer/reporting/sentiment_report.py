@@ -24,7 +24,7 @@ from typing import Optional
 from tf_transfer.core.errors import TransferError
 from tf_transfer.data.labelled_texts import LabelledTexts
 from tf_transfer.core import stats
-from tf_transfer.reporting import claims, tables
+from tf_transfer.reporting import claims
 from tf_transfer.studies.sentiment.sentiment_results import (BOXPLOT, REPORT, SPARSE_JSON, SPARSE_MARKDOWN,
                                                              SPARSE_PROGRESS, f1_description, read_json)
 

@@ -8,8 +8,6 @@ where full fine-tuning beats the constant prediction by 10 points (`tf_transfer.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from tf_transfer.reporting.transfer_learning_paper import (BUDGET_FRACTIONS, LARGE, PAPER_SMALL_DEDUCTION,
                                                            PAPER_SMALL_TIME_SAVED, RATES, UNCACHED_TASKS, paper_metric,
                                                            paper_score)

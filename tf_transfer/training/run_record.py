@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Optional
 
 from tf_transfer.core.record_schema import Field, Schema

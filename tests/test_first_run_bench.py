@@ -16,15 +16,16 @@ import study  # noqa: E402
 from tf_transfer.core import stats  # noqa: E402
 
 
-def _run(runs, file, route, validation, cpu_s, seed=0):
+def _run(runs, file, route, validation, cpu_s, seed=0, test=None, cpu="AMD EPYC"):
     folder = os.path.join(runs, file, route, f"seed{seed}")
     os.makedirs(folder)
     epochs = [{"epoch": 1, "epoch_time_s": 10.0, "epoch_cpu_s": 9.8, "val": {"accuracy": validation},
-               "test": {"accuracy": validation - 0.02}}]
+               "test": {"accuracy": validation - 0.02 if test is None else test}}]
     with open(os.path.join(folder, "summary.json"), "w") as f:
-        json.dump({"completed": True, "metric": "accuracy", "epochs": epochs, "best_epoch": 1}, f)
+        json.dump({"completed": True, "metric": "accuracy", "epochs": epochs, "best_epoch": 1,
+                   "peak_memory_mb": 900.0}, f)
     with open(os.path.join(folder, "process.json"), "w") as f:
-        json.dump({"wall_s": cpu_s * 1.02, "cpu_s": cpu_s}, f)
+        json.dump({"wall_s": cpu_s * 1.02, "cpu_s": cpu_s, "machine": {"cpu": cpu, "isa": ["avx2"]}}, f)
 
 
 def _search(runs, candidates):
@@ -81,3 +82,48 @@ def test_a_completed_run_without_its_process_times_is_not_done(tmp_path):
     assert study.done(runs, "sst2", study.OLD_DEFAULT, 0)
     os.remove(os.path.join(runs, "sst2", study.OLD_DEFAULT, "seed0", "process.json"))
     assert study.done(runs, "sst2", study.OLD_DEFAULT, 0) is None
+
+
+def test_a_seed_whose_runs_ran_on_two_kinds_of_machine_is_left_out_of_the_pairs(tmp_path):
+    runs, routes = str(tmp_path), [study.full(5e-5), study.cached(2, 3e-4)]
+    for seed in study.COMPARED_SEEDS:
+        _run(runs, "sst2", routes[0], 0.90, 1000.0, seed=seed, test=0.88 + seed / 1000)
+        _run(runs, "sst2", routes[1], 0.88, 350.0, seed=seed, test=0.85 + seed / 1000,
+             cpu="Intel Xeon" if seed == 3 else "AMD EPYC")
+    pairs, mixed = report.compared(runs, "sst2", routes)
+    assert sorted(pairs) == [1, 2] and mixed == {3: ["AMD EPYC (avx2)", "Intel Xeon (avx2)"]}
+    lines, points, verdicts, contended, seeds, _ = report.file_table(runs, "sst2", routes, routes[0])
+    score, wall_share, cpu_share, uncontended = verdicts[routes[1]]
+    assert seeds == [1, 2] and score.estimate == pytest.approx(-3.0) and cpu_share.estimate == pytest.approx(0.35)
+    assert uncontended is None and not contended
+
+
+def test_where_the_target_is_missed_the_search_says_what_the_front_offers(tmp_path):
+    runs = str(tmp_path)
+    _search(runs, {study.OLD_DEFAULT: (0.86, 480.0), study.cached(2, 1e-4): (0.885, 420.0),
+                   study.cached(2, 3e-4): (0.88, 350.0), study.cached(3, 1e-4): (0.893, 520.0)})
+    said = report.front_offers(runs, "sst2")  # full fine-tuning: 0.90 on validation at 1000 CPU s
+    assert said.startswith("last 3 over the cache, lr 0.0001 within 1 point (-0.7) at 52% of full fine-tuning's")
+    assert "within 40% of its time, at best last 2 over the cache, lr 0.0003 (-2.0 points at 35%)" in said
+    assert report.front_offers(str(tmp_path / "none"), "sst2") == "the search is unfinished"
+
+
+def test_the_report_says_each_files_verdict_by_how_much_and_the_front_where_missed(tmp_path, monkeypatch):
+    runs, out = str(tmp_path / "runs"), str(tmp_path / "out")
+    _search(runs, {study.OLD_DEFAULT: (0.86, 480.0), study.cached(2, 1e-4): (0.885, 420.0),
+                   study.cached(2, 3e-4): (0.88, 350.0), study.cached(3, 1e-4): (0.893, 520.0)})
+    assert study.chosen_candidate(runs) == study.cached(2, 3e-4)
+    for file in study.FILES:
+        for seed in study.COMPARED_SEEDS:
+            for route, test, cpu_s in [(study.full(5e-5), 0.88, 1000.0), ("hf_lr5e-05", 0.881, 1500.0),
+                                       (study.OLD_DEFAULT, 0.85, 480.0), (study.cached(2, 3e-4), 0.86, 350.0)]:
+                _run(runs, file, route, 0.9, cpu_s, seed=seed, test=test + seed / 1000 * (route != "hf_lr5e-05"))
+    monkeypatch.setattr("sys.argv", ["report.py", f"--runs={runs}", f"--out={out}"])
+    report.main()
+    text = open(os.path.join(out, "results.md")).read()
+    assert "last 2 over the cache, lr 0.0003: target missed (within 1 point at no more than 40% of full " \
+           "fine-tuning's wall time): -2.0 [-2.0, -2.0] points at 35% [35%, 35%] of its wall time (35% [35%, 35%] " \
+           "of its CPU time)" in text
+    assert text.count("Where the new default does not meet the target here, the search offered: last 3 over the "
+                      "cache, lr 0.0001 within 1 point (-0.7)") == len(study.FILES)
+    assert os.path.exists(os.path.join(out, "front.png"))

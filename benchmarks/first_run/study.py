@@ -100,6 +100,15 @@ def done(runs: str, file: str, route: str, seed: int):
     return summary if summary and summary.get("completed") and timed else None
 
 
+def machine_kind(runs: str, file: str, route: str, seed: int) -> str:
+    """The kind of machine a completed run ran on (CPU model and vector instruction sets), from its process's record
+    (every route's) or else its summary (runs recorded before the process kept it)."""
+    folder = os.path.join(runs, file, route, f"seed{seed}")
+    found = (read(os.path.join(folder, "process.json")) or {}).get("machine") or (
+        read(os.path.join(folder, "summary.json")) or {}).get("machine") or {}
+    return f"{found.get('cpu', 'unknown')} ({', '.join(found.get('isa') or []) or 'instruction sets unrecorded'})"
+
+
 def best_validation(summary: dict) -> float:
     metric = summary["metric"]
     sign = -1 if metric == "mse" else 1
@@ -216,9 +225,12 @@ def run_job(data: str, runs: str, file: str, route: str, seed: int) -> None:
         status = subprocess.call(command(data, file, route, seed, out), stdout=log, stderr=subprocess.STDOUT,
                                  cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    from tf_transfer.core import machine  # the kind of machine of every route, the Hugging Face peer's too
+
     record = {"wall_s": time.perf_counter() - wall, "cpu_s": (after.ru_utime - before.ru_utime)
               + (after.ru_stime - before.ru_stime), "exit_status": status,
-              "cpus": sorted(os.sched_getaffinity(0)), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+              "cpus": sorted(os.sched_getaffinity(0)), "machine": machine.describe(),
+              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     with open(os.path.join(out, "process.json" if status == 0 else "failed.json"), "w") as f:
         json.dump(record, f, indent=1)  # a failed job is not retried by the workers: its log says why
     os.remove(os.path.join(out, "claim"))

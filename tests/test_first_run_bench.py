@@ -127,3 +127,19 @@ def test_the_report_says_each_files_verdict_by_how_much_and_the_front_where_miss
     assert text.count("Where the new default does not meet the target here, the search offered: last 3 over the "
                       "cache, lr 0.0001 within 1 point (-0.7)") == len(study.FILES)
     assert os.path.exists(os.path.join(out, "front.png"))
+
+
+def test_a_dead_workers_unfinished_run_is_run_afresh_so_its_times_are_the_whole_process(tmp_path, monkeypatch):
+    runs = str(tmp_path)
+    _run(runs, "sst2", study.OLD_DEFAULT, 0.87, 300.0)
+    folder = os.path.join(runs, "sst2", study.OLD_DEFAULT, "seed0")
+    os.remove(os.path.join(folder, "process.json"))  # killed mid-run: its epochs so far, no process times
+    with open(os.path.join(folder, "claim"), "w") as f:
+        json.dump({"pid": 1 << 30}, f)  # the dead worker's claim
+    ran = []
+    monkeypatch.setattr(study, "command", lambda *args: ran.append(os.listdir(folder)) or [sys.executable, "-c", ""])
+    study.run_job(str(tmp_path / "data"), runs, "sst2", study.OLD_DEFAULT, 0)
+    assert sorted(ran[0]) == ["claim", "log.txt"]  # nothing of the killed run left to resume from; a new log
+    process = json.load(open(os.path.join(folder, "process.json")))
+    assert process["exit_status"] == 0 and process["machine"]["cpu"] and not os.path.exists(
+        os.path.join(folder, "claim"))

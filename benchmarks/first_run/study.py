@@ -212,12 +212,12 @@ def run_job(data: str, runs: str, file: str, route: str, seed: int) -> None:
     out = os.path.join(runs, file, route, f"seed{seed}")
     if done(runs, file, route, seed) or not _claim(out):
         return
-    summary = read(os.path.join(out, "summary.json"))
-    if summary and summary.get("completed"):  # its worker died before recording the process's times: run it afresh
-        for name in os.listdir(out):
-            if name != "claim":
-                path = os.path.join(out, name)
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    # A dead worker's run (finished or not) starts afresh: its times are the whole process's, which a run resumed
+    # after its last finished epoch would not give (its start-up, cache build and earlier epochs were another's).
+    for name in os.listdir(out):
+        if name != "claim":
+            path = os.path.join(out, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     print(f"{time.strftime('%H:%M:%S')} {file} {route} seed {seed}: started on cpus "
           f"{sorted(os.sched_getaffinity(0))}", flush=True)
     before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()

@@ -4,7 +4,8 @@ memory, and a figure of score against time (the front); then the search that cho
 
     python benchmarks/first_run/report.py --runs=reports/first_run/runs --out=reports/first_run
 
-Writes `README.md`'s generated part (`results.md`) and `front.png` in `--out`. Only runs that completed count; a
+Writes `README.md`'s generated part (`results.md`), `front.png` (the compared seeds) and `search_front.png` (the
+search at seed 0) in `--out`. Only runs that completed count; a
 (file, seed) whose routes did not all complete, or ran on more than one kind of machine, is left out of the pairs
 (the second listed, to rerun on one).
 """
@@ -153,6 +154,14 @@ def front_offers(runs: str, file: str) -> str:
     return "; ".join(said) + " (seed 0, validation)"
 
 
+def search_points(runs: str, file: str) -> dict:
+    """`{route: (CPU seconds, best validation score, 0)}` of the search's completed runs on `file` (seed 0)."""
+    routes = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]] + [study.OLD_DEFAULT] + [
+        study.cached(k, lr) for k, lr in study.CANDIDATES]
+    found = {route: run_facts(runs, file, route, study.SEARCH_SEED) for route in routes}
+    return {route: (facts["cpu_s"], facts["validation"], 0.0) for route, facts in found.items() if facts}
+
+
 def search_table(runs: str, file: str) -> list:
     rate = study.searched_full_rate(runs, file)
     routes = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]] + [study.OLD_DEFAULT] + [
@@ -174,23 +183,33 @@ def search_table(runs: str, file: str) -> list:
     return lines
 
 
-def figure(fronts: dict, path: str) -> None:
+def figure(fronts: dict, path: str, xlabel: str = "wall time to the end, minutes (one core)",
+           ylabel: str = "test score, points") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(fronts), figsize=(4.2 * len(fronts), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(fronts), figsize=(4.2 * len(fronts), 4.0), squeeze=False)
+    # One colour per route on every panel (a panel lacking a route would shift the colour cycle).
+    kinds = sorted({route for points in fronts.values() for route in points}, key=route_label)
+    colors = {route: plt.get_cmap("tab10")(i % 10) for i, route in enumerate(kinds)}
     for ax, (file, points) in zip(axes[0], fronts.items()):
-        for route, (wall, score, spread) in points.items():
-            ax.errorbar(wall / 60, score, yerr=spread, fmt="o", capsize=3, label=route_label(route))
+        for route in kinds:
+            if route in points:
+                wall, score, spread = points[route]
+                ax.errorbar(wall / 60, score, yerr=spread, fmt="o", capsize=3, color=colors[route],
+                            label=route_label(route))
         ax.set_title(file)
-        ax.set_xlabel("wall time to the end, minutes (one core)")
-        ax.set_ylabel("test score, points")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    shown = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            shown.setdefault(label, handle)
+    fig.legend(list(shown.values()), list(shown), loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     fig.savefig(path, dpi=110)
 
 
@@ -256,6 +275,10 @@ def main() -> None:
         f.write("\n".join(out) + "\n")
     if fronts:
         figure(fronts, os.path.join(args.out, "front.png"))
+    searched = {file: points for file in study.FILES if (points := search_points(args.runs, file))}
+    if searched:  # the search's front: what the choice was made on (seed 0, validation, CPU seconds)
+        figure(searched, os.path.join(args.out, "search_front.png"), "CPU time of the whole run, minutes (seed 0)",
+               "best validation score, points")
     print(f"wrote {os.path.join(args.out, 'results.md')}")
 
 

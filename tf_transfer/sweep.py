@@ -27,10 +27,10 @@ from tf_transfer.studies.glue.glue_settings import GlueSettings
 
 FLAGS = flags.FLAGS
 
+_LEFT_OUT = methods.registry.left_out_of_default_sweep()
 flags.DEFINE_list("methods", list(methods.registry.in_default_sweep()), "The training methods whose candidates "
-                  "compete (docs/methods.md); also " + "; ".join(
-                      f"{name}, left out by default: {why}" for name, why in
-                      methods.registry.left_out_of_default_sweep().items()) + ".")
+                  "compete (docs/methods.md)" + "".join(f"; also {name}, left out by default: {why}"
+                                                        for name, why in _LEFT_OUT.items()) + ".")
 flags.DEFINE_string("budget", None, "Wall time the sweep may take on this machine, e.g. 30m, 2h, 1h30m, 90s: its "
                     "--workers train up to that long each (the budget of training time is that times the workers, "
                     "summed over the sweep's runs). It says first what an answer needs. A rerun with a larger budget "

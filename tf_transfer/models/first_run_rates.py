@@ -16,7 +16,7 @@ from tf_transfer.models import freezing, methods
 # From the first-run benchmark's search (reports/first_run, seed 0, best validation score on four user-like files):
 # full fine-tuning was best at 5e-5 on SST-2, Quora and STS-B and 0.2 points from its best on SST-5; the last 2
 # blocks over the cache at 3e-4 is the candidate its rule chose (at most 40% of full fine-tuning's CPU time on every
-# file, the smallest worst deficit: SST-2 -1.9, SST-5 -1.7, Quora -1.8, STS-B -0.1 points). Another method (LoRA,
+# file, the smallest worst deficit: SST-2 -1.8, SST-5 -1.7, Quora -1.8, STS-B -0.1 points). Another method (LoRA,
 # BitFit) takes 1e-3, the rate reports/methods searched for LoRA on 4 of its 5 tasks and for BitFit on 3.
 FIRST_RUN_LR = {"full fine-tuning": 5e-5, "last k over the cache": 3e-4, "method": 1e-3}
 

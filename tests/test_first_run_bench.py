@@ -124,7 +124,7 @@ def test_the_report_says_each_files_verdict_by_how_much_and_the_front_where_miss
     assert "last 2 over the cache, lr 0.0003: target missed (within 1 point at no more than 40% of full " \
            "fine-tuning's wall time): -2.0 [-2.0, -2.0] points at 35% [35%, 35%] of its wall time (35% [35%, 35%] " \
            "of its CPU time)" in text
-    assert text.count("Where the new default does not meet the target here, the search offered: last 3 over the "
+    assert text.count("Where the new default is not shown to meet the target here, the search offered: last 3 over the "
                       "cache, lr 0.0001 within 1 point (-0.7)") == len(study.FILES)
     assert os.path.exists(os.path.join(out, "front.png"))
 

@@ -259,7 +259,7 @@ def main() -> None:
                                + (f"; {_fmt(uncontended, 0, 100, pct=True).replace('+', '')} of its wall time "
                                   "without the contended pairs" if uncontended else "") + ")")
                     if verdict != "target met" and route == choice:
-                        out.append(f"- Where the new default does not meet the target here, the search offered: "
+                        out.append(f"- Where the new default is not shown to meet the target here, the search offered: "
                                    f"{front_offers(args.runs, file)}")
                 if contended:
                     out.append(f"- Contended runs (an epoch below {CONTENDED:.0%} CPU): {', '.join(contended)}")

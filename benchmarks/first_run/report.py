@@ -125,6 +125,11 @@ def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
     return lines, points, verdicts, contended, sorted(pairs), mixed
 
 
+# The search's routes at seed 0: full fine-tuning at each rate, then the earlier default and the candidates.
+PARTIAL_ROUTES = [study.OLD_DEFAULT] + [study.cached(k, lr) for k, lr in study.CANDIDATES]
+SEARCH_ROUTES = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]] + PARTIAL_ROUTES
+
+
 def front_offers(runs: str, file: str) -> str:
     """What the search (seed 0, validation) offered on `file` against full fine-tuning at its searched rate: the
     fastest route within the target's points, and the closest one within its share of the time (CPU seconds)."""
@@ -133,11 +138,10 @@ def front_offers(runs: str, file: str) -> str:
     if not reference:
         return "the search is unfinished"
     found = {}
-    for k, lr in [(2, 2e-5)] + list(study.CANDIDATES):
-        facts = run_facts(runs, file, study.cached(k, lr), study.SEARCH_SEED)
+    for route in PARTIAL_ROUTES:
+        facts = run_facts(runs, file, route, study.SEARCH_SEED)
         if facts:
-            found[study.cached(k, lr)] = (facts["validation"] - reference["validation"],
-                                          facts["cpu_s"] / reference["cpu_s"])
+            found[route] = (facts["validation"] - reference["validation"], facts["cpu_s"] / reference["cpu_s"])
     close = [r for r, (d, _) in found.items() if d >= -TARGET_POINTS]
     fast = [r for r, (_, s) in found.items() if s <= TARGET_SHARE]
     said = []
@@ -156,23 +160,19 @@ def front_offers(runs: str, file: str) -> str:
 
 def search_points(runs: str, file: str) -> dict:
     """`{route: (CPU seconds, best validation score, 0)}` of the search's completed runs on `file` (seed 0)."""
-    routes = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]] + [study.OLD_DEFAULT] + [
-        study.cached(k, lr) for k, lr in study.CANDIDATES]
-    found = {route: run_facts(runs, file, route, study.SEARCH_SEED) for route in routes}
+    found = {route: run_facts(runs, file, route, study.SEARCH_SEED) for route in SEARCH_ROUTES}
     return {route: (facts["cpu_s"], facts["validation"], 0.0) for route, facts in found.items() if facts}
 
 
 def search_table(runs: str, file: str) -> list:
     rate = study.searched_full_rate(runs, file)
-    routes = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]] + [study.OLD_DEFAULT] + [
-        study.cached(k, lr) for k, lr in study.CANDIDATES]
     full_cpu = None
     if rate:
         facts = run_facts(runs, file, study.full(rate), study.SEARCH_SEED)
         full_cpu = facts and facts["cpu_s"]
     lines = ["| route (seed 0) | best validation (points) | epochs (best) | wall (s) | CPU (s) | share of full's CPU |",
              "|---|---|---|---|---|---|"]
-    for route in routes:
+    for route in SEARCH_ROUTES:
         facts = run_facts(runs, file, route, study.SEARCH_SEED)
         if not facts:
             continue

@@ -73,14 +73,20 @@ def test_a_key_documented_but_not_recorded_or_recorded_but_not_documented_is_see
 
 def test_every_committed_run_is_of_a_kind_and_matches_it_as_an_older_run():
     assert len(COMMITTED) > 300
+    peers = 0
     for path in COMMITTED:
         with open(path) as f:
             summary = json.load(f)
         kind = run_record.kind_of(summary)
+        if "transformers" in summary:  # the first-run benchmark's Hugging Face peer: its own shape, not ours
+            assert kind is None and run_record.read(summary) == summary, path
+            peers += 1
+            continue
         assert kind in ("glue", "stack", "multitask"), path
         assert run_record.schema(kind).problems(summary, older=True) == [], path
         read = run_record.read(summary)
         assert read["method"] == summary.get("method", "freeze") and "peak_memory_mb" in read, path
+    assert 0 < peers < len(COMMITTED) / 10
 
 
 def test_older_runs_are_read_with_the_records_defaults_and_their_file_is_not_changed():

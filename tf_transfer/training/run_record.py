@@ -223,8 +223,8 @@ KINDS = ("glue", "stack", "multitask", "sentiment_bert")
 
 def kind_of(summary: dict) -> Optional[str]:
     """Which kind of run wrote `summary` (None: none of these, or not a run's summary at all)."""
-    if not isinstance(summary.get("epochs"), list):
-        return None
+    if not isinstance(summary.get("epochs"), list) or "transformers" in summary:
+        return None  # the Hugging Face peer's summaries (they name their `transformers`) are not our runs
     if not isinstance(summary.get("task"), str):
         return "sentiment_bert" if "distribution" in summary else None
     if not isinstance(summary.get("metric"), str):

@@ -5,6 +5,7 @@ report's target verdict on interval bounds. Fabricated run records, no training.
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -143,3 +144,17 @@ def test_a_dead_workers_unfinished_run_is_run_afresh_so_its_times_are_the_whole_
     process = json.load(open(os.path.join(folder, "process.json")))
     assert process["exit_status"] == 0 and process["machine"]["cpu"] and not os.path.exists(
         os.path.join(folder, "claim"))
+
+
+def test_a_claim_is_its_workers_while_it_lives_and_not_a_reused_pids_nor_one_being_written(tmp_path):
+    folder = str(tmp_path / "run")
+    assert study._claim(folder) and not study._claim(folder)  # this process's own claim, alive
+    path = os.path.join(folder, "claim")
+    claim = json.load(open(path))
+    with open(path, "w") as f:  # the same pid, another process (after a reboot): the claim is dead
+        json.dump({**claim, "process": "another-boot/12345"}, f)
+    assert study._claim(folder) and json.load(open(path))["process"] == claim["process"]
+    open(path, "w").close()  # a worker that has created its claim and not yet written it
+    assert not study._claim(folder)
+    os.utime(path, (time.time() - 120, time.time() - 120))  # ... and died doing so
+    assert study._claim(folder)

@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -190,6 +191,19 @@ def command(data: str, file: str, route: str, seed: int, out: str) -> list:
             *PROTOCOL, *route_flags(route)] + (["--regression"] * regression)
 
 
+def _process_id(pid: int) -> Optional[str]:
+    """Who process `pid` is: this boot's id and the process's start time (a pid alone is reused, after a reboot
+    certainly), or None where no such process runs."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        with open(f"/proc/{pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]  # field 22, starttime: the fields after the name
+    except (OSError, IndexError):
+        return None
+    return f"{boot}/{started}"
+
+
 def _claim(folder: str) -> bool:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "claim")
@@ -197,14 +211,17 @@ def _claim(folder: str) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         owner = read(path)
-        try:
-            os.kill(int((owner or {}).get("pid", 0)) or 1 << 30, 0)
+        if owner is None and time.time() - os.path.getmtime(path) < 60:
+            return False  # another worker is writing its claim this moment
+        pid = (owner or {}).get("pid")
+        alive = _process_id(pid) if isinstance(pid, int) and pid > 0 else None
+        if alive is not None and alive == owner.get("process"):
             return False  # its process is alive
-        except (OSError, ValueError):
-            os.remove(path)  # a dead worker's claim
-            return _claim(folder)
+        os.remove(path)  # a dead worker's claim: its process gone, or the pid now another's
+        return _claim(folder)
     with os.fdopen(fd, "w") as f:
-        json.dump({"pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0))}, f)
+        json.dump({"pid": os.getpid(), "process": _process_id(os.getpid()),
+                   "cpus": sorted(os.sched_getaffinity(0))}, f)
     return True
 
 

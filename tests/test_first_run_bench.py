@@ -151,10 +151,11 @@ def test_a_claim_is_its_workers_while_it_lives_and_not_a_reused_pids_nor_one_bei
     assert study._claim(folder) and not study._claim(folder)  # this process's own claim, alive
     path = os.path.join(folder, "claim")
     claim = json.load(open(path))
+    assert study.claimed(folder)
     with open(path, "w") as f:  # the same pid, another process (after a reboot): the claim is dead
         json.dump({**claim, "process": "another-boot/12345"}, f)
-    assert study._claim(folder) and json.load(open(path))["process"] == claim["process"]
+    assert not study.claimed(folder) and study._claim(folder) and json.load(open(path))["process"] == claim["process"]
     open(path, "w").close()  # a worker that has created its claim and not yet written it
-    assert not study._claim(folder)
+    assert study.claimed(folder) and not study._claim(folder)
     os.utime(path, (time.time() - 120, time.time() - 120))  # ... and died doing so
-    assert study._claim(folder)
+    assert not study.claimed(folder) and study._claim(folder)

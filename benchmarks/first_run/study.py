@@ -204,20 +204,32 @@ def _process_id(pid: int) -> Optional[str]:
     return f"{boot}/{started}"
 
 
+def claimed(folder: str) -> bool:
+    """Whether a live worker has claimed the run in `folder`."""
+    path = os.path.join(folder, "claim")
+    try:
+        owner, age = read(path), time.time() - os.path.getmtime(path)
+    except OSError:
+        return False
+    if owner is None:
+        return age < 60  # another worker is writing its claim this moment, or died doing so
+    pid = owner.get("pid")
+    alive = _process_id(pid) if isinstance(pid, int) and pid > 0 else None
+    return alive is not None and alive == owner.get("process")
+
+
 def _claim(folder: str) -> bool:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "claim")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
-        owner = read(path)
-        if owner is None and time.time() - os.path.getmtime(path) < 60:
-            return False  # another worker is writing its claim this moment
-        pid = (owner or {}).get("pid")
-        alive = _process_id(pid) if isinstance(pid, int) and pid > 0 else None
-        if alive is not None and alive == owner.get("process"):
-            return False  # its process is alive
-        os.remove(path)  # a dead worker's claim: its process gone, or the pid now another's
+        if claimed(folder):
+            return False
+        try:
+            os.remove(path)  # a dead worker's claim: its process gone, or the pid now another's
+        except FileNotFoundError:
+            pass  # another worker saw it dead first
         return _claim(folder)
     with os.fdopen(fd, "w") as f:
         json.dump({"pid": os.getpid(), "process": _process_id(os.getpid()),
@@ -261,9 +273,9 @@ def work(data: str, runs: str) -> None:
             done(runs, f, r, s) or os.path.exists(os.path.join(runs, f, r, f"seed{s}", "failed.json")))]
         if not pending:
             return
-        ready = [job for job in pending if job[1] is not None and not any(
-            os.path.exists(os.path.join(runs, job[0], job[1], f"seed{job[2]}", name))
-            for name in ("claim", "failed.json"))]
+        ready = [job for job in pending if job[1] is not None and not (
+            claimed(folder := os.path.join(runs, job[0], job[1], f"seed{job[2]}"))
+            or os.path.exists(os.path.join(folder, "failed.json")))]
         if not ready:
             time.sleep(30)  # a search another worker runs decides the rest
             continue

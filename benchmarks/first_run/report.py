@@ -133,15 +133,9 @@ SEARCH_ROUTES = [study.full(lr) for lr in study.FULL_RATES + [study.FULL_BEYOND]
 def front_offers(runs: str, file: str) -> str:
     """What the search (seed 0, validation) offered on `file` against full fine-tuning at its searched rate: the
     fastest route within the target's points, and the closest one within its share of the time (CPU seconds)."""
-    rate = study.searched_full_rate(runs, file)
-    reference = rate and run_facts(runs, file, study.full(rate), study.SEARCH_SEED)
-    if not reference:
+    found = study.search_against_full(runs, file, PARTIAL_ROUTES)
+    if found is None:
         return "the search is unfinished"
-    found = {}
-    for route in PARTIAL_ROUTES:
-        facts = run_facts(runs, file, route, study.SEARCH_SEED)
-        if facts:
-            found[route] = (facts["validation"] - reference["validation"], facts["cpu_s"] / reference["cpu_s"])
     close = [r for r, (d, _) in found.items() if d >= -TARGET_POINTS]
     fast = [r for r, (_, s) in found.items() if s <= TARGET_SHARE]
     said = []

@@ -159,3 +159,17 @@ def test_a_claim_is_its_workers_while_it_lives_and_not_a_reused_pids_nor_one_bei
     assert study.claimed(folder) and not study._claim(folder)
     os.utime(path, (time.time() - 120, time.time() - 120))  # ... and died doing so
     assert not study.claimed(folder) and study._claim(folder)
+
+
+def test_list_says_which_jobs_run_where_and_which_failed(tmp_path, monkeypatch, capsys):
+    runs = str(tmp_path)
+    assert study._claim(os.path.join(runs, "sst2", study.full(2e-5), "seed0"))
+    failed = os.path.join(runs, "sst2", study.full(5e-5), "seed0")
+    os.makedirs(failed)
+    open(os.path.join(failed, "failed.json"), "w").write("{}")
+    monkeypatch.setattr("sys.argv", ["study.py", "list", f"--runs={runs}"])
+    study.main()
+    lines = capsys.readouterr().out.splitlines()
+    cpus = sorted(os.sched_getaffinity(0))
+    assert lines[:3] == [f"sst2   full_lr2e-05   seed 0: running on cpus {cpus}",
+                         "sst2   full_lr5e-05   seed 0: failed: read its log.txt", "sst2   full_lr1e-04   seed 0: to run"]

@@ -305,7 +305,11 @@ def main() -> None:
         work(args.data, args.runs)
     else:
         for file, route, seed in jobs(args.runs):
-            state = "waits" if route is None else "done" if done(args.runs, file, route, seed) else "to run"
+            folder = os.path.join(args.runs, file, route or "", f"seed{seed}")
+            state = ("waits" if route is None else "done" if done(args.runs, file, route, seed) else
+                     "failed: read its log.txt" if os.path.exists(os.path.join(folder, "failed.json")) else
+                     f"running on cpus {(read(os.path.join(folder, 'claim')) or {}).get('cpus')}" if claimed(folder)
+                     else "to run")
             print(f"{file:6} {route or '?':14} seed {seed}: {state}")
 
 

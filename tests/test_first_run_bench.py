@@ -94,9 +94,9 @@ def test_a_seed_whose_runs_ran_on_two_kinds_of_machine_is_left_out_of_the_pairs(
     pairs, mixed = report.compared(runs, "sst2", routes)
     assert sorted(pairs) == [1, 2] and mixed == {3: ["AMD EPYC (avx2)", "Intel Xeon (avx2)"]}
     lines, points, verdicts, contended, seeds, _ = report.file_table(runs, "sst2", routes, routes[0])
-    score, wall_share, cpu_share, uncontended = verdicts[routes[1]]
+    score, wall_share, cpu_share, uncontended, sd = verdicts[routes[1]]
     assert seeds == [1, 2] and score.estimate == pytest.approx(-3.0) and cpu_share.estimate == pytest.approx(0.35)
-    assert uncontended is None and not contended
+    assert uncontended is None and not contended and sd == pytest.approx(0.0, abs=1e-9)
 
 
 def test_where_the_target_is_missed_the_search_says_what_the_front_offers(tmp_path):
@@ -173,3 +173,9 @@ def test_list_says_which_jobs_run_where_and_which_failed(tmp_path, monkeypatch, 
     cpus = sorted(os.sched_getaffinity(0))
     assert lines[:3] == [f"sst2   full_lr2e-05   seed 0: running on cpus {cpus}",
                          "sst2   full_lr5e-05   seed 0: failed: read its log.txt", "sst2   full_lr1e-04   seed 0: to run"]
+
+
+def test_an_inconclusive_verdict_says_how_many_seeds_would_decide_it():
+    assert report.seeds_needed(0.59) == ("at the paired differences' SD so far (0.6 points), an interval of +-1 point "
+                                         "needs about 4 seeds")
+    assert report.seeds_needed(9.0).endswith("needs more than 30 seeds")

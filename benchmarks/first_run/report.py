@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import study  # noqa: E402  (the design: files, routes, seeds, the searched rate, the chosen candidate)
 
-from tf_transfer.core import stats  # noqa: E402
+from tf_transfer.core import planning, stats  # noqa: E402
 
 CONTENDED = 0.9  # an epoch below this CPU/wall ratio, on a run pinned to one core, had to share it
 TARGET_POINTS, TARGET_SHARE = 1.0, 0.40
@@ -94,6 +94,14 @@ def target_verdict(score, share) -> str:
     return "inconclusive"
 
 
+def seeds_needed(sd: float, most: int = 30) -> str:
+    """How many seeds an interval of +-1 point needs at the paired differences' SD seen so far (the t-interval's
+    expected half-width, `planning.seeds_for_margin`): what would decide an inconclusive verdict."""
+    needed = planning.seeds_for_margin(sd, TARGET_POINTS, most=most)
+    return (f"at the paired differences' SD so far ({sd:.1f} points), an interval of +-{TARGET_POINTS:g} point needs "
+            + (f"about {needed} seeds" if needed else f"more than {most} seeds"))
+
+
 def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
     pairs, mixed = compared(runs, file, routes)
     lines = [f"| route | seeds | test score (points) | vs full fine-tuning [95%] | wall to the end (s) | "
@@ -120,7 +128,9 @@ def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
             alone = [s for s in seeds if not (pairs[s][route]["contended"] or pairs[s][reference]["contended"])]
             uncontended = paired_share([pairs[s][route] for s in alone], [pairs[s][reference] for s in alone]) if (
                 alone and len(alone) < len(seeds)) else None
-            verdicts[route] = (score, share, paired_share(got, ref, "cpu_s"), uncontended)
+            differences = [g["score"] - r["score"] for g, r in zip(got, ref)]
+            sd = float(np.std(differences, ddof=1)) if len(differences) > 1 else float("nan")
+            verdicts[route] = (score, share, paired_share(got, ref, "cpu_s"), uncontended, sd)
     contended = [f"{route_label(r)} seed {s}" for s in sorted(pairs) for r in routes if pairs[s][r]["contended"]]
     return lines, points, verdicts, contended, sorted(pairs), mixed
 
@@ -244,14 +254,15 @@ def main() -> None:
                 out += [f"Compared seeds: {', '.join(map(str, seeds))}. Test score at the best validation epoch; "
                         "wall and CPU seconds of the whole process (start-up, cache builds and scoring included).",
                         "", *lines, ""]
-                for route, (score, share, cpu_share, uncontended) in verdicts.items():
+                for route, (score, share, cpu_share, uncontended, sd) in verdicts.items():
                     verdict = target_verdict(score, share)
                     out.append(f"- {route_label(route)}: {verdict} (within {TARGET_POINTS:g} point at no more than "
                                f"{TARGET_SHARE:.0%} of full fine-tuning's wall time): {_fmt(score)} points at "
                                f"{_fmt(share, 0, 100, pct=True).replace('+', '')} of its wall time "
                                f"({_fmt(cpu_share, 0, 100, pct=True).replace('+', '')} of its CPU time"
                                + (f"; {_fmt(uncontended, 0, 100, pct=True).replace('+', '')} of its wall time "
-                                  "without the contended pairs" if uncontended else "") + ")")
+                                  "without the contended pairs" if uncontended else "") + ")"
+                               + (f"; {seeds_needed(sd)}" if verdict == "inconclusive" else ""))
                     if verdict != "target met" and route == choice:
                         out.append(f"- Where the new default is not shown to meet the target here, the search offered: "
                                    f"{front_offers(args.runs, file)}")

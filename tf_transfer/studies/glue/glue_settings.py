@@ -275,11 +275,11 @@ study_method.follow(GlueSettings, takes=methods.names, also=_follow_older_runs)
 # A first run on a user's own data (--train_file or --task=tfds:...) when neither a flag nor a flagfile gives these
 # settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, the last 2
 # blocks trained over a cache of the frozen rest at the rate `FIRST_RUN_LR` gives (the first-run benchmark's choice,
-# reports/first_run: about a third of full fine-tuning's time, 1-2.5 points below it on the classification files'
-# test sets and about 6 on STS-B, the mean over the compared seeds: `FIRST_RUN_TRADE`, on the run's first line), and packed batches (the same model on fewer tokens: short texts padded
-# to their batch's longest leave much of a step computing padding), so the run takes minutes on a CPU. The papers'
-# settings stay in their flagfiles, and GLUE tasks keep the defaults above (but for a method's own `run_defaults`,
-# e.g. adaptive freezing's).
+# reports/first_run: about a third of full fine-tuning's time, 1-2.5 points below it on the classification files' test
+# sets and about 6 on STS-B, the mean over the compared seeds: `FIRST_RUN_TRADE`, on the run's first line), and packed
+# batches (the same model on fewer tokens: short texts padded to their batch's longest leave much of a step computing
+# padding), so the run takes minutes on a CPU. The papers' settings stay in their flagfiles, and GLUE tasks keep the
+# defaults above (but for a method's own `run_defaults`, e.g. adaptive freezing's).
 FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2,
              "padding": "pack"}
 FIRST_RUN_TRADE = ("the last 2 blocks: about a third of full fine-tuning's time, 1-2.5 points below its test score on "

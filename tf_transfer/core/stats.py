@@ -184,6 +184,25 @@ def paired_difference(a, b, confidence: float = 0.95) -> Interval:
     return Interval(estimate, estimate - half, estimate + half, n, "paired t", confidence, se, float(n - 1))
 
 
+def paired_ratio(a, b, confidence: float = 0.95) -> Interval:
+    """The geometric mean of a_i / b_i over pairs (e.g. a route's time as a share of full fine-tuning's, seed by
+    seed), with Student's t interval on the log ratios taken back to ratios. A ratio's interval belongs on the log
+    scale: it stays positive, and 2x above and 2x below are equally far. The values must be positive.
+
+    >>> share = paired_ratio([30.0, 36.0, 33.0], [100.0, 100.0, 100.0])
+    >>> round(share.estimate, 3), round(share.low, 3), round(share.high, 3)
+    (0.329, 0.262, 0.413)
+    """
+    a, b = _clean(a), _clean(b)
+    if len(a) != len(b):
+        raise ValueError(f"paired values need equal lengths, got {len(a)} and {len(b)}")
+    if (a <= 0).any() or (b <= 0).any():
+        raise ValueError("a ratio's values must be positive")
+    logs = paired_difference(np.log(a), np.log(b), confidence)
+    return dataclasses.replace(logs, estimate=float(np.exp(logs.estimate)), low=float(np.exp(logs.low)),
+                               high=float(np.exp(logs.high)), method="paired t on log ratios")
+
+
 def welch_difference(a, b, confidence: float = 0.95) -> Interval:
     """mean(a) - mean(b) of independent groups with Welch's t interval (unequal variances, Welch-Satterthwaite df)."""
     from scipy import stats

@@ -78,8 +78,9 @@ def _fmt(interval, digits=1, scale=1.0, pct=False) -> str:
 
 
 def paired_share(got: list, ref: list, key: str = "wall_s"):
-    """The seed-paired share of full fine-tuning's time (`key`), as an interval around its mean."""
-    return stats.paired_difference([g[key] / r[key] for g, r in zip(got, ref)], [0.0] * len(got))
+    """The seed-paired share of full fine-tuning's time (`key`): the geometric mean of the per-seed ratios, with its
+    interval on the log scale (a t-interval on the ratios themselves can fall below zero at 2 seeds)."""
+    return stats.paired_ratio([g[key] for g in got], [r[key] for r in ref])
 
 
 def target_verdict(score, share) -> str:

@@ -188,23 +188,32 @@ def search_table(runs: str, file: str) -> list:
     return lines
 
 
+def compared_label(route: str) -> str:
+    """A compared route by its role: full fine-tuning's searched rate differs by file, so one colour for it (and
+    for the peer at that rate) on every panel."""
+    if route.startswith("full"):
+        return "full fine-tuning at its searched rate"
+    if route.startswith("hf_"):
+        return "HF Trainer, all blocks, at that rate"
+    return route_label(route)
+
+
 def figure(fronts: dict, path: str, xlabel: str = "wall time to the end, minutes (one core)",
-           ylabel: str = "test score, points") -> None:
+           ylabel: str = "test score, points", label=route_label, note: str = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(fronts), figsize=(4.2 * len(fronts), 4.0), squeeze=False)
-    # One colour per route on every panel (a panel lacking a route would shift the colour cycle).
-    kinds = sorted({route for points in fronts.values() for route in points}, key=route_label)
-    colors = {route: plt.get_cmap("tab10")(i % 10) for i, route in enumerate(kinds)}
+    # One colour per label on every panel (a panel lacking a route would shift the colour cycle).
+    labels = sorted({label(route) for points in fronts.values() for route in points})
+    colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(labels)}
     for ax, (file, points) in zip(axes[0], fronts.items()):
-        for route in kinds:
-            if route in points:
-                wall, score, spread = points[route]
-                ax.errorbar(wall / 60, score, yerr=spread, fmt="o", capsize=3, color=colors[route],
-                            label=route_label(route))
+        for route in sorted(points, key=label):
+            wall, score, spread = points[route]
+            ax.errorbar(wall / 60, score, yerr=spread, fmt="o", capsize=3, color=colors[label(route)],
+                        label=label(route))
         ax.set_title(file)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -213,7 +222,8 @@ def figure(fronts: dict, path: str, xlabel: str = "wall time to the end, minutes
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             shown.setdefault(label, handle)
-    fig.legend(list(shown.values()), list(shown), loc="lower center", ncol=3, fontsize=8)
+    fig.legend(list(shown.values()), list(shown), loc="lower center", ncol=3, fontsize=8, title=note,
+               title_fontsize=8)
     fig.tight_layout(rect=(0, 0.2, 1, 1))
     fig.savefig(path, dpi=110)
 
@@ -280,7 +290,8 @@ def main() -> None:
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(out) + "\n")
     if fronts:
-        figure(fronts, os.path.join(args.out, "front.png"))
+        figure(fronts, os.path.join(args.out, "front.png"), label=compared_label,
+               note="the means over the compared seeds; bars: their standard deviation")
     searched = {file: points for file in study.FILES if (points := search_points(args.runs, file))}
     if searched:  # the search's front: what the choice was made on (seed 0, validation, CPU seconds)
         figure(searched, os.path.join(args.out, "search_front.png"), "CPU time of the whole run, minutes (seed 0)",

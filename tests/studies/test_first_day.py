@@ -65,7 +65,7 @@ PINNED_FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epoc
 PINNED_FIRST_LINE = ("first run on tweets: chose --preset=all_minilm_l6_v2_en, --batch_size=32, --max_epochs=5, "
                      "--trainable_layers=2, --lr=0.0003, --padding=pack, --cache_frozen=true (early stopping after 2 "
                      "epochs without improvement) (the last 2 blocks: about a third of full fine-tuning's time, 1-2.5 "
-                     "points below its test score on the first-run benchmark's classification files and about 6 below "
+                     "points below its test score on the first-run benchmark's classification files and about 5 below "
                      "on its regression file, docs/glue.md; "
                      "--trainable_layers=all fine-tunes everything) (--padding=pack lays "
                      "each batch's examples end to end: the same model on fewer tokens, trained as another seed would "

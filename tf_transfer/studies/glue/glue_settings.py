@@ -276,14 +276,14 @@ study_method.follow(GlueSettings, takes=methods.names, also=_follow_older_runs)
 # settings: a small encoder that loads offline, a batch that keeps a CPU busy, a few epochs stopped early, the last 2
 # blocks trained over a cache of the frozen rest at the rate `FIRST_RUN_LR` gives (the first-run benchmark's choice,
 # reports/first_run: about a third of full fine-tuning's time, 1-2.5 points below it on the classification files' test
-# sets and about 6 on STS-B, the mean over the compared seeds: `FIRST_RUN_TRADE`, on the run's first line), and packed
+# sets and about 5 on STS-B, the mean over the compared seeds: `FIRST_RUN_TRADE`, on the run's first line), and packed
 # batches (the same model on fewer tokens: short texts padded to their batch's longest leave much of a step computing
 # padding), so the run takes minutes on a CPU. The papers' settings stay in their flagfiles, and GLUE tasks keep the
 # defaults above (but for a method's own `run_defaults`, e.g. adaptive freezing's).
 FIRST_RUN = {"preset": "all_minilm_l6_v2_en", "batch_size": 32, "max_epochs": 5, "trainable_layers": 2,
              "padding": "pack"}
 FIRST_RUN_TRADE = ("the last 2 blocks: about a third of full fine-tuning's time, 1-2.5 points below its test score on "
-                   "the first-run benchmark's classification files and about 6 below on its regression file, "
+                   "the first-run benchmark's classification files and about 5 below on its regression file, "
                    "docs/glue.md; --trainable_layers=all fine-tunes everything")
 PACKING_WHY = ("--padding=pack lays each batch's examples end to end: the same model on fewer tokens, trained as "
                "another seed would train it")

@@ -111,6 +111,8 @@ def test_a_ratios_interval_is_on_the_log_scale_and_stays_positive():
     assert not stats.paired_ratio([35.0], [100.0]).defined
     with pytest.raises(ValueError):
         stats.paired_ratio([0.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError):
+        stats.paired_ratio([1.0, 2.0], [1.0])
 
 
 def test_holm_against_a_hand_worked_example():

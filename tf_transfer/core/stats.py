@@ -194,13 +194,12 @@ def paired_ratio(a, b, confidence: float = 0.95) -> Interval:
     (0.329, 0.262, 0.413)
     """
     a, b = _clean(a), _clean(b)
-    if len(a) != len(b):
-        raise ValueError(f"paired values need equal lengths, got {len(a)} and {len(b)}")
     if (a <= 0).any() or (b <= 0).any():
         raise ValueError("a ratio's values must be positive")
     logs = paired_difference(np.log(a), np.log(b), confidence)
+    # `se` is left out: it is the log ratios', and `one_sided_p` would read it against a ratio.
     return dataclasses.replace(logs, estimate=float(np.exp(logs.estimate)), low=float(np.exp(logs.low)),
-                               high=float(np.exp(logs.high)), method="paired t on log ratios")
+                               high=float(np.exp(logs.high)), method="paired t on log ratios", se=float("nan"))
 
 
 def welch_difference(a, b, confidence: float = 0.95) -> Interval:

@@ -129,8 +129,7 @@ def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
             alone = [s for s in seeds if not (pairs[s][route]["contended"] or pairs[s][reference]["contended"])]
             uncontended = paired_share([pairs[s][route] for s in alone], [pairs[s][reference] for s in alone]) if (
                 alone and len(alone) < len(seeds)) else None
-            differences = [g["score"] - r["score"] for g, r in zip(got, ref)]
-            sd = float(np.std(differences, ddof=1)) if len(differences) > 1 else float("nan")
+            sd = score.se * np.sqrt(score.n)  # the paired differences' SD, from the interval's standard error
             verdicts[route] = (score, share, paired_share(got, ref, "cpu_s"), uncontended, sd)
     contended = [f"{route_label(r)} seed {s}" for s in sorted(pairs) for r in routes if pairs[s][r]["contended"]]
     return lines, points, verdicts, contended, sorted(pairs), mixed

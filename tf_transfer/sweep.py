@@ -66,7 +66,7 @@ COMMAND_FLAGS = {
                         "tokens), bucket or fixed (padded; docs/glue.md#padding)."),
 }
 del COMMAND_FLAGS["seeds"]  # the sweep chooses its own seeds (--sweep_seeds); `main` refuses the flag
-# --help shows the values every run takes (flags/sweep.flags': batch 32, up to 9 epochs), not the GLUE trainer's
+# --help shows the values every run takes (flags/sweep.flags': batch 32, up to 5 epochs), not the GLUE trainer's
 # defaults: only flags given on the command line replace the flagfile's (`grid_flags.given_settings`).
 COMMAND_FLAGS.update({name: (value, f"{COMMAND_FLAGS[name][1]} The sweep's runs: flags/sweep.flags' value, "
                                      "unless given.")

@@ -114,11 +114,11 @@ def test_a_lora_rank_beyond_the_kernel_is_refused_before_training(tmp_path, glue
 
 def test_help_exits_0_and_the_sweep_shows_the_values_its_runs_take():
     """absl exits 1 after --help; asked for, help is a success. The sweep's runs take flags/sweep.flags' batch 32 and
-    up to 9 epochs, which its --help must show rather than the GLUE trainer's 1 and 30 (the Hugging Face names too)."""
+    up to 5 epochs, which its --help must show rather than the GLUE trainer's 1 and 30 (the Hugging Face names too)."""
     done = run_module("tf_transfer.sweep", "--help", process=True)  # absl defines --help in a real start only
     assert done.returncode == 0, done.stderr[-2000:]
     shown = " ".join((done.stdout + done.stderr).split())
-    for flag, value in (("batch_size", 32), ("per_device_train_batch_size", 32), ("max_epochs", 9),
-                        ("num_train_epochs", 9), ("padding", "pack")):
+    for flag, value in (("batch_size", 32), ("per_device_train_batch_size", 32), ("max_epochs", 5),
+                        ("num_train_epochs", 5), ("padding", "pack")):
         after = shown.split(f"--{flag}: ", 1)[1]
         assert after.split("(default: ", 1)[1].startswith(f"'{value}'"), after[:300]

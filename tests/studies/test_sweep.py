@@ -14,17 +14,23 @@ from tf_transfer.studies.sweep import sweep_search as sweep, sweep_session
 
 def test_candidates_cover_each_method_at_its_own_rates():
     found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6, options={"lora_ranks": [4, 8, 16]})
-    assert {"freeze_kall_lr2e-05", "freeze_k3_lr0.001", "lora_r8_kall_lr0.0005", "lora_r16_k2_lr0.002",
-            "bitfit_kall_lr0.005"} <= set(found)
-    assert found["freeze_k2_lr0.0001"] == {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-4}
+    # Freezing: full fine-tuning at 5e-5, the last 2 over the cache at 3e-4 and the last L/2 at 1e-4 (the first-run
+    # benchmark's front); LoRA: each rank on the last 2 over the cache at its 2 rates; BitFit at its 2.
+    assert set(found) == {"freeze_kall_lr5e-05", "freeze_k2_lr0.0003", "freeze_k3_lr0.0001", "bitfit_kall_lr0.001",
+                          "bitfit_kall_lr0.005"} | {f"lora_r{r}_k2_lr{lr}" for r in (4, 8, 16) for lr in ("0.0005",
+                                                                                                      "0.002")}
+    assert found["freeze_k2_lr0.0003"] == {"trainable_layers": 2, "cache_frozen": True, "lr": 3e-4}
     assert found["lora_r4_k2_lr0.0005"]["cache_frozen"] is True
-    assert len(found) == 2 * (1 + 3) + 2 * (3 + 3) + 2  # full + k in {1, 2, 3}; 3 ranks x {all, last 2}; BitFit
+    assert set(sweep.candidates(["freeze"], 12)) == {"freeze_kall_lr5e-05", "freeze_k2_lr0.0003",
+                                                     "freeze_k6_lr0.0001"}
+    assert set(sweep.candidates(["freeze"], 4)) == {"freeze_kall_lr5e-05", "freeze_k2_lr0.0003"}  # 2 is L/2
+    assert set(sweep.candidates(["freeze", "lora"], 1, [1e-2])) == {"freeze_kall_lr0.01", "lora_r8_kall_lr0.01"}
     assert set(sweep.candidates(["bitfit"], 6, lrs=[1e-3])) == {"bitfit_kall_lr0.001"}
-    # Queued cheapest first: the last block over the cache (1 forward + 2 backward block passes), ..., LoRA on all
-    # blocks (6 + 6), full fine-tuning (6 + 12) last.
+    # Queued cheapest first: LoRA on the last 2 over the cache (2 forward + 2 backward block passes), the last 2
+    # (2 + 4), the last 3 (3 + 6), BitFit (6 + 6), full fine-tuning (6 + 12) last.
     order = list(found)
-    assert order[0].startswith("freeze_k1") and order[-1].startswith("freeze_kall")
-    assert order.index("lora_r8_k2_lr0.0005") < order.index("lora_r8_kall_lr0.0005") < order.index("freeze_kall_lr2e-05")
+    assert order[0].startswith("lora_r") and order[-1] == "freeze_kall_lr5e-05"
+    assert order.index("freeze_k2_lr0.0003") < order.index("freeze_k3_lr0.0001") < order.index("bitfit_kall_lr0.001")
     with pytest.raises(TransferError, match="'adapters' is not a method"):
         sweep.candidates(["adapters"], 6)
 
@@ -35,7 +41,7 @@ def test_the_default_sweep_leaves_out_the_methods_and_ranks_the_studies_found_do
     assert "bitfit" in methods.registry.in_sweep()
     assert "LoRA r8" in methods.registry.left_out_of_default_sweep()["bitfit"]
     found = sweep.candidates(list(methods.registry.in_default_sweep()), num_layers=6)
-    assert len(found) == 2 * (1 + 3) + 2 * 2  # full + k in {1, 2, 3}; rank 8 on {all, last 2}
+    assert len(found) == 1 + 2 + 2  # full fine-tuning, the last 2 and 3 over the cache; rank 8 on the last 2
     assert {name.split("_k")[0] for name in found} == {"freeze", "lora_r8"}
     assert sweep_session.SweepOptions.__dataclass_fields__["methods"].default_factory() == ["freeze", "lora"]
 
@@ -136,7 +142,7 @@ def test_the_recommendation_says_how_many_candidates_were_never_compared():
     """A budget that decides among the cheapest candidates must not read as an answer over all of them."""
     from tf_transfer.reporting import sweep_report
 
-    found = sweep.candidates(["freeze"], num_layers=6)  # 8: k in {1, 2, 3} and full fine-tuning, 2 rates each
+    found = sweep.candidates(["freeze", "lora"], num_layers=6)  # 5: LoRA at 2 rates, k in {2, 3}, full fine-tuning
     cheap = [name for name in found if not name.startswith("freeze_kall")][:3]
     scores = {cheap[0]: [0.84, 0.86, 0.85], cheap[1]: [0.838, 0.857, 0.846], cheap[2]: [0.7]}
     runs = _runs(scores, {cheap[0]: 80.0, cheap[1]: 90.0, cheap[2]: 10.0}, cut={(cheap[2], 0): "pruned"})
@@ -171,15 +177,21 @@ def test_a_budget_that_is_no_duration_is_refused(text, fragment):
 SCORES = {"a": [0.80, 0.85, 0.86], "b": [0.50, 0.55, 0.60], "c": [0.82, 0.84, 0.85], "d": [0.40, 0.41, 0.42]}
 
 
-def _fake_trial(url, trial_id, settings, folder, remaining_s):
-    import optuna
+def _fake_trial_of(scores: dict):
+    """A trial function whose run of a candidate reports `scores[candidate]` epoch by epoch (plus 0.01 a seed)."""
+    def fake_trial(url, trial_id, settings, folder, remaining_s):
+        import optuna
 
-    trial = optuna.trial.Trial(sweep.load(url), trial_id)
-    name = os.path.basename(os.path.dirname(folder))
-    for epoch, value in enumerate(SCORES[name], start=1):
-        if sweep.report_epoch(trial, value + 0.01 * settings["seed"], epoch, len(SCORES[name])):
-            return {"value": None, "pruned": True, "epoch_time_s": 1.0}
-    return {"value": max(SCORES[name]) + 0.01 * settings["seed"], "pruned": False, "epoch_time_s": 1.0}
+        trial = optuna.trial.Trial(sweep.load(url), trial_id)
+        name = os.path.basename(os.path.dirname(folder))
+        for epoch, value in enumerate(scores[name], start=1):
+            if sweep.report_epoch(trial, value + 0.01 * settings["seed"], epoch, len(scores[name])):
+                return {"value": None, "pruned": True, "epoch_time_s": 1.0}
+        return {"value": max(scores[name]) + 0.01 * settings["seed"], "pruned": False, "epoch_time_s": 1.0}
+    return fake_trial
+
+
+_fake_trial = _fake_trial_of(SCORES)
 
 
 def test_successive_halving_prunes_the_weaker_then_the_best_run_at_more_seeds(tmp_path):
@@ -199,6 +211,30 @@ def test_successive_halving_prunes_the_weaker_then_the_best_run_at_more_seeds(tm
     first.set_user_attr("train_s", 5.0)
     spent.tell(first, state=optuna.trial.TrialState.FAIL)
     assert sweep.run_sweep(spent, url2, str(tmp_path / "spent"), _fake_trial, log=lambda line: None) == "budget"
+
+
+def test_full_fine_tuning_queued_first_runs_at_every_seed_and_the_seed_round_takes_the_rest(tmp_path):
+    """Where the plan puts full fine-tuning first (`order`), its further seeds are queued with it (they fill the
+    workers while its seed 0 runs) and do not report to the pruner; the seed round then takes the best `top - 1` of
+    the others, so that full fine-tuning is not run at a seed twice."""
+    found = {"a": {"trainable_layers": 1, "lr": 1.0}, "c": {"trainable_layers": 1, "lr": 2.0},
+             "b": {"trainable_layers": 1, "lr": 3.0}, "full": {"trainable_layers": "all", "lr": 1.0}}
+    fake_trial = _fake_trial_of({**SCORES, "full": [0.90, 0.91, 0.92]})  # above every other at the first rung
+    study, url = sweep.open_study(str(tmp_path), {"lr": 1.0}, lambda: found, 600.0, seeds=3,
+                                  order=lambda f, reference: [reference] + [n for n in f if n != reference])
+    queued = [(t.params.get("candidate") or t.system_attrs["fixed_params"]["candidate"],
+               t.system_attrs["fixed_params"]["seed"], bool(t.user_attrs.get("seed_round"))) for t in study.trials]
+    assert queued[:3] == [("full", 0, False), ("full", 1, True), ("full", 2, True)] and study.user_attrs["early"] == [
+        "full"]
+    assert sweep.run_sweep(study, url, str(tmp_path), fake_trial, top=2, seeds=3, log=lambda line: None) == "done"
+    ran = [(t.params["candidate"], t.params["seed"]) for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(ran).count(("full", 1)) == 1 and ("full", 2) in ran
+    # Full fine-tuning's seed 0 ranks nothing: the others meet each other at the rungs, not its faster start.
+    assert study.trials[0].user_attrs["unpruned"] and not study.trials[0].intermediate_values
+    assert study.user_attrs["seed_round"] == ["a"] and {("a", 1), ("a", 2)} <= set(ran)  # top 2, less full's
+    # Without an order (a test's or an older caller's queue), nothing is queued early.
+    plain, _ = sweep.open_study(str(tmp_path / "plain"), {"lr": 1.0}, lambda: found, 600.0, seeds=3)
+    assert len(plain.trials) == len(found) and "early" not in plain.user_attrs
 
 
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):
@@ -374,7 +410,7 @@ def test_the_first_rung_is_where_the_reference_beat_the_constant_prediction(tmp_
     from tf_transfer.reporting import sweep_report
 
     assert sweep_report._rungs(study, "f1", {0: {"score": 0.80}}) == (
-        "successive halving at epochs 2, 6, 18 (the best third goes on; the first rung is the epoch at which the "
+        "successive halving at epoch 2 (the best third goes on; the first rung is the epoch at which the "
         "reference, full at seed 0, beat the constant prediction's validation f1 (0.800) by 1 point: 0.860)")
     assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # k1 kept at the rung, k1b pruned there
     assert study.user_attrs["seed_round"] == ["full", "k2"]  # the best two that beat the constant prediction
@@ -432,20 +468,47 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
                              scored_examples=600, steps_per_epoch=169)
     found = sweep.candidates(["freeze", "lora", "bitfit"], num_layers=6)
     reference = sweep.reference(found)
-    whole = sweep_plan.plan(found, reference, speed, workers=2, max_epochs=9, patience=2)
-    one = sweep_plan.plan(found, reference, speed, workers=1, max_epochs=9, patience=2)
+    whole = sweep_plan.plan(found, reference, speed, workers=2, max_epochs=5, patience=2)
+    one = sweep_plan.plan(found, reference, speed, workers=1, max_epochs=5, patience=2)
     assert whole.candidates == len(found) and whole.needed_s < one.needed_s
     assert one.needed_s == pytest.approx(one.training_s)  # one worker: its wall time is all the training
-    reached = [sweep_plan.plan(found, reference, speed, 2, 9, 2, budget_s=b).reached
+    reached = [sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=b).reached
                for b in (60, 1800, 3600, whole.needed_s)]
     assert reached == sorted(reached) and reached[0] == 0 and reached[-1] == len(found)
-    assert sweep_plan.first_line(sweep_plan.plan(found, reference, speed, 2, 9, 2, budget_s=60), 60).endswith(
+    assert sweep_plan.first_line(sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=60), 60).endswith(
         "is too little for any answer (the reference, one candidate and the seed round need more): give "
         f"--budget={sweep_plan._minutes(whole.needed_s, up=True)}")
-    some = sweep_plan.plan(found, reference, speed, 2, 9, 2, budget_s=3600)
-    assert 0 < some.reached < len(found) and some.spent_s <= 3600
-    assert f"--budget=1h00m decides among the {some.reached} cheapest of them" in sweep_plan.first_line(some, 3600)
-    assert sweep_plan.first_line(whole, whole.needed_s + 60).endswith("is enough")
+    some = sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=3600)
+    assert 1 < some.reached < len(found) and some.spent_s <= 3600
+    assert (f"--budget=1h00m decides among full fine-tuning and the {some.reached - 1} cheapest of the others"
+            in sweep_plan.first_line(some, 3600))
+    # The queue: full fine-tuning (at every seed) first where the budget compares it, else all cheapest first.
+    queue, fits = sweep_plan.order(found, reference, speed, 2, 5, 2, budget_s=whole.needed_s + 60)
+    assert queue[0] == reference and fits.full_first and sweep_plan.first_line(fits, whole.needed_s + 60).endswith(
+        "is enough")
+    queue, short = sweep_plan.order(found, reference, speed, 2, 5, 2, budget_s=1500)
+    assert queue == list(found) and queue[-1] == reference and not short.full_first and short.reached >= 1
+    assert (f"decides among the {short.reached} cheapest of them, full fine-tuning not among them (about "
+            in sweep_plan.first_line(short, 1500))
+
+
+def test_the_plan_prices_full_fine_tuning_at_every_seed_to_its_stopping_rule():
+    """Full fine-tuning is what every answer is compared with and the costliest candidate: the plan may not count
+    it as pruned by its place in the queue (a sweep that said "enough" once cut it after 4 of 9 epochs)."""
+    from tf_transfer.studies.sweep import sweep_plan
+
+    speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
+                             scored_examples=600, steps_per_epoch=169)
+    found = sweep.candidates(["freeze", "lora"], num_layers=6)
+    reference = sweep.reference(found)
+    fixed, epoch = sweep_plan.run_cost(found[reference], speed)
+    whole_run = fixed + 5 * epoch  # 350 steps to its best epoch (3 of 169) and patience 2: all 5 epochs
+    for full_first in (True, False):
+        p = sweep_plan.plan(found, reference, speed, 2, 5, 2, seeds=3, full_first=full_first)
+        others = p.training_s - 3 * whole_run - 2 * (fixed + epoch)  # 3 seeds; the reference's epoch on each worker
+        cheapest_runs = [sum(sweep_plan.run_cost(found[name], speed)) for name in found if name != reference]
+        assert others >= sum(cheapest_runs) - 1e-6  # every other candidate at least starts and trains an epoch
+        assert p.needed_s >= (2 * (fixed + epoch) + 3 * whole_run) / 2
 
 
 def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_epochs():
@@ -459,7 +522,7 @@ def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_ep
         steps = -(-sweep_plan.ASSUMED_BEST_STEPS // epochs_to_best)
         speed = sweep_plan.Speed(example_s=0.05, block_s=0.0025, startup_s=30.0, num_layers=6, train_examples=1350,
                                  scored_examples=150, steps_per_epoch=steps)
-        training.append(sweep_plan.plan(found, sweep.reference(found), speed, 2, 9, 2).training_s)
+        training.append(sweep_plan.plan(found, sweep.reference(found), speed, 2, 9, 2).training_s)  # up to 9 epochs
     assert training[0] < training[1] < training[2] == training[3]
 
 

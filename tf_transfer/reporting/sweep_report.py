@@ -252,7 +252,9 @@ def write_report(study, sweep_dir: str, out: str) -> tuple:
              "",
              f"Budget {study.user_attrs['budget_s'] / 60:.1f} min of training wall time{_over_workers(study)}, "
              f"{spent / 60:.1f} min "
-             f"spent; {len(found)} candidates, {_rungs(study, metric, constant)}, then the best candidates at more "
+             f"spent; {len(found)} candidates, "
+             + "".join(f"{name} first at every seed (never pruned: the comparison every answer needs), " for name in study.user_attrs.get("early") or [])
+             + f"{_rungs(study, metric, constant)}, then the best candidates at more "
              f"seeds (`seed_round`: {study.user_attrs.get('seed_round') or 'not reached'}). Scores are validation "
              "scores at each run's best epoch; mean ± sd over the seeds that ran to their stopping rule (runs cut by "
              "the budget or pruned never count). A candidate is eligible with "
@@ -300,12 +302,12 @@ def train_command(base: dict, candidate: dict) -> str:
     """The `glue` command that trains `candidate` of a sweep whose runs took `base`, for use: flags/sweep.flags by
     its absolute path (the command works from any folder, as the sweep did), then every setting that differs from it.
 
-    >>> command = train_command({"preset": "all_minilm_l6_v2_en", "max_epochs": 9, "train_file": "tweets.csv",
+    >>> command = train_command({"preset": "all_minilm_l6_v2_en", "max_epochs": 5, "train_file": "tweets.csv",
     ...                          "text_columns": ["text"], "label_column": "target"},
-    ...                         {"trainable_layers": 2, "cache_frozen": True, "lr": 0.001})
+    ...                         {"trainable_layers": 2, "cache_frozen": True, "lr": 0.0003})
     >>> command.replace(SWEEP_FLAGS, "/repo/flags/sweep.flags")
     'python -m tf_transfer.glue --flagfile=/repo/flags/sweep.flags --train_file=tweets.csv --text_columns=text \
---label_column=target --trainable_layers=2 --cache_frozen --lr=0.001 --export_dir=model'
+--label_column=target --trainable_layers=2 --cache_frozen --lr=0.0003 --export_dir=model'
     """
     from tf_transfer.studies.glue.glue_settings import GlueSettings
 
@@ -326,7 +328,9 @@ def _rungs(study, metric: str, constant: dict) -> str:
     first = study.user_attrs.get("first_rung") or 1
     ref = study.user_attrs.get("reference")
     floor = (constant.get(0) or {}).get("score")
-    rungs = f"successive halving at epochs {', '.join(str(first * 3 ** i) for i in range(3))} (the best third goes on"
+    last = int(study.user_attrs.get("base", {}).get("max_epochs") or 9)
+    at = [first * 3 ** i for i in range(3) if i == 0 or first * 3 ** i <= last]  # none past the runs' last epoch
+    rungs = f"successive halving at epoch{'s' * (len(at) > 1)} {', '.join(map(str, at))} (the best third goes on"
     if not ref or floor is None:  # a sweep from before the first rung was measured, or without a constant score
         return rungs + "; the first rung assumed, not measured)"
     if ref.get("candidate") is None:

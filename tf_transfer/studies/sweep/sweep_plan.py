@@ -6,27 +6,29 @@ block alone give the seconds of one block's forward pass (the step's forward thr
 through one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients
 and update included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over
 the examples it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the
-frozen blocks over every split, once). The
-sweep's own schedule is then played out (`plan`) on its workers: the reference alone until it learns (the other
-workers wait for the first rung), every candidate at seed 0 cheapest first, successive halving's promoted further,
-then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate
-and it would not both fit. What is not known before training is assumed and said: the reference learns in its first
+frozen blocks over every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the
+reference alone until it learns (the other workers wait for the first rung), full fine-tuning at every seed where
+the budget compares it (`order`), every other candidate at seed 0 cheapest first, successive halving's promoted
+further, then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next
+candidate and it would not both fit. What is not known before training is assumed and said: the reference learns in its first
 epoch, a run that is not pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience`
-epochs later (so after more epochs on a small file, whose epochs are few steps), and the scores at a rung come in
-random order, so that a candidate goes on by its place in the queue alone (`promoted`).
+epochs later (so after more epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every
+rung and into the seed round (it is what every answer is compared with, and often the best), and the others' scores
+at a rung come in random order, so that one goes on by its place in the queue alone (`promoted`).
 
 Example:
 
 >>> from tf_transfer.studies.sweep import sweep_plan
 >>> speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
 ...                          scored_examples=600, steps_per_epoch=169)
->>> found = {"freeze_k2_lr0.001": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-3},
-...          "freeze_kall_lr0.0001": {"trainable_layers": "all", "lr": 1e-4}}
->>> p = sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, workers=2, max_epochs=9, patience=2)
+>>> found = {"freeze_k2_lr0.0003": {"trainable_layers": 2, "cache_frozen": True, "lr": 3e-4},
+...          "freeze_kall_lr5e-05": {"trainable_layers": "all", "lr": 5e-5}}
+>>> p = sweep_plan.plan(found, "freeze_kall_lr5e-05", speed, workers=2, max_epochs=5, patience=2)
 >>> round(p.needed_s / 60), p.candidates
-(17, 2)
->>> sweep_plan.plan(found, "freeze_kall_lr0.0001", speed, 2, 9, 2, budget_s=900).reached
-1
+(25, 2)
+>>> queue, p = sweep_plan.order(found, "freeze_kall_lr5e-05", speed, 2, 5, 2, budget_s=900)
+>>> queue, p.reached  # too little to compare full fine-tuning: the cheapest first, and it decides among 1
+(['freeze_k2_lr0.0003', 'freeze_kall_lr5e-05'], 1)
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class Plan:
     """The sweep played out: `needed_s`, the wall time to its answer (every candidate at seed 0, then the seed
     round); `training_s`, the training time that spends (summed over runs; the reference once per worker, which
     waits for it); with a budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed
-    round fits after them (`answers`), and the wall time that spends (`spent_s`)."""
+    round fits after them (`answers`), and the wall time that spends (`spent_s`); whether full fine-tuning was
+    queued first (`full_first`: `order`)."""
 
     needed_s: float
     training_s: float
@@ -78,6 +81,7 @@ class Plan:
     reached: Optional[int] = None
     answers: Optional[bool] = None
     spent_s: Optional[float] = None
+    full_first: bool = True
 
 
 def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
@@ -123,46 +127,78 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
 
 
 def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
-         seeds: int = 3, budget_s: Optional[float] = None) -> Plan:
+         seeds: int = 3, budget_s: Optional[float] = None, full_first: bool = True) -> Plan:
     """The sweep over `found` (`sweep.candidates`, cheapest first) played out on `workers` (module docstring);
-    with `budget_s`, within it (wall time on these workers). Each run's duration is its expected one: where
-    successive halving would stop it, by `promoted` at each rung; the seed round's runs, the mean run to the stopping
-    rule of the candidates weighted by how likely each gets there."""
+    with `budget_s`, within it (wall time on these workers). The queue after the reference: `reference`'s candidate
+    (full fine-tuning) first where `full_first`, then the others cheapest first; else all cheapest first (`order`).
+    Each run's duration is its expected one: where successive halving would stop it, by `promoted` at each rung
+    (`reference`'s candidate always goes on); the seed round's runs, `reference`'s candidate's and, for the rest,
+    the mean run to the stopping rule of the others weighted by how likely each gets there."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
     costs = {name: run_cost(settings, speed) for name, settings in found.items()}
-    names = list(found)
-    first = promoted(len(names))  # at the first rung, by place in the queue
+    names = ([reference] if full_first else []) + [name for name in found if name != reference or not full_first]
+    ranked = names[1:] if full_first else names  # full fine-tuning queued first ranks nothing at the rungs
+    first = promoted(len(ranked))  # at the first rung, by place in the queue
     second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
-    goes_on = {name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
-               for i, name in enumerate(names)}
+    goes_on = {name: (1.0, 1.0) for name in names}
+    goes_on.update({name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
+                    for i, name in enumerate(ranked)})
+    # Full fine-tuning at the reference's rate is what every answer is compared with, and it is the candidate most
+    # likely to win: priced as going on at every rung and into the seed round, not by its place (last) in the queue.
+    goes_on[reference] = (1.0, 1.0)  # first at every rung, it always goes on
     middle = min(3 * rung, stop)
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}
     fixed, epoch = costs[reference]
     reference_s = fixed + rung * epoch
 
-    def seed_round(among: list) -> list:
-        # The best `top` of the runs that ran to their stopping rule: one of them, on average, by how likely each is.
-        weights = [goes_on[name][1] for name in among]
-        mean = sum(w * (costs[n][0] + stop * costs[n][1]) for w, n in zip(weights, among)) / (sum(weights) or 1)
-        return [mean] * (min(top, len(among)) * (seeds - 1))
+    def whole(name: str) -> float:
+        return costs[name][0] + stop * costs[name][1]
 
-    after_first = _schedule(list(first_runs.values()), [reference_s] * workers)
+    # Full fine-tuning queued first runs at every seed at once (`sweep_search.open_study`): its further seeds fill
+    # the workers while its seed 0 runs, and the seed round takes the best `top - 1` of the others.
+    early = [whole(reference)] * (seeds - 1) if full_first else []
+
+    def seed_round(among: list) -> list:
+        # The best `top` of the runs that ran to their stopping rule: the reference's candidate (unless its seeds ran
+        # early), and of the others one run on average, by how likely each is to get there.
+        others = [name for name in among if name != reference]
+        weights = [goes_on[name][1] for name in others]
+        mean = sum(w * whole(n) for w, n in zip(weights, others)) / (sum(weights) or 1)
+        chosen = [whole(reference)] if reference in among and not full_first else []
+        chosen += [mean] * min(top - 1 if full_first else top - len(chosen), len(others))
+        return [run for run in chosen for _ in range(seeds - 1)]
+
+    runs = list(first_runs.values())
+    seed0 = runs[:1] + early + runs[1:]
+    after_first = _schedule(seed0, [reference_s] * workers)
     needed = max(_schedule(seed_round(names), [max(after_first)] * workers))
-    training = reference_s * workers + sum(first_runs.values()) + sum(seed_round(names))
+    training = reference_s * workers + sum(seed0) + sum(seed_round(names))
     if budget_s is None:
-        return Plan(needed, training, len(found), workers)
+        return Plan(needed, training, len(found), workers, full_first=full_first)
     # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
     reached, free, spent = 0, [reference_s] * workers, reference_s
     for i, name in enumerate(names):
-        trial = _schedule([first_runs[name]], free)
+        trial = _schedule([first_runs[name]] + (early if i == 0 else []), free)
         ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
         if ends > budget_s:
             break
         free, reached, spent = trial, i + 1, ends
-    return Plan(needed, training, len(found), workers, reached, reached > 0, spent)
+    return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first)
+
+
+def order(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
+          seeds: int = 3, budget_s: Optional[float] = None) -> tuple:
+    """`(queue, plan)`: the candidates' queue after the reference and its plan. Full fine-tuning (at every seed)
+    first where the budget compares it (`budget_s`, if any, reaches it and the seed round): every answer is compared
+    with it and it takes longest, so started first it is not the run that ends last. Else all cheapest first (the
+    budget's answer is decided among the cheapest; full fine-tuning, queued last, is compared only if reached)."""
+    first = plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s)
+    if budget_s is None or first.reached == len(found) or (first.reached or 0) > 1:  # full fine-tuning and another
+        return [reference] + [name for name in found if name != reference], first
+    return list(found), plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s, False)
 
 
 def promoted(trials: int, reduction_factor: int = 3) -> list:
@@ -194,8 +230,11 @@ def first_line(p: Plan, budget_s: float) -> str:
     if not p.answers:
         return (f"[sweep] {needed}; --budget={_minutes(budget_s)} is too little for any answer (the reference, one "
                 f"candidate and the seed round need more): give --budget={_minutes(p.needed_s, up=True)}")
-    return (f"[sweep] {needed}; --budget={_minutes(budget_s)} decides among the {p.reached} cheapest of them "
-            f"(about {_minutes(p.spent_s)}): give --budget={_minutes(p.needed_s, up=True)} for all")
+    among = (f"full fine-tuning and the {p.reached - 1} cheapest of the others" if p.full_first else
+             f"the {p.reached} cheapest of them" + ("" if p.reached == p.candidates else
+                                                   ", full fine-tuning not among them"))
+    return (f"[sweep] {needed}; --budget={_minutes(budget_s)} decides among {among} (about {_minutes(p.spent_s)}): "
+            f"give --budget={_minutes(p.needed_s, up=True)} for all")
 
 
 def _minutes(seconds: float, up: bool = False) -> str:

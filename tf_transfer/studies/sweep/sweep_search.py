@@ -119,11 +119,17 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
                storage: Optional[str] = None, lower_is_better: bool = False, constant: Optional[dict] = None,
                name: Optional[str] = None, identity: Optional[dict] = None,
                heartbeat_s: int = sweep_storage.HEARTBEAT_S, command: Optional[str] = None, log: Callable = print,
-               workers: int = 1, retry_s: float = sweep_storage.RETRY_S):
+               workers: int = 1, retry_s: float = sweep_storage.RETRY_S, order: Optional[Callable] = None,
+               seeds: int = 1):
     """Creates the sweep's Optuna study `name` on `storage` (default SQLite in `sweep_dir`), or joins it (a rerun,
     another process or machine): its creator queues the reference (`reference`) first where the constant
     prediction's validation score at seed 0 is known (`constant`, else `constant_prediction` of `base`), then every
-    candidate of `make_candidates()` once at seed 0 (`sweep_storage.create_or_join`). A sweep keeps its settings
+    candidate of `make_candidates()` once at seed 0 (`sweep_storage.create_or_join`), cheapest first or in the order
+    `order(found, reference)` gives (the session's `sweep_plan.order`: full fine-tuning first where the budget
+    compares it). Full fine-tuning queued first is queued at its further `seeds` too, as seed-round runs (`early`):
+    every answer is compared with it, and they fill the workers while its seed 0 runs; its seed 0 is never pruned
+    and ranks nothing (`unpruned`: at an early rung it would be the bar the others must clear, and full
+    fine-tuning learns more per epoch than the cheaper candidates that match it in the end). A sweep keeps its settings
     and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
     budget it had (a rerun with a larger budget goes on), `workers` the number of processes of this machine that
     train its trials at once (`sweep_storage.committed_s` charges them all for the reference); every call on the
@@ -150,8 +156,16 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
         else:
             study.enqueue_trial({"candidate": reference(found), "seed": 0},
                                 user_attrs={"queued": True, "reference": True})
-        for candidate in found:
-            study.enqueue_trial({"candidate": candidate, "seed": 0}, user_attrs={"queued": True})
+        names = order(found, reference(found)) if order else list(found)
+        for candidate in names:
+            first = order and candidate == names[0] == reference(found) and is_full(found[candidate]) and len(names) > 1
+            study.enqueue_trial({"candidate": candidate, "seed": 0},
+                                user_attrs={"queued": True, **({"unpruned": True} if first else {})})
+            if first:
+                study.set_user_attr("early", [candidate])
+                for seed in range(1, seeds):
+                    study.enqueue_trial({"candidate": candidate, "seed": seed},
+                                        user_attrs={"queued": True, "seed_round": True, "early": True})
 
     study = sweep_storage.create_or_join(url, name, "minimize" if lower_is_better else "maximize", pruner_of_sweeps(),
                                          heartbeat_s, queue, identity, log, retry_s)
@@ -166,9 +180,13 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
 def reference(found: dict) -> str:
     """The candidate whose learning curve sets the first rung: full fine-tuning at its largest rate (the soonest to
     learn), else the first candidate queued (the cheapest)."""
-    full = [name for name, s in found.items()
-            if methods.name_of(s) == methods.DEFAULT and s["trainable_layers"] == freezing.ALL]
+    full = [name for name, s in found.items() if is_full(s)]
     return max(full, key=lambda name: found[name]["lr"]) if full else next(iter(found))
+
+
+def is_full(settings: dict) -> bool:
+    """Whether a candidate is full fine-tuning (the default method on every block)."""
+    return methods.name_of(settings) == methods.DEFAULT and settings["trainable_layers"] == freezing.ALL
 
 
 def load(where: tuple):
@@ -439,16 +457,18 @@ def estimate_s(study, found: dict, trial) -> Optional[float]:
 
 
 def _seed_round_candidates(study, top: int) -> list:
-    """The `top` best seed-0 trials that ran to their stopping rule (never one cut by the budget) and beat the
-    constant prediction on validation (where it is known)."""
+    """The best seed-0 trials that ran to their stopping rule (never one cut by the budget) and beat the constant
+    prediction on validation (where it is known): `top` of them, less the candidates queued at every seed at once
+    (`early`: full fine-tuning queued first), which are not among them."""
     import optuna
 
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    early = study.user_attrs.get("early") or []
     completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                 if t.params["seed"] == 0 and not t.user_attrs.get("cut")
+                 if t.params["seed"] == 0 and not t.user_attrs.get("cut") and t.params["candidate"] not in early
                  and (floor is None or (t.value > floor if maximize else t.value < floor))]
-    return sorted(completed, key=lambda t: t.value, reverse=maximize)[:top]
+    return sorted(completed, key=lambda t: t.value, reverse=maximize)[:max(top - len(early), 0)]
 
 
 def _seed_round_cost(study, top: int, seeds: int) -> float:
@@ -475,8 +495,8 @@ def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
     """Reports a candidate's validation score after `epoch`; True when successive halving prunes it. A run at its
     `last_epoch` has ended anyway: its score is final, never pruned. Runs of the seed round neither report nor get
     pruned: they measure the noise of candidates already chosen; nor does the reference, which measures the first
-    rung."""
-    if trial.user_attrs.get("seed_round") or trial.user_attrs.get("reference"):
+    rung, nor full fine-tuning's seed 0 queued first (`unpruned`: `open_study`)."""
+    if trial.user_attrs.get("seed_round") or trial.user_attrs.get("reference") or trial.user_attrs.get("unpruned"):
         return False
     trial.report(value, epoch)
     return epoch < last_epoch and trial.should_prune()

@@ -134,15 +134,23 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
     # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
     # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
     lower_is_better = settings.metric_name in metrics.LOWER_IS_BETTER
+    planned = {}
+
+    def order(found: dict, reference: str) -> list:
+        # A new sweep's queue: the plan on this machine's measured speed says whether full fine-tuning goes first.
+        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, reference, workers, budget_s)
+        return planned["queue"]
+
     study, where = sweep.open_study(sweep_dir, {"padding": options.default_padding, **base}, make_candidates,
                                     workers * budget_s, options.storage, lower_is_better, name=name,
                                     identity=identity, heartbeat_s=options.heartbeat_s, command=options.command,
-                                    log=log, workers=workers, retry_s=options.retry_s)
+                                    log=log, workers=workers, retry_s=options.retry_s,
+                                    order=None if worker else order, seeds=options.seeds)
     if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
         os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
     if not worker:
         deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
-        _say_what_it_needs(options, study, base, workers, deadline - time.time())
+        _say_what_it_needs(options, study, base, workers, deadline - time.time(), planned)
         print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
     spawned = [] if worker else [_start_worker(options, number, workers, name, cores, deadline)
                                  for number in range(1, workers)]
@@ -185,18 +193,44 @@ def _no_space(error: OSError, path: str, what: str) -> None:
         raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
 
 
-def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, left_s: float) -> None:
+def _plan(options: SweepOptions, base: dict, found: dict, reference: str, workers: int, left_s: float) -> tuple:
+    """`(queue, plan, speed)` of `found` (`sweep_plan.order`) from a few training steps on the data, timed on one
+    worker's core (`sweep_plan.measure`)."""
+    from tf_transfer.studies.sweep import sweep_plan
+
+    speed = _measure(options, base)
+    queue, p = sweep_plan.order(found, reference, speed, workers, int(base.get("max_epochs", 9)),
+                                int(base.get("patience") or 0), options.top, options.seeds, budget_s=left_s)
+    return queue, p, speed
+
+
+def _measure(options: SweepOptions, base: dict):
+    from tf_transfer.studies.sweep import sweep_plan
+
+    return isolated.call(sweep_plan.measure, base) if options.isolate_runs else sweep_plan.measure(base)
+
+
+def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, left_s: float,
+                       planned: dict) -> None:
     """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
-    decides (`sweep_plan`), from a few training steps on the data, timed on one worker's core. A sweep
-    that goes on (a trial has measured the machine) skips the measurement."""
+    decides (`sweep_plan`): the plan that ordered a new sweep's queue (`planned`), else one measured now. A sweep
+    that goes on (a trial has measured the machine) says nothing."""
     from tf_transfer.studies.sweep import sweep_plan
 
     if any(t.user_attrs.get("epoch_time_s") for t in study.get_trials(deepcopy=False)):
         return
-    speed = isolated.call(sweep_plan.measure, base) if options.isolate_runs else sweep_plan.measure(base)
     found = study.user_attrs["candidates"]
-    p = sweep_plan.plan(found, sweep.reference(found), speed, workers, int(base.get("max_epochs", 9)),
-                        int(base.get("patience") or 0), options.top, options.seeds, budget_s=left_s)
+    if planned:
+        p, speed = planned["plan"], planned["speed"]
+    else:  # a sweep created before, or by another process, that has trained nothing yet: its queue is as it is
+        queued = [sweep_storage.key_of(t)[0] for t in study.get_trials(deepcopy=False)
+                  if not t.user_attrs.get("reference")]
+        reference = sweep.reference(found)
+        full_first = bool(queued) and queued[0] == reference
+        speed = _measure(options, base)
+        p = sweep_plan.plan(found, reference, speed, workers, int(base.get("max_epochs", 9)),
+                            int(base.get("patience") or 0), options.top, options.seeds, budget_s=left_s,
+                            full_first=full_first)
     line = sweep_plan.first_line(p, left_s)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)

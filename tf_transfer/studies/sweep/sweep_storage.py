@@ -382,7 +382,8 @@ def defer_waiting(study, until: str) -> None:
             break
         taken.set_user_attr("deferred", True)
         study.tell(taken, state=optuna.trial.TrialState.FAIL)
-        kept = {key: frozen.user_attrs[key] for key in ("seed_round",) if frozen.user_attrs.get(key)}
+        kept = {key: frozen.user_attrs[key] for key in ("seed_round", "early", "unpruned")
+                if frozen.user_attrs.get(key)}
         study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": taken.number, **kept})
 
 
@@ -456,5 +457,6 @@ def give_way(study, trial) -> None:
     trial.set_user_attr("deferred", True)
     trial.set_user_attr("reserved_s", 0.0)
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    kept = {key: frozen.user_attrs[key] for key in ("reference", "seed_round") if frozen.user_attrs.get(key)}
+    kept = {key: frozen.user_attrs[key] for key in ("reference", "seed_round", "early", "unpruned")
+            if frozen.user_attrs.get(key)}
     study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": trial.number, **kept})

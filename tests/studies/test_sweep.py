@@ -397,6 +397,24 @@ def _timed_study(tmp_path, monkeypatch, budget_s):
     return study, url, clock
 
 
+def test_a_trial_that_does_not_fit_waits_behind_cheaper_ones_that_do(tmp_path, monkeypatch):
+    """Full fine-tuning queued first at every seed: where its last seed no longer fits the budget, the cheaper
+    candidates behind it still run (a sweep once stopped there with a third of its budget unspent)."""
+    log = []
+    clock = _Clock()
+    monkeypatch.setattr(sweep, "time", clock)
+    study, url = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: SHAPES, 200.0, seeds=3,
+                                  constant={"score": 0.80, "predicts": "1"},
+                                  order=lambda found, reference: [reference] + [n for n in found if n != reference])
+    # The reference (2 epochs of 18 s), full fine-tuning at seeds 0 and 1 (3 epochs each): about 150 s of 200.
+    assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=2, seeds=3,
+                           log=lambda line: None) == "budget"
+    ran = [(name, seed) for name, seed, _ in log]
+    assert ran[:3] == [("full", "reference"), ("full", 0), ("full", 1)] and ("full", 2) not in ran
+    assert ("k1", 0) in ran[3:]  # a cheaper candidate that fit ran after it was passed over
+    assert any(t.user_attrs.get("unfitted") is not None for t in study.trials if t.state.name == "WAITING")
+
+
 def test_the_first_rung_is_where_the_reference_beat_the_constant_prediction(tmp_path, monkeypatch):
     log = []
     study, url, clock = _timed_study(tmp_path, monkeypatch, 10_000.0)
@@ -434,7 +452,7 @@ def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_p
     assert [entry for entry in log if entry[0] == "k1"] == [("k1", 0, 3), ("k1", 1, 3), ("k1", 2, 3)]
     assert not any(entry[0] == "k2" for entry in log)
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-    assert [t.system_attrs["fixed_params"]["candidate"] for t in waiting] == ["k2", "full"]
+    assert sorted(t.system_attrs["fixed_params"]["candidate"] for t in waiting) == ["full", "k2"]  # neither fits
 
 
 def test_a_worker_starts_no_trial_that_would_end_after_its_deadline(tmp_path, monkeypatch):

@@ -387,6 +387,24 @@ def defer_waiting(study, until: str) -> None:
         study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": taken.number, **kept})
 
 
+def defer_first(study, expected: int, marks: dict) -> None:
+    """Moves the first waiting trial (number `expected`, as its caller saw it) behind the queue, marked `marks`
+    (`sweep_search.run_sweep`: one that does not fit the budget left, so that a later one that fits runs first);
+    taken, failed as deferred and queued again, as `defer_waiting` does. Another process's trial taken meanwhile is
+    queued again unmarked; none left waiting, nothing is moved."""
+    import optuna
+
+    taken = _ask(study)
+    frozen = study.get_trials(deepcopy=False)[taken.number]
+    fixed = frozen.system_attrs.get("fixed_params")
+    taken.set_user_attr("deferred", True)  # moved, not failed: no run counts it, nor any report
+    study.tell(taken, state=optuna.trial.TrialState.FAIL)
+    if fixed:
+        kept = {k: v for k, v in frozen.user_attrs.items() if k not in PROCESS_ATTRS + ("deferred",)}
+        study.enqueue_trial({**fixed, **frozen.params},
+                            user_attrs={**kept, **(marks if taken.number == expected else {})})
+
+
 # --- the budget's ledger ----------------------------------------------------------------------------------------------
 
 def spent_s(study) -> float:

@@ -72,7 +72,7 @@ class Plan:
     round); `training_s`, the training time that spends (summed over runs; the reference once per worker, which
     waits for it); with a budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed
     round fits after them (`answers`), and the wall time that spends (`spent_s`); whether full fine-tuning was
-    queued first (`full_first`: `order`)."""
+    queued first (`full_first`: `order`); the budget it was played out in (`budget_s`)."""
 
     needed_s: float
     training_s: float
@@ -82,6 +82,7 @@ class Plan:
     answers: Optional[bool] = None
     spent_s: Optional[float] = None
     full_first: bool = True
+    budget_s: Optional[float] = None
 
 
 def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
@@ -186,7 +187,7 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
         if ends > budget_s:
             break
         free, reached, spent = trial, i + 1, ends
-    return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first)
+    return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first, budget_s)
 
 
 def order(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,

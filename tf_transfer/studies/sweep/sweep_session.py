@@ -138,7 +138,8 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
 
     def order(found: dict, reference: str) -> list:
         # A new sweep's queue: the plan on this machine's measured speed says whether full fine-tuning goes first.
-        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, reference, workers, budget_s)
+        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, reference, workers,
+                                                                    started + budget_s)
         return planned["queue"]
 
     study, where = sweep.open_study(sweep_dir, {"padding": options.default_padding, **base}, make_candidates,
@@ -150,7 +151,7 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
         os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
     if not worker:
         deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
-        _say_what_it_needs(options, study, base, workers, deadline - time.time(), planned)
+        _say_what_it_needs(options, study, base, workers, deadline, planned)
         print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
     spawned = [] if worker else [_start_worker(options, number, workers, name, cores, deadline)
                                  for number in range(1, workers)]
@@ -193,14 +194,15 @@ def _no_space(error: OSError, path: str, what: str) -> None:
         raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
 
 
-def _plan(options: SweepOptions, base: dict, found: dict, reference: str, workers: int, left_s: float) -> tuple:
+def _plan(options: SweepOptions, base: dict, found: dict, reference: str, workers: int, deadline: float) -> tuple:
     """`(queue, plan, speed)` of `found` (`sweep_plan.order`) from a few training steps on the data, timed on one
-    worker's core (`sweep_plan.measure`)."""
+    worker's core (`sweep_plan.measure`), within the wall time left to `deadline` (a `time.time()`) once measured."""
     from tf_transfer.studies.sweep import sweep_plan
 
     speed = _measure(options, base)
     queue, p = sweep_plan.order(found, reference, speed, workers, int(base.get("max_epochs", 9)),
-                                int(base.get("patience") or 0), options.top, options.seeds, budget_s=left_s)
+                                int(base.get("patience") or 0), options.top, options.seeds,
+                                budget_s=deadline - time.time())
     return queue, p, speed
 
 
@@ -210,7 +212,7 @@ def _measure(options: SweepOptions, base: dict):
     return isolated.call(sweep_plan.measure, base) if options.isolate_runs else sweep_plan.measure(base)
 
 
-def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, left_s: float,
+def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, deadline: float,
                        planned: dict) -> None:
     """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
     decides (`sweep_plan`): the plan that ordered a new sweep's queue (`planned`), else one measured now. A sweep
@@ -229,9 +231,9 @@ def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, l
         full_first = bool(queued) and queued[0] == reference
         speed = _measure(options, base)
         p = sweep_plan.plan(found, reference, speed, workers, int(base.get("max_epochs", 9)),
-                            int(base.get("patience") or 0), options.top, options.seeds, budget_s=left_s,
-                            full_first=full_first)
-    line = sweep_plan.first_line(p, left_s)
+                            int(base.get("patience") or 0), options.top, options.seeds,
+                            budget_s=deadline - time.time(), full_first=full_first)
+    line = sweep_plan.first_line(p, p.budget_s)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)
 

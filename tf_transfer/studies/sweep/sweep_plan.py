@@ -146,9 +146,8 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     goes_on = {name: (1.0, 1.0) for name in names}
     goes_on.update({name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
                     for i, name in enumerate(ranked)})
-    # Full fine-tuning at the reference's rate is what every answer is compared with, and it is the candidate most
-    # likely to win: priced as going on at every rung and into the seed round, not by its place (last) in the queue.
-    goes_on[reference] = (1.0, 1.0)  # first at every rung, it always goes on
+    # Full fine-tuning, what every answer is compared with and often the best: on at every rung, into the seed round.
+    goes_on[reference] = (1.0, 1.0)
     middle = min(3 * rung, stop)
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}

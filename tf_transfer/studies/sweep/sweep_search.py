@@ -241,16 +241,7 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             continue  # the seed round was queued ahead of the candidates not reached
         late = deadline is not None and cost is not None and time.time() + cost > deadline
         if cost is not None and (cost > remaining or late):
-            # A later trial may fit where this one does not (a cheap candidate behind full fine-tuning's last seed):
-            # this one waits behind it, until a trial ends (`ended`) and the estimates and the budget left change.
-            ended = _ended(study)
-            if any(t.number != following.number and t.user_attrs.get("unfitted") != ended for t in waiting):
-                sweep_storage.defer_first(study, following.number, {"unfitted": ended})
-                continue
-            if running:
-                time.sleep(2)
-                continue
-            if _queue_seed_round(study, top, seeds):  # nothing waiting fits: the seed round may
+            if _passed_over(study, following, waiting, running, top, seeds):
                 continue
             left = (f"{max(deadline - time.time(), 0) / 60:.1f} min to this worker's deadline" if late else
                     f"{remaining / 60:.1f} min of training time left")
@@ -267,6 +258,21 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             time.sleep(1 + random.random())
             continue
         _run_trial(study, where, sweep_dir, train_trial, taken, reserve, log, deadline)
+
+
+def _passed_over(study, following, waiting: list, running: bool, top: int, seeds: int) -> bool:
+    """For the next trial, which does not fit: True where the sweep goes on without it for now. A later trial may
+    fit (a cheap candidate behind full fine-tuning's last seed): this one waits behind it, until a trial ends
+    (`_ended`) and the estimates and the budget left change; or another process's trial may free budget; or, where
+    nothing waiting fits, the seed round may."""
+    ended = _ended(study)
+    if any(t.number != following.number and t.user_attrs.get("unfitted") != ended for t in waiting):
+        sweep_storage.defer_first(study, following.number, {"unfitted": ended})
+        return True
+    if running:
+        time.sleep(2)
+        return True
+    return _queue_seed_round(study, top, seeds)
 
 
 def _ended(study) -> int:

@@ -134,19 +134,13 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
     # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
     # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
     lower_is_better = settings.metric_name in metrics.LOWER_IS_BETTER
-    planned = {}
-
-    def order(found: dict, reference: str) -> list:
-        # A new sweep's queue: the plan on this machine's measured speed says whether full fine-tuning goes first.
-        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, reference, workers,
-                                                                    started + budget_s)
-        return planned["queue"]
-
+    planned = {}  # a new sweep's plan: it orders its queue (`_orderer`) and says its first line
     study, where = sweep.open_study(sweep_dir, {"padding": options.default_padding, **base}, make_candidates,
                                     workers * budget_s, options.storage, lower_is_better, name=name,
                                     identity=identity, heartbeat_s=options.heartbeat_s, command=options.command,
                                     log=log, workers=workers, retry_s=options.retry_s,
-                                    order=None if worker else order, seeds=options.seeds)
+                                    order=None if worker else _orderer(options, base, workers, started + budget_s,
+                                                                       planned), seeds=options.seeds)
     if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
         os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
     if not worker:
@@ -192,6 +186,15 @@ def _no_space(error: OSError, path: str, what: str) -> None:
 
     if error.errno in sweep_retries.NO_SPACE:
         raise sweep_retries.no_space(error.filename or path, what, "its trials are kept in its storage") from None
+
+
+def _orderer(options: SweepOptions, base: dict, workers: int, deadline: float, planned: dict) -> Callable:
+    """`open_study`'s `order` for a new sweep: its plan on this machine's measured speed (kept in `planned`) says
+    whether full fine-tuning goes first."""
+    def order(found: dict, reference: str) -> list:
+        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, reference, workers, deadline)
+        return planned["queue"]
+    return order
 
 
 def _plan(options: SweepOptions, base: dict, found: dict, reference: str, workers: int, deadline: float) -> tuple:

@@ -39,7 +39,7 @@ from typing import Callable, Optional, Sequence
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
-from tf_transfer.studies.sweep import sweep_storage
+from tf_transfer.studies.sweep import sweep_seed_round, sweep_storage
 from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401
@@ -227,7 +227,7 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
                 continue
             if remaining <= 0:
                 return "budget"
-            if not _queue_seed_round(study, top, seeds):
+            if not sweep_seed_round.queue(study, top, seeds):
                 return "done"
             continue
         following = min(waiting, key=lambda t: t.number)
@@ -272,7 +272,7 @@ def _passed_over(study, following, waiting: list, running: bool, top: int, seeds
     if running:
         time.sleep(2)
         return True
-    return _queue_seed_round(study, top, seeds)
+    return sweep_seed_round.queue(study, top, seeds)
 
 
 def _ended(study) -> int:
@@ -362,8 +362,8 @@ def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log
     next trial and the seed round would not both fit, so the seed round has just been queued ahead of it."""
     if following.user_attrs.get("seed_round") or study.user_attrs.get("seed_round") or not cost:
         return 0.0
-    reserve = _seed_round_cost(study, top, seeds)
-    if reserve and cost + reserve > remaining and _queue_seed_round(study, top, seeds):
+    reserve = sweep_seed_round.cost(study, top, seeds)
+    if reserve and cost + reserve > remaining and sweep_seed_round.queue(study, top, seeds):
         log(f"[sweep] {remaining / 60:.1f} min of training time left: kept for the seed round "
             f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
         sweep_storage.defer_waiting(study, until="seed_round")
@@ -476,41 +476,6 @@ def estimate_s(study, found: dict, trial) -> Optional[float]:
     if trial.user_attrs.get("seed_round"):
         epochs = int(study.user_attrs["base"].get("max_epochs", 9))
     return startup + cache + epochs * epoch + tail
-
-
-def _seed_round_candidates(study, top: int) -> list:
-    """The best seed-0 trials that ran to their stopping rule (never one cut by the budget) and beat the constant
-    prediction on validation (where it is known): `top` of them, less the candidates queued at every seed at once
-    (`early`: full fine-tuning queued first), which are not among them."""
-    import optuna
-
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
-    early = study.user_attrs.get("early") or []
-    completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                 if t.params["seed"] == 0 and not t.user_attrs.get("cut") and t.params["candidate"] not in early
-                 and (floor is None or (t.value > floor if maximize else t.value < floor))]
-    return sorted(completed, key=lambda t: t.value, reverse=maximize)[:max(top - len(early), 0)]
-
-
-def _seed_round_cost(study, top: int, seeds: int) -> float:
-    """The seed round's estimated seconds, were it queued now: each chosen candidate's seed-0 run, once per seed."""
-    return (seeds - 1) * sum(t.user_attrs.get("train_s", 0.0) for t in _seed_round_candidates(study, top))
-
-
-def _queue_seed_round(study, top: int, seeds: int) -> bool:
-    """Queues seeds 1..seeds-1 of the `top` best candidates once; False when it has been queued already or none
-    qualifies (`_seed_round_candidates`)."""
-    if study.user_attrs.get("seed_round") or seeds <= 1:
-        return False
-    chosen = [t.params["candidate"] for t in _seed_round_candidates(study, top)]
-    if not chosen:
-        return False
-    study.set_user_attr("seed_round", chosen)
-    for name in chosen:
-        for seed in range(1, seeds):
-            study.enqueue_trial({"candidate": name, "seed": seed}, user_attrs={"queued": True, "seed_round": True})
-    return True
 
 
 def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:

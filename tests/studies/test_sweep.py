@@ -365,7 +365,8 @@ def _timed_trial(clock, log):
     def train(url, trial_id, settings, folder, remaining_s, deadline=None):
         import optuna
 
-        trial = optuna.trial.Trial(sweep.load(url), trial_id)
+        study = sweep.load(url)
+        trial = optuna.trial.Trial(study, trial_id)
         name = os.path.basename(os.path.dirname(folder))
         per_epoch = sweep.relative_cost(settings, 6)
         curve = [v + 0.01 * settings["seed"] for v in CURVES[name]]
@@ -381,19 +382,22 @@ def _timed_trial(clock, log):
             best = max(curve[:epoch])
             if trial.user_attrs.get("reference") and best >= 0.81:
                 return end(epoch, value=best, pruned=False, cut="reference", learned_at=epoch)
+            if trial.user_attrs.get("sets_rung"):  # full fine-tuning's seed 0 queued first: it sets the rung, goes on
+                sweep.learned(study, name, epoch, best, lower_is_better=False, log=lambda line: None)
             if sweep.report_epoch(trial, best, epoch, len(curve)):
                 return end(epoch, value=None, pruned=True, cut="pruned")
         return end(len(curve), value=max(curve), pruned=False, cut=None)
     return train
 
 
-def _timed_study(tmp_path, monkeypatch, budget_s):
+def _timed_study(tmp_path, monkeypatch, budget_s, full_first=False):
     """A sweep of `SHAPES` on a fake clock whose constant prediction is known (0.80 at seed 0): the reference is
-    queued first."""
+    queued first, or (`full_first`, as the plan orders a budget that compares it) full fine-tuning at 3 seeds."""
     clock = _Clock()
     monkeypatch.setattr(sweep, "time", clock)
-    study, url = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: SHAPES, budget_s,
-                                  constant={"score": 0.80, "predicts": "1"})
+    first = (lambda found, reference: [reference] + [n for n in found if n != reference]) if full_first else None
+    study, url = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: SHAPES, budget_s, seeds=3,
+                                  constant={"score": 0.80, "predicts": "1"}, order=first)
     return study, url, clock
 
 
@@ -401,17 +405,13 @@ def test_a_trial_that_does_not_fit_waits_behind_cheaper_ones_that_do(tmp_path, m
     """Full fine-tuning queued first at every seed: where its last seed no longer fits the budget, the cheaper
     candidates behind it still run (a sweep once stopped there with a third of its budget unspent)."""
     log = []
-    clock = _Clock()
-    monkeypatch.setattr(sweep, "time", clock)
-    study, url = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: SHAPES, 200.0, seeds=3,
-                                  constant={"score": 0.80, "predicts": "1"},
-                                  order=lambda found, reference: [reference] + [n for n in found if n != reference])
-    # The reference (2 epochs of 18 s), full fine-tuning at seeds 0 and 1 (3 epochs each): about 150 s of 200.
+    study, url, clock = _timed_study(tmp_path, monkeypatch, 160.0, full_first=True)
+    # Full fine-tuning at seeds 0 and 1 (2 s of start-up and 3 epochs of 18 s each): 112 s of 160; a third does not fit.
     assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=2, seeds=3,
                            log=lambda line: None) == "budget"
     ran = [(name, seed) for name, seed, _ in log]
-    assert ran[:3] == [("full", "reference"), ("full", 0), ("full", 1)] and ("full", 2) not in ran
-    assert ("k1", 0) in ran[3:]  # a cheaper candidate that fit ran after it was passed over
+    assert ran[:2] == [("full", 0), ("full", 1)] and ("full", 2) not in ran
+    assert ("k1", 0) in ran[2:]  # a cheaper candidate that fit ran after it was passed over
     assert any(t.user_attrs.get("unfitted") is not None for t in study.trials if t.state.name == "WAITING")
 
 
@@ -432,6 +432,23 @@ def test_the_first_rung_is_where_the_reference_beat_the_constant_prediction(tmp_
         "reference, full at seed 0, beat the constant prediction's validation f1 (0.800) by 1 point: 0.860)")
     assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # k1 kept at the rung, k1b pruned there
     assert study.user_attrs["seed_round"] == ["full", "k2"]  # the best two that beat the constant prediction
+
+
+def test_full_fine_tuning_queued_first_measures_the_first_rung_as_it_goes_on(tmp_path, monkeypatch):
+    """Queued first, full fine-tuning's seed 0 is the run that sets the first rung: no reference run repeats its
+    first epochs, and the run goes on to its end."""
+    log = []
+    study, url, clock = _timed_study(tmp_path, monkeypatch, 10_000.0, full_first=True)
+    assert not any(t.user_attrs.get("reference") for t in study.trials)
+    assert study.trials[0].user_attrs["sets_rung"] and study.trials[0].user_attrs["unpruned"]
+    assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=2, seeds=3,
+                           log=lambda line: None) == "done"
+    assert log[0] == ("full", 0, 3) and study.user_attrs["first_rung"] == 2  # it beat 0.80 by a point at epoch 2
+    assert study.user_attrs["reference"] == {"candidate": "full", "learned": True, "epochs": 2, "score": 0.86,
+                                          "cut": None}
+    assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # ranked at the rung it set: k1 kept, k1b pruned there
+    # A run that never learned sets nothing itself: the sweep says nothing is pruned when it ends.
+    assert not sweep.learned(study, "full", 1, 0.805, lower_is_better=False, sets_rung=False)
 
 
 def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_path, monkeypatch):
@@ -523,10 +540,12 @@ def test_the_plan_prices_full_fine_tuning_at_every_seed_to_its_stopping_rule():
     whole_run = fixed + 5 * epoch  # 350 steps to its best epoch (3 of 169) and patience 2: all 5 epochs
     for full_first in (True, False):
         p = sweep_plan.plan(found, reference, speed, 2, 5, 2, seeds=3, full_first=full_first)
-        others = p.training_s - 3 * whole_run - 2 * (fixed + epoch)  # 3 seeds; the reference's epoch on each worker
+        # 3 seeds; a reference run's epoch on each worker, unless full fine-tuning's seed 0 measures the first rung
+        measuring = 0.0 if full_first else 2 * (fixed + epoch)
+        others = p.training_s - 3 * whole_run - measuring
         cheapest_runs = [sum(sweep_plan.run_cost(found[name], speed)) for name in found if name != reference]
         assert others >= sum(cheapest_runs) - 1e-6  # every other candidate at least starts and trains an epoch
-        assert p.needed_s >= (2 * (fixed + epoch) + 3 * whole_run) / 2
+        assert p.needed_s >= (measuring + 3 * whole_run) / 2
 
 
 def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_epochs():

@@ -7,14 +7,15 @@ through one, at twice a forward: `block_s`). Full fine-tuning costs what was mea
 and update included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over
 the examples it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the
 frozen blocks over every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the
-reference alone until it learns (the other workers wait for the first rung), full fine-tuning at every seed where
-the budget compares it (`order`), every other candidate at seed 0 cheapest first, successive halving's promoted
-further, then the seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next
-candidate and it would not both fit. What is not known before training is assumed and said: the reference learns in its first
-epoch, a run that is not pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience`
-epochs later (so after more epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every
-rung and into the seed round (it is what every answer is compared with, and often the best), and the others' scores
-at a rung come in random order, so that one goes on by its place in the queue alone (`promoted`).
+reference alone until it learns (the other workers wait for the first rung), or, where the budget compares full
+fine-tuning (`order`), full fine-tuning at every seed at once, its seed 0 measuring the first rung as it goes on;
+every other candidate at seed 0 cheapest first, successive halving's promoted further, then the seed round; and,
+with a budget, the sweep's rule that queues the seed round as soon as the next candidate and it would not both fit.
+What is not known before training is assumed and said: the reference learns in its first epoch, a run that is not
+pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience` epochs later (so
+after more epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every rung and into the
+seed round (it is what every answer is compared with, and often the best), and the others' scores at a rung come
+in random order, so that one goes on by its place in the queue alone (`promoted`).
 
 Example:
 
@@ -25,7 +26,7 @@ Example:
 ...          "freeze_kall_lr5e-05": {"trainable_layers": "all", "lr": 5e-5}}
 >>> p = sweep_plan.plan(found, "freeze_kall_lr5e-05", speed, workers=2, max_epochs=5, patience=2)
 >>> round(p.needed_s / 60), p.candidates
-(25, 2)
+(23, 2)
 >>> queue, p = sweep_plan.order(found, "freeze_kall_lr5e-05", speed, 2, 5, 2, budget_s=900)
 >>> queue, p.reached  # too little to compare full fine-tuning: the cheapest first, and it decides among 1
 (['freeze_k2_lr0.0003', 'freeze_kall_lr5e-05'], 1)
@@ -69,7 +70,7 @@ class Speed:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """The sweep played out: `needed_s`, the wall time to its answer (every candidate at seed 0, then the seed
-    round); `training_s`, the training time that spends (summed over runs; the reference once per worker, which
+    round); `training_s`, the training time that spends (summed over runs; a reference run once per worker, which
     waits for it); with a budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed
     round fits after them (`answers`), and the wall time that spends (`spent_s`); whether full fine-tuning was
     queued first (`full_first`: `order`); the budget it was played out in (`budget_s`)."""
@@ -140,19 +141,15 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
     costs = {name: run_cost(settings, speed) for name, settings in found.items()}
     names = ([reference] if full_first else []) + [name for name in found if name != reference or not full_first]
-    ranked = names[1:] if full_first else names  # full fine-tuning queued first ranks nothing at the rungs
-    first = promoted(len(ranked))  # at the first rung, by place in the queue
-    second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
-    goes_on = {name: (1.0, 1.0) for name in names}
-    goes_on.update({name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
-                    for i, name in enumerate(ranked)})
-    # Full fine-tuning, what every answer is compared with and often the best: on at every rung, into the seed round.
-    goes_on[reference] = (1.0, 1.0)
+    goes_on = _goes_on(names, names[1:] if full_first else names, reference)
     middle = min(3 * rung, stop)
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}
     fixed, epoch = costs[reference]
-    reference_s = fixed + rung * epoch
+    reference_s = fixed + rung * epoch  # when the first rung is known: the others that rank wait for it
+    # Full fine-tuning queued first measures the first rung in its seed-0 run, which goes on (`sweep_search`): no
+    # reference run, and no worker waits for it (its further seeds start at once); else the reference runs alone.
+    start = [0.0 if full_first else reference_s] * workers
 
     def whole(name: str) -> float:
         return costs[name][0] + stop * costs[name][1]
@@ -173,20 +170,34 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
 
     runs = list(first_runs.values())
     seed0 = runs[:1] + early + runs[1:]
-    after_first = _schedule(seed0, [reference_s] * workers)
+    after_first = _schedule(runs[1:], _not_before(_schedule(runs[:1] + early, start), reference_s))
     needed = max(_schedule(seed_round(names), [max(after_first)] * workers))
-    training = reference_s * workers + sum(seed0) + sum(seed_round(names))
+    training = (0.0 if full_first else reference_s * workers) + sum(seed0) + sum(seed_round(names))
     if budget_s is None:
         return Plan(needed, training, len(found), workers, full_first=full_first)
     # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
-    reached, free, spent = 0, [reference_s] * workers, reference_s
+    reached, free, spent = 0, start, reference_s
     for i, name in enumerate(names):
         trial = _schedule([first_runs[name]] + (early if i == 0 else []), free)
+        trial = trial if i else _not_before(trial, reference_s)
         ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
         if ends > budget_s:
             break
         free, reached, spent = trial, i + 1, ends
     return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first, budget_s)
+
+
+def _goes_on(names: list, ranked: list, reference: str) -> dict:
+    """`{name: (chance it goes on at the first rung, and at 3r)}` of the candidates queued in `names`, of which
+    `ranked` meet successive halving (full fine-tuning queued first ranks nothing at the rungs), by `promoted`."""
+    first = promoted(len(ranked))  # at the first rung, by place in the queue
+    second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
+    goes_on = {name: (1.0, 1.0) for name in names}
+    goes_on.update({name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
+                    for i, name in enumerate(ranked)})
+    # Full fine-tuning, what every answer is compared with and often the best: on at every rung, into the seed round.
+    goes_on[reference] = (1.0, 1.0)
+    return goes_on
 
 
 def order(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
@@ -210,6 +221,11 @@ def promoted(trials: int, reduction_factor: int = 3) -> list:
     [1.0, 0.5, 0.33, 0.25, 0.2, 0.33]
     """
     return [max(i // reduction_factor, 1) / i for i in range(1, trials + 1)]
+
+
+def _not_before(free: list, seconds: float) -> list:
+    """Workers free at `free`, none before `seconds` (the first rung is known then)."""
+    return [max(f, seconds) for f in free]
 
 
 def _schedule(jobs: list, free: list) -> list:

@@ -2,7 +2,8 @@
 runs epoch by epoch, and its successive-halving pruner stops the weaker candidates early.
 
 First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the
-constant prediction's by a point: that epoch r is the first rung. Then every candidate (a method, its depth or rank,
+constant prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0
+run measures r as it goes on, while the other workers start its further seeds). Then every candidate (a method, its depth or rank,
 a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
 validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
 only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
@@ -129,7 +130,8 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
     compares it). Full fine-tuning queued first is queued at its further `seeds` too, as seed-round runs (`early`):
     every answer is compared with it, and they fill the workers while its seed 0 runs; its seed 0 is never pruned
     and ranks nothing (`unpruned`: at an early rung it would be the bar the others must clear, and full
-    fine-tuning learns more per epoch than the cheaper candidates that match it in the end). A sweep keeps its settings
+    fine-tuning learns more per epoch than the cheaper candidates that match it in the end), and it measures the
+    first rung as it goes on (`sets_rung`: no reference run, whose epoch it would repeat). A sweep keeps its settings
     and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
     budget it had (a rerun with a larger budget goes on), `workers` the number of processes of this machine that
     train its trials at once (`sweep_storage.committed_s` charges them all for the reference); every call on the
@@ -151,30 +153,38 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
         except TransferError:  # no data to split (e.g. a test's made-up sweep): the first rung is assumed
             known = {"score": None}
         study.set_user_attr("constant", {"0": known})
-        if known["score"] is None:
-            study.set_user_attr("first_rung", 1)
-        else:
-            study.enqueue_trial({"candidate": reference(found), "seed": 0},
-                                user_attrs={"queued": True, "reference": True})
-        names = order(found, reference(found)) if order else list(found)
-        for candidate in names:
-            first = order and candidate == names[0] == reference(found) and is_full(found[candidate]) and len(names) > 1
-            study.enqueue_trial({"candidate": candidate, "seed": 0},
-                                user_attrs={"queued": True, **({"unpruned": True} if first else {})})
-            if first:
-                study.set_user_attr("early", [candidate])
-                for seed in range(1, seeds):
-                    study.enqueue_trial({"candidate": candidate, "seed": seed},
-                                        user_attrs={"queued": True, "seed_round": True, "early": True})
+        _enqueue(study, found, order(found, reference(found)) if order else list(found), known["score"] is not None,
+                 seeds, ordered=bool(order))
 
     study = sweep_storage.create_or_join(url, name, "minimize" if lower_is_better else "maximize", pruner_of_sweeps(),
                                          heartbeat_s, queue, identity, log, retry_s)
-    if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") for t in study.trials):
+    if "first_rung" not in study.user_attrs and not any(t.user_attrs.get("reference") or t.user_attrs.get("sets_rung")
+                                                        for t in study.trials):
         study.set_user_attr("first_rung", 1)  # a sweep from before the first rung was measured
     study.set_user_attr("budget_s", budget_s)
     study.set_user_attr("workers", workers)
     study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
     return study, (url, study.study_name, retry_s)
+
+
+def _enqueue(study, found: dict, names: list, rung_known: bool, seeds: int, ordered: bool) -> None:
+    """Queues the reference (where `rung_known`, the constant prediction's score, lets it measure the first rung)
+    and then `names` at seed 0; full fine-tuning first in `names` (`ordered`: by the plan) at every seed, its seed 0
+    unpruned and measuring the first rung itself as it goes on (no reference run then: `open_study`)."""
+    full_first = ordered and names[0] == reference(found) and is_full(found[names[0]]) and len(names) > 1
+    if not rung_known:
+        study.set_user_attr("first_rung", 1)
+    elif not full_first:
+        study.enqueue_trial({"candidate": reference(found), "seed": 0}, user_attrs={"queued": True, "reference": True})
+    for candidate in names:
+        first = full_first and candidate == names[0]
+        marks = {"unpruned": True, **({"sets_rung": True} if rung_known else {})} if first else {}
+        study.enqueue_trial({"candidate": candidate, "seed": 0}, user_attrs={"queued": True, **marks})
+        if first:
+            study.set_user_attr("early", [candidate])
+            for seed in range(1, seeds):
+                study.enqueue_trial({"candidate": candidate, "seed": seed},
+                                    user_attrs={"queued": True, "seed_round": True, "early": True})
 
 
 def reference(found: dict) -> str:
@@ -231,7 +241,7 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
                 return "done"
             continue
         following = min(waiting, key=lambda t: t.number)
-        if "first_rung" not in study.user_attrs and not following.user_attrs.get("reference"):
+        if "first_rung" not in study.user_attrs and ranked(following):
             _await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log)
             continue
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
@@ -371,11 +381,19 @@ def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log
     return reserve
 
 
+def ranked(trial) -> bool:
+    """Whether a trial's run reports to the pruner (and so must wait for the first rung): not the reference, a
+    seed-round run, nor full fine-tuning's seed 0 queued first (`unpruned`: `report_epoch`)."""
+    return not any(trial.user_attrs.get(mark) for mark in ("reference", "seed_round", "unpruned"))
+
+
 def _await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> None:
-    """Before the first rung is known only the reference may run: put it first again (queued again after a kill),
-    wait for another process's, or, where it failed, go on with nothing pruned."""
-    if any(t.user_attrs.get("reference") for t in waiting):
-        sweep_storage.defer_waiting(study, until="reference")
+    """Before the first rung is known only the runs that rank nothing may run: put the run that measures it (the
+    reference, or full fine-tuning's seed 0 queued first: `sets_rung`) first again (queued again after a kill), wait
+    for another process's, or, where it failed, go on with nothing pruned."""
+    setter = next((mark for t in waiting for mark in ("reference", "sets_rung") if t.user_attrs.get(mark)), None)
+    if setter:
+        sweep_storage.defer_waiting(study, until=setter)
     elif running:
         time.sleep(2)  # another process's reference run is still measuring the first rung
     else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
@@ -401,6 +419,8 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
         # A run in a child process: its start-up includes starting the process, which only this one sees.
         spawn = max(ended - start - result["elapsed_s"], 0.0)
         trial.set_user_attr("startup_s", result["startup_s"] + spawn)
+    if trial.user_attrs.get("sets_rung") and "first_rung" not in study.user_attrs:
+        _set_first_rung(study, name, result, max_epochs, log)  # it ended, or was cut, before it learned
     if trial.user_attrs.get("reference"):
         _set_first_rung(study, name, result, max_epochs, log)
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
@@ -410,6 +430,21 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     else:
         study.tell(trial, result["value"])
+
+
+def learned(study, name: str, epoch: int, best: float, lower_is_better: bool, sets_rung: bool = True,
+            log: Callable = print) -> bool:
+    """Whether a run that measures the first rung has learned by `epoch` (its best validation score so far `best`):
+    `best` beats the constant prediction by `MARGIN`. With `sets_rung` (full fine-tuning's seed 0 queued first,
+    which goes on), only where no rung is set yet, and then the first rung is set at `epoch`: the workers that wait
+    for it (`_await_reference`) go on at once, not when the run ends."""
+    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    margin = None if floor is None else (floor - best if lower_is_better else best - floor)
+    if margin is None or margin < MARGIN or (sets_rung and "first_rung" in study.user_attrs):
+        return False
+    if sets_rung:
+        _set_first_rung(study, name, {"learned_at": epoch, "epochs": epoch, "value": best}, epoch, log)
+    return True
 
 
 def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable) -> None:

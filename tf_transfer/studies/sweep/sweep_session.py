@@ -135,17 +135,19 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
     # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
     lower_is_better = settings.metric_name in metrics.LOWER_IS_BETTER
     planned = {}  # a new sweep's plan: it orders its queue (`_orderer`) and says its first line
-    study, where = sweep.open_study(sweep_dir, {"padding": options.default_padding, **base}, make_candidates,
-                                    workers * budget_s, options.storage, lower_is_better, name=name,
+    if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'; the
+        # plan's probe too, which times one worker's steps
+        os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
+    runs_base = {"padding": options.default_padding, **base}  # what its runs train with, and its probe times
+    study, where = sweep.open_study(sweep_dir, runs_base, make_candidates, workers * budget_s, options.storage,
+                                    lower_is_better, name=name,
                                     identity=identity, heartbeat_s=options.heartbeat_s, command=options.command,
                                     log=log, workers=workers, retry_s=options.retry_s,
-                                    order=None if worker else _orderer(options, base, workers, started + budget_s,
+                                    order=None if worker else _orderer(options, runs_base, workers, started + budget_s,
                                                                        planned), seeds=options.seeds)
-    if workers > 1:  # each worker on a core of its own: its runs' threads do not contend with the others'
-        os.sched_setaffinity(0, {cores[worker % len(cores) if worker else 0]})
     if not worker:
         deadline = started + max(workers * budget_s - sweep.spent_s(study), 0.0) / workers
-        _say_what_it_needs(options, study, base, workers, deadline, planned)
+        _say_what_it_needs(options, study, workers, deadline, planned)
         print(f"[sweep] {study.study_name} on {sweep_storage.shown_url(where[0])}; runs in {sweep_dir}", flush=True)
     spawned = [] if worker else [_start_worker(options, number, workers, name, cores, deadline)
                                  for number in range(1, workers)]
@@ -215,8 +217,7 @@ def _measure(options: SweepOptions, base: dict):
     return isolated.call(sweep_plan.measure, base) if options.isolate_runs else sweep_plan.measure(base)
 
 
-def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, deadline: float,
-                       planned: dict) -> None:
+def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: float, planned: dict) -> None:
     """The sweep's first line, before it trains: what an answer needs on this machine and what the budget left
     decides (`sweep_plan`): the plan that ordered a new sweep's queue (`planned`), else one measured now. A sweep
     that goes on (a trial has measured the machine) says nothing."""
@@ -224,7 +225,7 @@ def _say_what_it_needs(options: SweepOptions, study, base: dict, workers: int, d
 
     if any(t.user_attrs.get("epoch_time_s") for t in study.get_trials(deepcopy=False)):
         return
-    found = study.user_attrs["candidates"]
+    found, base = study.user_attrs["candidates"], study.user_attrs["base"]  # the runs' settings, as stored
     if planned:
         p, speed = planned["plan"], planned["speed"]
     else:  # a sweep created before, or by another process, that has trained nothing yet: its queue is as it is

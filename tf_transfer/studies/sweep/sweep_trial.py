@@ -21,12 +21,14 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
                 deadline: Optional[float] = None) -> dict:
     """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial and stopping when the
     pruner says so or when the next epoch would not fit in the budget left (what every other trial spent or
-    reserved, and `keep_s`, counted out) or end after `deadline` (a `time.time()`: its machine's); the reference (`reference`) stops at the first epoch whose best validation
-    score beats the constant prediction by `MARGIN` (`learned_at`). A resumed run's finished epochs are reported
-    again, each at its rung as an unbroken run's was (`resume_reports`). Returns the best epoch's validation score
-    (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was pruned), `cut` (what cut the run
-    short, None when its stopping rule ended it), and what the budget's estimates need: wall seconds per epoch
-    (evaluation included), the cache's build, the start-up before the first epoch, the encoder's depth."""
+    reserved, and `keep_s`, counted out) or end after `deadline` (a `time.time()`: its machine's). The reference
+    (`reference`) stops at the first epoch whose best validation score beats the constant prediction by `MARGIN`
+    (`learned_at`); full fine-tuning's seed 0 queued first (`sets_rung`) sets the first rung there and goes on
+    (`sweep.learned`). A resumed run's finished epochs are reported again, each at its rung as an unbroken run's
+    was (`resume_reports`). Returns the best epoch's validation score (`value`), `pruned` (`pruned_at`: the
+    finished epoch where a resumed run was pruned), `cut` (what cut the run short, None when its stopping rule
+    ended it), and what the budget's estimates need: wall seconds per epoch (evaluation included), the cache's
+    build, the start-up before the first epoch, the encoder's depth."""
     import optuna
 
     from tf_transfer.core import metrics
@@ -39,8 +41,8 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     task = task_for(GlueSettings.from_dict(settings))
     metric, start, state = task.metric, time.time(), {"pruned": False, "best": None, "at": [], "learned_at": None}
     lower = metric in metrics.LOWER_IS_BETTER
-    is_reference = bool(trial.user_attrs.get("reference"))
-    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    is_reference, sets_rung = bool(trial.user_attrs.get("reference")), bool(trial.user_attrs.get("sets_rung"))
+    name = sweep_storage.key_of(study._storage.get_trial(trial_id))[0]
     taken = min(trial.user_attrs.get("started_at") or start, start)
 
     def best_so_far(value: float) -> float:
@@ -51,6 +53,8 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     earlier = record.read_summary(folder) or {}
     done_before = len(earlier.get("epochs", []))
     pruned_at = resume_reports(trial, earlier.get("epochs", []), metric, best_so_far, task.loop.max_epochs)
+    # A resumed run that measures the first rung may have learned before its process died, and set no rung then.
+    state["learned_at"] = _learned_before(study, name, earlier.get("epochs", []), metric, lower) if sets_rung else None
     if pruned_at:
         return _pruned_before(earlier, pruned_at, start)
 
@@ -58,9 +62,10 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         state["at"].append(time.time() - start)
         best = best_so_far(epoch_record["val"][metric])
         epoch_s = epoch_wall(state["at"], epoch_record["epoch_time_s"])
-        if is_reference and floor is not None and (floor - best if lower else best - floor) >= sweep.MARGIN:
+        if (is_reference or sets_rung and state["learned_at"] is None) and sweep.learned(
+                study, name, epoch_record["epoch"], best, lower, sets_rung):
             state["learned_at"] = epoch_record["epoch"]
-            epoch_record["sweep"] = "reference"
+            epoch_record.update({"sweep": "reference"} if is_reference else {})  # the reference stops here
         elif sweep.report_epoch(trial, best, epoch_record["epoch"], task.loop.max_epochs):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
@@ -98,6 +103,18 @@ def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last
     are not asked again: Optuna's retry keeps them). Returns the epoch at which it is pruned, or None."""
     for epoch_record in epochs:
         if sweep.report_epoch(trial, best_so_far(epoch_record["val"][metric]), epoch_record["epoch"], last_epoch):
+            return epoch_record["epoch"]
+    return None
+
+
+def _learned_before(study, name: str, epochs: list, metric: str, lower: bool) -> Optional[int]:
+    """The first of a resumed run's finished `epochs` at which it learned (`sweep.learned`, which sets the first rung
+    where none is set yet), or None."""
+    best = None
+    for epoch_record in epochs:
+        value = epoch_record["val"][metric]
+        best = value if best is None else (min if lower else max)(best, value)
+        if sweep.learned(study, name, epoch_record["epoch"], best, lower):
             return epoch_record["epoch"]
     return None
 

@@ -237,6 +237,29 @@ def test_full_fine_tuning_queued_first_runs_at_every_seed_and_the_seed_round_tak
     assert len(plain.trials) == len(found) and "early" not in plain.user_attrs
 
 
+def test_an_idle_worker_starts_the_seed_round_of_the_candidates_the_running_runs_cannot_oust(tmp_path):
+    """While a seed-0 run still trains and nothing else waits, the seed round of the best `top - 1` finished
+    candidates is queued at once (that run can displace at most one of the best `top`); the rest once it ends."""
+    import optuna
+
+    from tf_transfer.studies.sweep import sweep_seed_round
+
+    study, _ = sweep.open_study(str(tmp_path), {"lr": 1.0}, lambda: {name: {} for name in "abcd"}, 600.0)
+    for trial in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):
+        taken = study.ask()
+        name = trial.system_attrs["fixed_params"]["candidate"]
+        taken.suggest_categorical("candidate", list("abcd")), taken.suggest_int("seed", 0, 1000)
+        if name != "d":  # d still trains
+            study.tell(taken, {"a": 0.80, "b": 0.90, "c": 0.70}[name])
+    assert sweep_seed_round.ranked_running(study) == 1
+    assert sweep_seed_round.queue(study, top=2, seeds=3, running=1) and study.user_attrs["seed_round"] == ["b"]
+    assert not sweep_seed_round.queue(study, top=2, seeds=3, running=1)  # nothing new while d trains
+    assert sweep_seed_round.queue(study, top=2, seeds=3) and study.user_attrs["seed_round"] == ["b", "a"]
+    queued = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert queued == [{"candidate": "b", "seed": 1}, {"candidate": "b", "seed": 2}, {"candidate": "a", "seed": 1},
+                      {"candidate": "a", "seed": 2}]
+
+
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):
     """Runs of at most 2 epochs: the reference learns by its first rung (epoch 1 or 2), each candidate reports its
     epochs to the pruner, the seed round runs and the rerun finds nothing left, as with 3 (the same trials, states
@@ -521,6 +544,9 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     queue, fits = sweep_plan.order(found, reference, speed, 2, 5, 2, budget_s=whole.needed_s + 60)
     assert queue[0] == reference and fits.full_first and sweep_plan.first_line(fits, whole.needed_s + 60).endswith(
         "is enough")
+    # The user's --budget is the one named, with what its probe left of it.
+    assert sweep_plan.first_line(fits, whole.needed_s + 60, "9h").endswith(
+        f"--budget=9h ({sweep_plan._minutes(whole.needed_s + 60)} left after timing this machine) is enough")
     queue, short = sweep_plan.order(found, reference, speed, 2, 5, 2, budget_s=1500)
     assert queue == list(found) and queue[-1] == reference and not short.full_first and short.reached >= 1
     assert (f"decides among the {short.reached} cheapest of them, full fine-tuning not among them (about "

@@ -237,19 +237,24 @@ def _schedule(jobs: list, free: list) -> list:
     return free
 
 
-def first_line(p: Plan, budget_s: float) -> str:
-    """What the sweep says before it trains: the budget an answer needs here, and what the given one decides."""
+def first_line(p: Plan, budget_s: float, given: Optional[str] = None) -> str:
+    """What the sweep says before it trains: the budget an answer needs here, and what the given one (`budget_s`
+    left of it after the plan's probe; `given`, the user's --budget, where that is what the line should name)
+    decides."""
     on = f"{p.workers} workers, one per core" if p.workers > 1 else "1 worker"
     needed = f"an answer over all {p.candidates} candidates needs about {_minutes(p.needed_s)} on {on}"
+    left = _minutes(budget_s)
+    budget = f"--budget={given} ({left} left after timing this machine)" if given and given != left else \
+        f"--budget={left}"
     if p.reached is None or budget_s >= p.needed_s:
-        return f"[sweep] {needed}; --budget={_minutes(budget_s)} is enough"
+        return f"[sweep] {needed}; {budget} is enough"
     if not p.answers:
-        return (f"[sweep] {needed}; --budget={_minutes(budget_s)} is too little for any answer (the reference, one "
-                f"candidate and the seed round need more): give --budget={_minutes(p.needed_s, up=True)}")
+        return (f"[sweep] {needed}; {budget} is too little for any answer (the reference, one candidate and the seed "
+                f"round need more): give --budget={_minutes(p.needed_s, up=True)}")
     among = (f"full fine-tuning and the {p.reached - 1} cheapest of the others" if p.full_first else
              f"the {p.reached} cheapest of them" + ("" if p.reached == p.candidates else
                                                    ", full fine-tuning not among them"))
-    return (f"[sweep] {needed}; --budget={_minutes(budget_s)} decides among {among} (about {_minutes(p.spent_s)}): "
+    return (f"[sweep] {needed}; {budget} decides among {among} (about {_minutes(p.spent_s)}): "
             f"give --budget={_minutes(p.needed_s, up=True)} for all")
 
 

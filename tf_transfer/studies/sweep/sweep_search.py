@@ -233,7 +233,9 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
         running = any(t.state.name == "RUNNING" for t in trials)
         if remaining <= 0 or not waiting:
             if running:
-                time.sleep(2)  # another process's trial: it may free budget or queue the seed round
+                if remaining > 0 and sweep_seed_round.queue(study, top, seeds, sweep_seed_round.ranked_running(study)):
+                    continue  # this idle worker starts the seed round of the candidates the running ones cannot oust
+                time.sleep(2)  # another process's trial: it may free budget, or end and join the seed round
                 continue
             if remaining <= 0:
                 return "budget"

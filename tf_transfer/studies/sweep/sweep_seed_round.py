@@ -24,16 +24,29 @@ def cost(study, top: int, seeds: int) -> float:
     return (seeds - 1) * sum(t.user_attrs.get("train_s", 0.0) for t in candidates(study, top))
 
 
-def queue(study, top: int, seeds: int) -> bool:
-    """Queues seeds 1..seeds-1 of the `top` best candidates once; False when it has been queued already or none
-    qualifies (`candidates`)."""
-    if study.user_attrs.get("seed_round") or seeds <= 1:
+def queue(study, top: int, seeds: int, running: int = 0) -> bool:
+    """Queues seeds 1..seeds-1 of the `top` best candidates (`candidates`), each once; False when none is new (all
+    queued already, or none qualifies). `running`: seed-0 runs still training that may yet be among the best; only
+    the candidates they cannot displace are queued now (the best `top - running` of those left), so that an idle
+    worker starts the seed round, and the rest once they end."""
+    if seeds <= 1:
         return False
-    chosen = [t.params["candidate"] for t in candidates(study, top)]
+    best = [t.params["candidate"] for t in candidates(study, top)]
+    slots = max(top - len(study.user_attrs.get("early") or []), 0)
+    queued = study.user_attrs.get("seed_round") or []
+    chosen = [name for name in best[:max(slots - running, 0)] if name not in queued]
     if not chosen:
         return False
-    study.set_user_attr("seed_round", chosen)
+    study.set_user_attr("seed_round", queued + chosen)
     for name in chosen:
         for seed in range(1, seeds):
             study.enqueue_trial({"candidate": name, "seed": seed}, user_attrs={"queued": True, "seed_round": True})
     return True
+
+
+def ranked_running(study) -> int:
+    """Seed-0 runs still training that may yet be among the seed round's `candidates` (not full fine-tuning's
+    queued at every seed, nor the reference)."""
+    early = study.user_attrs.get("early") or []
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING" and t.params.get("seed") == 0
+               and t.params.get("candidate") not in early and not t.user_attrs.get("reference"))

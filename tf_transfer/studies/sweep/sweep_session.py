@@ -237,7 +237,7 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
         p = sweep_plan.plan(found, reference, speed, workers, int(base.get("max_epochs", 9)),
                             int(base.get("patience") or 0), options.top, options.seeds,
                             budget_s=deadline - time.time(), full_first=full_first)
-    line = sweep_plan.first_line(p, p.budget_s)
+    line = sweep_plan.first_line(p, p.budget_s, options.budget)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)
 

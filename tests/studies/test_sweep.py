@@ -152,6 +152,13 @@ def test_the_recommendation_says_how_many_candidates_were_never_compared():
     assert (f"; but {len(found) - 3} of the {len(found)} candidates, full fine-tuning among them, were never "
             "compared: no run of theirs finished within the budget") in line
     assert "never compared" not in sweep_report.recommendation(runs, constant, "f1")[1]  # no list: nothing claimed
+    # A candidate that ran to its stopping rule at seed 0, below those the seed round took, was weighed at one seed.
+    runs = _runs(scores, {cheap[0]: 80.0, cheap[1]: 90.0, cheap[2]: 10.0})
+    decided, line = sweep_report.recommendation(runs, constant, "f1", candidates=found)
+    assert sweep_report.passed_over(runs, decided) == [cheap[2]]
+    assert cheap[2] not in sweep_report.never_compared(found, runs, decided)
+    assert f"; {cheap[2]} ran at seed 0 only, below the seed round's candidates there; but {len(found) - 3} " in line
+    assert not sweep_report.passed_over(runs, decided, lower_is_better=True)  # 0.7 is no worse where lower wins
 
 
 def test_a_runs_row_reads_its_cut_score_and_cost_from_its_summary():

@@ -154,32 +154,52 @@ def recommendation(runs: list, constant: dict, metric: str, lower_is_better: boo
         judged = (f"within {margin:g} point of the best, {best} at {found[best]['mean']:.3f} (difference "
                   f"{chosen['vs_best'].text(scale=100)} points, {chosen['vs_best'].method}), and cheaper")
     line = (f"Recommended: {name}: validation {metric} {chosen['mean']:.3f} over seeds "
-            f"{', '.join(map(str, chosen['seeds']))}{above}; {judged}{_not_compared(candidates, runs, decided)}; "
+            f"{', '.join(map(str, chosen['seeds']))}{above}; {judged}"
+            f"{_not_compared(candidates, runs, decided, lower_is_better)}; "
             f"{chosen['cost_s']:.0f} s to its stopping rule here (CPU seconds, cache build included).")
     return decided, line
 
 
-def never_compared(candidates: dict, runs: list, decided: dict) -> list:
+def never_compared(candidates: dict, runs: list, decided: dict, lower_is_better: bool = False) -> list:
     """The candidates of `candidates` that the recommendation never weighed: neither eligible (enough seeds to their
-    stopping rule) nor pruned at a rung by the others' scores; never started, cut by the budget, or unfinished."""
+    stopping rule) nor pruned at a rung by the others' scores nor passed over by the seed round (`passed_over`);
+    never started, cut by the budget, or unfinished."""
     weighed = ({name for name, c in decided["candidates"].items() if c["why_not"] is None}
-               | {run.candidate for run in runs if run.cut == "pruned"})
+               | {run.candidate for run in runs if run.cut == "pruned"}
+               | set(passed_over(runs, decided, lower_is_better)))
     return [name for name in candidates if name not in weighed]
 
 
-def _not_compared(candidates: Optional[dict], runs: list, decided: dict) -> str:
-    """What the recommendation line adds when some candidates were never compared (`never_compared`): how many of
-    how many, and whether full fine-tuning (the reference a user would otherwise train) is among them."""
+def passed_over(runs: list, decided: dict, lower_is_better: bool = False) -> list:
+    """Candidates whose seed-0 run ended by its stopping rule below an eligible candidate's seed-0 score, and that
+    ran at no other seed: the seed round took better ones (weighed at one seed, not within an interval)."""
+    eligible = {name for name, c in decided["candidates"].items() if c["why_not"] is None}
+    sign = -1.0 if lower_is_better else 1.0
+    bars = [sign * run.score for run in runs if run.candidate in eligible and run.seed == 0 and run.score is not None]
+    seeds = {}
+    for run in runs:
+        seeds.setdefault(run.candidate, set()).add(run.seed)
+    return sorted({run.candidate for run in runs if run.seed == 0 and run.cut is None and run.score is not None
+                   and seeds[run.candidate] == {0} and run.candidate not in eligible and bars
+                   and sign * run.score < max(bars)})
+
+
+def _not_compared(candidates: Optional[dict], runs: list, decided: dict, lower_is_better: bool = False) -> str:
+    """What the recommendation line adds when some candidates ran at seed 0 alone (`passed_over`) or were never
+    compared (`never_compared`): how many of how many, and whether full fine-tuning (the reference a user would
+    otherwise train) is among them."""
     if not candidates:
         return ""
-    missing = never_compared(candidates, runs, decided)
+    once = passed_over(runs, decided, lower_is_better)
+    said = (f"; {', '.join(once)} ran at seed 0 only, below the seed round's candidates there" if once else "")
+    missing = never_compared(candidates, runs, decided, lower_is_better)
     if not missing:
-        return ""
+        return said
     full = [name for name, settings in candidates.items() if methods.name_of(settings) == methods.DEFAULT
             and settings["trainable_layers"] == freezing.ALL]
     among = ", full fine-tuning among them," if full and set(full) <= set(missing) else ""
-    return (f"; but {len(missing)} of the {len(candidates)} candidates{among} were never compared: no run of theirs "
-            "finished within the budget (a larger --budget compares them)")
+    return (f"{said}; but {len(missing)} of the {len(candidates)} candidates{among} were never compared: no run of "
+            "theirs finished within the budget (a larger --budget compares them)")
 
 
 def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:

@@ -579,6 +579,13 @@ def test_the_plan_prices_full_fine_tuning_at_every_seed_to_its_stopping_rule():
         cheapest_runs = [sum(sweep_plan.run_cost(found[name], speed)) for name in found if name != reference]
         assert others >= sum(cheapest_runs) - 1e-6  # every other candidate at least starts and trains an epoch
         assert p.needed_s >= (measuring + 3 * whole_run) / 2
+    # The default candidates are the front's: each costlier one is expected past the rungs, every run to its end.
+    default = sweep.candidates(list(methods.registry.in_default_sweep()), num_layers=6)
+    assert sweep_session._front(default, speed) and not sweep_session._front(sweep.candidates(["bitfit"], 6), speed)
+    fronted = sweep_plan.plan(default, reference, speed, 2, 5, 2, seeds=3, front=True)
+    every_run = sum(fixed_s + 5 * epoch_s for fixed_s, epoch_s in (sweep_plan.run_cost(s, speed) for s in default.values()))
+    assert fronted.training_s >= every_run + 2 * whole_run  # and full fine-tuning's 2 further seeds
+    assert fronted.training_s > sweep_plan.plan(default, reference, speed, 2, 5, 2).training_s  # random order's
 
 
 def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_epochs():

@@ -129,19 +129,20 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
 
 
 def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
-         seeds: int = 3, budget_s: Optional[float] = None, full_first: bool = True) -> Plan:
+         seeds: int = 3, budget_s: Optional[float] = None, full_first: bool = True, front: bool = False) -> Plan:
     """The sweep over `found` (`sweep.candidates`, cheapest first) played out on `workers` (module docstring);
     with `budget_s`, within it (wall time on these workers). The queue after the reference: `reference`'s candidate
     (full fine-tuning) first where `full_first`, then the others cheapest first; else all cheapest first (`order`).
     Each run's duration is its expected one: where successive halving would stop it, by `promoted` at each rung
-    (`reference`'s candidate always goes on); the seed round's runs, `reference`'s candidate's and, for the rest,
+    (`reference`'s candidate always goes on; with `front`, candidates chosen from the score/time front, every one:
+    `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest,
     the mean run to the stopping rule of the others weighted by how likely each gets there."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
     costs = {name: run_cost(settings, speed) for name, settings in found.items()}
     names = ([reference] if full_first else []) + [name for name in found if name != reference or not full_first]
-    goes_on = _goes_on(names, names[1:] if full_first else names, reference)
+    goes_on = _goes_on(names, names[1:] if full_first else names, reference, front)
     middle = min(3 * rung, stop)
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}
@@ -187,9 +188,15 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first, budget_s)
 
 
-def _goes_on(names: list, ranked: list, reference: str) -> dict:
+def _goes_on(names: list, ranked: list, reference: str, front: bool = False) -> dict:
     """`{name: (chance it goes on at the first rung, and at 3r)}` of the candidates queued in `names`, of which
-    `ranked` meet successive halving (full fine-tuning queued first ranks nothing at the rungs), by `promoted`."""
+    `ranked` meet successive halving (full fine-tuning queued first ranks nothing at the rungs), by `promoted`; with
+    `front` (candidates chosen from the score/time front, queued cheapest first, so each scores above the cheaper
+    ones before it), every one. The default candidates are the first-run benchmark's front: in four sweeps on its
+    files (2026-11-28), 1 of the 16 seed-0 runs ranked at the first rung was pruned there, where random order
+    (`promoted`) expects about 8."""
+    if front:
+        return {name: (1.0, 1.0) for name in names}
     first = promoted(len(ranked))  # at the first rung, by place in the queue
     second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
     goes_on = {name: (1.0, 1.0) for name in names}
@@ -201,15 +208,15 @@ def _goes_on(names: list, ranked: list, reference: str) -> dict:
 
 
 def order(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
-          seeds: int = 3, budget_s: Optional[float] = None) -> tuple:
+          seeds: int = 3, budget_s: Optional[float] = None, front: bool = False) -> tuple:
     """`(queue, plan)`: the candidates' queue after the reference and its plan. Full fine-tuning (at every seed)
     first where the budget compares it (`budget_s`, if any, reaches it and the seed round): every answer is compared
     with it and it takes longest, so started first it is not the run that ends last. Else all cheapest first (the
     budget's answer is decided among the cheapest; full fine-tuning, queued last, is compared only if reached)."""
-    first = plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s)
+    first = plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s, front=front)
     if budget_s is None or first.reached == len(found) or (first.reached or 0) > 1:  # full fine-tuning and another
         return [reference] + [name for name in found if name != reference], first
-    return list(found), plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s, False)
+    return list(found), plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s, False, front)
 
 
 def promoted(trials: int, reduction_factor: int = 3) -> list:

@@ -207,8 +207,14 @@ def _plan(options: SweepOptions, base: dict, found: dict, reference: str, worker
     speed = _measure(options, base)
     queue, p = sweep_plan.order(found, reference, speed, workers, int(base.get("max_epochs", 9)),
                                 int(base.get("patience") or 0), options.top, options.seeds,
-                                budget_s=deadline - time.time())
+                                budget_s=deadline - time.time(), front=_front(found, speed))
     return queue, p, speed
+
+
+def _front(found: dict, speed) -> bool:
+    """Whether `found` are the default candidates, chosen from the first-run benchmark's score/time front: the plan
+    then expects each to go past the rungs (`sweep_plan._goes_on`)."""
+    return set(found) == set(sweep.candidates(list(methods_lib.registry.in_default_sweep()), speed.num_layers))
 
 
 def _measure(options: SweepOptions, base: dict):
@@ -236,7 +242,7 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
         speed = _measure(options, base)
         p = sweep_plan.plan(found, reference, speed, workers, int(base.get("max_epochs", 9)),
                             int(base.get("patience") or 0), options.top, options.seeds,
-                            budget_s=deadline - time.time(), full_first=full_first)
+                            budget_s=deadline - time.time(), full_first=full_first, front=_front(found, speed))
     line = sweep_plan.first_line(p, p.budget_s, options.budget)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)

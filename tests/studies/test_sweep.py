@@ -159,6 +159,12 @@ def test_the_recommendation_says_how_many_candidates_were_never_compared():
     assert cheap[2] not in sweep_report.never_compared(found, runs, decided)
     assert f"; {cheap[2]} ran at seed 0 only, below the seed round's candidates there; but {len(found) - 3} " in line
     assert not sweep_report.passed_over(runs, decided, lower_is_better=True)  # 0.7 is no worse where lower wins
+    # Full fine-tuning pruned at a rung by the cheaper ones' early scores: the line says so.
+    full = next(name for name in found if name.startswith("freeze_kall"))
+    runs = _runs({**scores, full: [0.72]}, {cheap[0]: 80.0, cheap[1]: 90.0, cheap[2]: 10.0, full: 200.0},
+                 cut={(full, 0): "pruned"}, epochs=1)
+    line = sweep_report.recommendation(runs, constant, "f1", candidates=found)[1]
+    assert f"; {full} (full fine-tuning) was pruned after epoch 1, below the others there: it may learn more" in line
 
 
 def test_a_runs_row_reads_its_cut_score_and_cost_from_its_summary():

@@ -192,11 +192,14 @@ def _not_compared(candidates: Optional[dict], runs: list, decided: dict, lower_i
         return ""
     once = passed_over(runs, decided, lower_is_better)
     said = (f"; {', '.join(once)} ran at seed 0 only, below the seed round's candidates there" if once else "")
+    full = [name for name, settings in candidates.items() if methods.name_of(settings) == methods.DEFAULT
+            and settings["trainable_layers"] == freezing.ALL]
+    # Full fine-tuning is what a user would otherwise train: pruned by the others' early epochs, the line says so.
+    said += "".join(f"; {run.candidate} (full fine-tuning) was pruned after epoch {run.epochs}, below the others "
+                    "there: it may learn more later" for run in runs if run.candidate in full and run.cut == "pruned")
     missing = never_compared(candidates, runs, decided, lower_is_better)
     if not missing:
         return said
-    full = [name for name, settings in candidates.items() if methods.name_of(settings) == methods.DEFAULT
-            and settings["trainable_layers"] == freezing.ALL]
     among = ", full fine-tuning among them," if full and set(full) <= set(missing) else ""
     return (f"{said}; but {len(missing)} of the {len(candidates)} candidates{among} were never compared: no run of "
             "theirs finished within the budget (a larger --budget compares them)")

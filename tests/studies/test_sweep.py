@@ -267,10 +267,18 @@ def test_an_idle_worker_starts_the_seed_round_of_the_candidates_the_running_runs
     assert sweep_seed_round.ranked_running(study) == 1
     assert sweep_seed_round.queue(study, top=2, seeds=3, running=1) and study.user_attrs["seed_round"] == ["b"]
     assert not sweep_seed_round.queue(study, top=2, seeds=3, running=1)  # nothing new while d trains
+
+    def waiting():
+        return [tuple(t.system_attrs["fixed_params"].values())
+                for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+
     assert sweep_seed_round.queue(study, top=2, seeds=3) and study.user_attrs["seed_round"] == ["b", "a"]
-    queued = [t.system_attrs["fixed_params"] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert queued == [{"candidate": "b", "seed": 1}, {"candidate": "b", "seed": 2}, {"candidate": "a", "seed": 1},
-                      {"candidate": "a", "seed": 2}]
+    assert waiting() == [("b", 1), ("b", 2), ("a", 1), ("a", 2)]  # a, below b, after it
+    # d ends above every candidate whose seeds still wait: its seeds go first (the budget may not reach the end).
+    running = next(t for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)))
+    study.tell(running.number, 0.95)
+    assert sweep_seed_round.queue(study, top=3, seeds=3) and study.user_attrs["seed_round"] == ["b", "a", "d"]
+    assert waiting() == [("d", 1), ("d", 2), ("b", 1), ("b", 2), ("a", 1), ("a", 2)]
 
 
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):

@@ -29,6 +29,8 @@ def queue(study, top: int, seeds: int, running: int = 0) -> bool:
     queued already, or none qualifies). `running`: seed-0 runs still training that may yet be among the best; only
     the candidates they cannot displace are queued now (the best `top - running` of those left), so that an idle
     worker starts the seed round, and the rest once they end."""
+    from tf_transfer.studies.sweep import sweep_storage
+
     if seeds <= 1:
         return False
     best = [t.params["candidate"] for t in candidates(study, top)]
@@ -38,9 +40,19 @@ def queue(study, top: int, seeds: int, running: int = 0) -> bool:
     if not chosen:
         return False
     study.set_user_attr("seed_round", queued + chosen)
+    ahead = f"seed_round_{len(queued)}"  # marks this batch, which may have to go before the waiting ones
     for name in chosen:
         for seed in range(1, seeds):
-            study.enqueue_trial({"candidate": name, "seed": seed}, user_attrs={"queued": True, "seed_round": True})
+            study.enqueue_trial({"candidate": name, "seed": seed},
+                                user_attrs={"queued": True, "seed_round": True, ahead: True})
+    # A candidate that ended above every one whose seed-round runs still wait goes first: the budget may not reach
+    # the end of the queue, and the best candidate's seeds matter most.
+    rank = {name: i for i, name in enumerate(best)}
+    waiting = {sweep_storage.key_of(t)[0] for t in study.get_trials(deepcopy=False)
+               if t.state.name == "WAITING" and t.user_attrs.get("seed_round") and not t.user_attrs.get("early")
+               and not t.user_attrs.get(ahead)}
+    if waiting and all(rank[chosen[0]] < rank.get(name, len(best)) for name in waiting):
+        sweep_storage.defer_waiting(study, until=ahead)
     return True
 
 

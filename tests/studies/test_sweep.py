@@ -165,6 +165,10 @@ def test_the_recommendation_says_how_many_candidates_were_never_compared():
                  cut={(full, 0): "pruned"}, epochs=1)
     line = sweep_report.recommendation(runs, constant, "f1", candidates=found)[1]
     assert f"; {full} (full fine-tuning) was pruned after epoch 1, below the others there: it may learn more" in line
+    # One that ran to its stopping rule at seed 0 above them, whose further seeds the budget did not reach.
+    runs = _runs({**scores, cheap[2]: [0.9]}, {cheap[0]: 80.0, cheap[1]: 90.0, cheap[2]: 10.0})
+    line = sweep_report.recommendation(runs, constant, "f1", candidates=found)[1]
+    assert f"; {cheap[2]} ran at seed 0 only (0.900): its further seeds did not fit the budget; but 2 of the 5 " in line
 
 
 def test_a_runs_row_reads_its_cut_score_and_cost_from_its_summary():

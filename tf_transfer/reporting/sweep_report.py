@@ -198,8 +198,14 @@ def _not_compared(candidates: Optional[dict], runs: list, decided: dict, lower_i
     said += "".join(f"; {run.candidate} (full fine-tuning) was pruned after epoch {run.epochs}, below the others "
                     "there: it may learn more later" for run in runs if run.candidate in full and run.cut == "pruned")
     missing = never_compared(candidates, runs, decided, lower_is_better)
+    # A seed-0 run that ended by its stopping rule, whose further seeds the budget did not reach: said with its score.
+    alone = {run.candidate: run.score for run in runs if run.candidate in missing and run.seed == 0
+             and run.cut is None and run.score is not None}
+    said += "".join(f"; {name} ran at seed 0 only ({score:.3f}): its further seeds did not fit the budget"
+                    for name, score in alone.items())
+    missing = [name for name in missing if name not in alone]
     if not missing:
-        return said
+        return said + (" (a larger --budget compares it)" if alone else "")
     among = ", full fine-tuning among them," if full and set(full) <= set(missing) else ""
     return (f"{said}; but {len(missing)} of the {len(candidates)} candidates{among} were never compared: no run of "
             "theirs finished within the budget (a larger --budget compares them)")

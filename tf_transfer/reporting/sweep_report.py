@@ -207,8 +207,10 @@ def _not_compared(candidates: Optional[dict], runs: list, decided: dict, lower_i
     if not missing:
         return said + (" (a larger --budget compares it)" if alone else "")
     among = ", full fine-tuning among them," if full and set(full) <= set(missing) else ""
-    return (f"{said}; but {len(missing)} of the {len(candidates)} candidates{among} were never compared: no run of "
-            "theirs finished within the budget (a larger --budget compares them)")
+    one = len(missing) == 1
+    return (f"{said}; but {len(missing)} of the {len(candidates)} candidates{among} {'was' if one else 'were'} never "
+            f"compared: no run of {'its' if one else 'theirs'} finished within the budget (a larger --budget compares "
+            f"{'it' if one else 'them'})")
 
 
 def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:

@@ -601,7 +601,8 @@ def test_the_plan_prices_full_fine_tuning_at_every_seed_to_its_stopping_rule():
     default = sweep.candidates(list(methods.registry.in_default_sweep()), num_layers=6)
     assert sweep_session._front(default, speed) and not sweep_session._front(sweep.candidates(["bitfit"], 6), speed)
     fronted = sweep_plan.plan(default, reference, speed, 2, 5, 2, seeds=3, front=True)
-    every_run = sum(fixed_s + 5 * epoch_s for fixed_s, epoch_s in (sweep_plan.run_cost(s, speed) for s in default.values()))
+    every_run = sum(fixed_s + 5 * epoch_s
+                    for fixed_s, epoch_s in (sweep_plan.run_cost(s, speed) for s in default.values()))
     assert fronted.training_s >= every_run + 2 * whole_run  # and full fine-tuning's 2 further seeds
     assert fronted.training_s > sweep_plan.plan(default, reference, speed, 2, 5, 2).training_s  # random order's
 

@@ -3,10 +3,11 @@ runs epoch by epoch, and its successive-halving pruner stops the weaker candidat
 
 First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the
 constant prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0
-run measures r as it goes on, while the other workers start its further seeds). Then every candidate (a method, its depth or rank,
-a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
-validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
-only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
+run measures r as it goes on, while the other workers start its further seeds). Then every candidate (a method,
+its depth or rank, a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the
+run reports its best validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at
+epochs r, 3r, 9r, ... only the best third of the trials that reached that epoch continue (a run at its last epoch
+has ended anyway). Then
 the best `top` candidates that ran to their stopping rule run again at further seeds (the seed round). No trial
 starts whose estimated cost (`estimate_s`) does not fit in the budget left (training wall time, summed over its
 trials), the seed round is queued as soon as it and the next candidate would not both fit, and a run that would

@@ -382,7 +382,7 @@ def defer_waiting(study, until: str) -> None:
             break
         taken.set_user_attr("deferred", True)
         study.tell(taken, state=optuna.trial.TrialState.FAIL)
-        kept = {key: frozen.user_attrs[key] for key in ("seed_round", "early", "unpruned")
+        kept = {key: frozen.user_attrs[key] for key in ("seed_round", "early", "unpruned", "sets_rung")
                 if frozen.user_attrs.get(key)}
         study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": taken.number, **kept})
 
@@ -475,6 +475,6 @@ def give_way(study, trial) -> None:
     trial.set_user_attr("deferred", True)
     trial.set_user_attr("reserved_s", 0.0)
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    kept = {key: frozen.user_attrs[key] for key in ("reference", "seed_round", "early", "unpruned")
+    kept = {key: frozen.user_attrs[key] for key in ("reference", "seed_round", "early", "unpruned", "sets_rung")
             if frozen.user_attrs.get(key)}
     study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": trial.number, **kept})

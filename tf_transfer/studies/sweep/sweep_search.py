@@ -423,7 +423,7 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
         spawn = max(ended - start - result["elapsed_s"], 0.0)
         trial.set_user_attr("startup_s", result["startup_s"] + spawn)
     if trial.user_attrs.get("sets_rung") and "first_rung" not in study.user_attrs:
-        _set_first_rung(study, name, result, max_epochs, log)  # it ended, or was cut, before it learned
+        _set_first_rung(study, name, result, max_epochs, log, "its seed 0")  # it ended, or was cut, unlearned
     if trial.user_attrs.get("reference"):
         _set_first_rung(study, name, result, max_epochs, log)
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
@@ -446,18 +446,19 @@ def learned(study, name: str, epoch: int, best: float, lower_is_better: bool, se
     if margin is None or margin < MARGIN or (sets_rung and "first_rung" in study.user_attrs):
         return False
     if sets_rung:
-        _set_first_rung(study, name, {"learned_at": epoch, "epochs": epoch, "value": best}, epoch, log)
+        _set_first_rung(study, name, {"learned_at": epoch, "epochs": epoch, "value": best}, epoch, log, "its seed 0")
     return True
 
 
-def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable) -> None:
+def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable, run: str = "") -> None:
     """The first rung: the epoch at which the reference's best validation score beat the constant prediction by
-    `MARGIN`; where it never did, its runs' last epoch (nothing is pruned: no early epoch ranks anything)."""
+    `MARGIN`; where it never did, its runs' last epoch (nothing is pruned: no early epoch ranks anything). `run`
+    names the run that measured it where that was no reference run ("its seed 0": full fine-tuning's)."""
     learned = result.get("learned_at")
     study.set_user_attr("first_rung", learned or max_epochs)
     study.set_user_attr("reference", {"candidate": name, "learned": bool(learned), "epochs": result.get("epochs"),
                                       "score": result.get("value"), "cut": result.get("cut")})
-    log(f"[sweep] the reference {name or '(failed)'} " + (
+    log(f"[sweep] the reference {name or '(failed)'}{f' ({run})' if run else ''} " + (
         f"beat the constant prediction at epoch {learned}: the first rung" if learned else
         "was cut by the budget before it beat the constant prediction: nothing is pruned"
         if result.get("cut") == "budget" else "never beat the constant prediction: nothing is pruned"))

@@ -41,7 +41,8 @@ from typing import Callable, Optional, Sequence
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
-from tf_transfer.studies.sweep import sweep_seed_round, sweep_storage
+from tf_transfer.studies.sweep import sweep_rung, sweep_seed_round, sweep_storage
+from tf_transfer.studies.sweep.sweep_rung import learned  # noqa: F401 (the trial's: `sweep.learned`)
 from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401
@@ -245,7 +246,7 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             continue
         following = min(waiting, key=lambda t: t.number)
         if "first_rung" not in study.user_attrs and ranked(following):
-            _await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log)
+            sweep_rung.await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log)
             continue
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
         cost = estimate_s(study, found, following)
@@ -390,19 +391,6 @@ def ranked(trial) -> bool:
     return not any(trial.user_attrs.get(mark) for mark in ("reference", "seed_round", "unpruned"))
 
 
-def _await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> None:
-    """Before the first rung is known only the runs that rank nothing may run: put the run that measures it (the
-    reference, or full fine-tuning's seed 0 queued first: `sets_rung`) first again (queued again after a kill), wait
-    for another process's, or, where it failed, go on with nothing pruned."""
-    setter = next((mark for t in waiting for mark in ("reference", "sets_rung") if t.user_attrs.get(mark)), None)
-    if setter:
-        sweep_storage.defer_waiting(study, until=setter)
-    elif running:
-        time.sleep(2)  # another process's reference run is still measuring the first rung
-    else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
-        _set_first_rung(study, None, {}, max_epochs, log)
-
-
 def _tell(study, trial, name: str, result: dict, start: float, ended: float, max_epochs: int,
           log: Callable) -> None:
     """Records a finished trial (its run ended at `ended`): what the budget's estimates need, and its state (the
@@ -423,9 +411,9 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
         spawn = max(ended - start - result["elapsed_s"], 0.0)
         trial.set_user_attr("startup_s", result["startup_s"] + spawn)
     if trial.user_attrs.get("sets_rung") and "first_rung" not in study.user_attrs:
-        _set_first_rung(study, name, result, max_epochs, log, "its seed 0")  # it ended, or was cut, unlearned
+        sweep_rung.set_first_rung(study, name, result, max_epochs, log, "its seed 0")  # ended, unlearned
     if trial.user_attrs.get("reference"):
-        _set_first_rung(study, name, result, max_epochs, log)
+        sweep_rung.set_first_rung(study, name, result, max_epochs, log)
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # a measurement, never a candidate's run
     elif result["pruned"]:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -433,35 +421,6 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     else:
         study.tell(trial, result["value"])
-
-
-def learned(study, name: str, epoch: int, best: float, lower_is_better: bool, sets_rung: bool = True,
-            log: Callable = print) -> bool:
-    """Whether a run that measures the first rung has learned by `epoch` (its best validation score so far `best`):
-    `best` beats the constant prediction by `MARGIN`. With `sets_rung` (full fine-tuning's seed 0 queued first,
-    which goes on), only where no rung is set yet, and then the first rung is set at `epoch`: the workers that wait
-    for it (`_await_reference`) go on at once, not when the run ends."""
-    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
-    margin = None if floor is None else (floor - best if lower_is_better else best - floor)
-    if margin is None or margin < MARGIN or (sets_rung and "first_rung" in study.user_attrs):
-        return False
-    if sets_rung:
-        _set_first_rung(study, name, {"learned_at": epoch, "epochs": epoch, "value": best}, epoch, log, "its seed 0")
-    return True
-
-
-def _set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable, run: str = "") -> None:
-    """The first rung: the epoch at which the reference's best validation score beat the constant prediction by
-    `MARGIN`; where it never did, its runs' last epoch (nothing is pruned: no early epoch ranks anything). `run`
-    names the run that measured it where that was no reference run ("its seed 0": full fine-tuning's)."""
-    learned = result.get("learned_at")
-    study.set_user_attr("first_rung", learned or max_epochs)
-    study.set_user_attr("reference", {"candidate": name, "learned": bool(learned), "epochs": result.get("epochs"),
-                                      "score": result.get("value"), "cut": result.get("cut")})
-    log(f"[sweep] the reference {name or '(failed)'}{f' ({run})' if run else ''} " + (
-        f"beat the constant prediction at epoch {learned}: the first rung" if learned else
-        "was cut by the budget before it beat the constant prediction: nothing is pruned"
-        if result.get("cut") == "budget" else "never beat the constant prediction: nothing is pruned"))
 
 
 def _shape(settings: dict) -> tuple:

@@ -1,0 +1,53 @@
+"""The sweep's first rung: the epoch at which the run that measures it (the reference, or full fine-tuning's seed 0
+queued first) beat the constant prediction by `MARGIN` (`learned`, `set_first_rung`), and what the workers do
+until it is known (`await_reference`). `sweep_search.run_sweep` and `sweep_trial.train_trial` use it."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from tf_transfer.studies.sweep import sweep_storage
+from tf_transfer.studies.sweep.sweep_rule import MARGIN
+
+
+def await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> None:
+    """Before the first rung is known only the runs that rank nothing may run: put the run that measures it (the
+    reference, or full fine-tuning's seed 0 queued first: `sets_rung`) first again (queued again after a kill), wait
+    for another process's, or, where it failed, go on with nothing pruned."""
+    setter = next((mark for t in waiting for mark in ("reference", "sets_rung") if t.user_attrs.get(mark)), None)
+    if setter:
+        sweep_storage.defer_waiting(study, until=setter)
+    elif running:
+        time.sleep(2)  # another process's reference run is still measuring the first rung
+    else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
+        set_first_rung(study, None, {}, max_epochs, log)
+
+
+def learned(study, name: str, epoch: int, best: float, lower_is_better: bool, sets_rung: bool = True,
+            log: Callable = print) -> bool:
+    """Whether a run that measures the first rung has learned by `epoch` (its best validation score so far `best`):
+    `best` beats the constant prediction by `MARGIN`. With `sets_rung` (full fine-tuning's seed 0 queued first,
+    which goes on), only where no rung is set yet, and then the first rung is set at `epoch`: the workers that wait
+    for it (`await_reference`) go on at once, not when the run ends."""
+    floor = ((study.user_attrs.get("constant") or {}).get("0") or {}).get("score")
+    margin = None if floor is None else (floor - best if lower_is_better else best - floor)
+    if margin is None or margin < MARGIN or (sets_rung and "first_rung" in study.user_attrs):
+        return False
+    if sets_rung:
+        set_first_rung(study, name, {"learned_at": epoch, "epochs": epoch, "value": best}, epoch, log, "its seed 0")
+    return True
+
+
+def set_first_rung(study, name: str, result: dict, max_epochs: int, log: Callable, run: str = "") -> None:
+    """The first rung: the epoch at which the reference's best validation score beat the constant prediction by
+    `MARGIN`; where it never did, its runs' last epoch (nothing is pruned: no early epoch ranks anything). `run`
+    names the run that measured it where that was no reference run ("its seed 0": full fine-tuning's)."""
+    learned = result.get("learned_at")
+    study.set_user_attr("first_rung", learned or max_epochs)
+    study.set_user_attr("reference", {"candidate": name, "learned": bool(learned), "epochs": result.get("epochs"),
+                                      "score": result.get("value"), "cut": result.get("cut")})
+    log(f"[sweep] the reference {name or '(failed)'}{f' ({run})' if run else ''} " + (
+        f"beat the constant prediction at epoch {learned}: the first rung" if learned else
+        "was cut by the budget before it beat the constant prediction: nothing is pruned"
+        if result.get("cut") == "budget" else "never beat the constant prediction: nothing is pruned"))

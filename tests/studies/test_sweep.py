@@ -482,6 +482,41 @@ def test_the_first_rung_is_where_the_reference_beat_the_constant_prediction(tmp_
     assert study.user_attrs["seed_round"] == ["full", "k2"]  # the best two that beat the constant prediction
 
 
+def test_a_run_started_while_the_reference_trains_is_ranked_at_the_rung_once_it_is_known(tmp_path, monkeypatch):
+    """A second worker does not idle through the reference's epochs: the next candidate starts, trains on, and is
+    asked at the first rung (epoch 2 here, not the pruner's default 1) only once the reference has set it."""
+    from tf_transfer.studies.sweep import sweep_rung, sweep_storage
+    from tf_transfer.studies.sweep.sweep_trial import HeldReports
+
+    study, url, clock = _timed_study(tmp_path, monkeypatch, 10_000.0)
+    reference, _, _ = sweep_storage.take(study, sorted(SHAPES))
+    assert reference.user_attrs["reference"] and "first_rung" not in study.user_attrs
+    # The other worker's next trial ranks; with the reference training it may start (the sweep does not wait).
+    waiting = [t for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
+    assert not sweep_rung.await_reference(study, waiting, True, 3, lambda line: None)
+    runs = {}
+    for _ in range(2):
+        trial, name, _ = sweep_storage.take(study, sorted(SHAPES))
+        runs[name] = (trial, HeldReports(study, last_epoch=3))
+    (k1, k1_held), (k1b, k1b_held) = runs["k1"], runs["k1b"]
+    # Epoch 1 at once would rank k1 (0.70) below k1b (0.75) and prune it; held, neither is asked yet.
+    assert not k1b_held.report(k1b, 0.75, 1) and not k1_held.report(k1, 0.70, 1)
+    assert k1_held.waiting == 1 and k1.study._storage.get_trial(k1._trial_id).intermediate_values == {}
+    sweep_rung.set_first_rung(study, "full", {"learned_at": 2, "epochs": 2, "value": 0.86}, 3, lambda line: None)
+    # Known now: the held epochs are reported in order, and the rung (2) ranks k1's 0.83 above k1b's 0.76.
+    assert not k1b_held.report(k1b, 0.76, 2)
+    assert not k1_held.report(k1, 0.83, 2) and k1_held.waiting == 0
+    assert study._storage.get_trial(k1._trial_id).intermediate_values == {1: 0.70, 2: 0.83}
+    assert study.pruner._pruner._min_resource == 2
+    # Where the run that measures the rung failed and none waits, the rung is its runs' last epoch: nothing pruned.
+    other, _, _ = _timed_study(tmp_path / "failed", monkeypatch, 10_000.0)
+    failed, _, _ = sweep_storage.take(other, sorted(SHAPES))
+    import optuna
+
+    other.tell(failed, state=optuna.trial.TrialState.FAIL)
+    assert sweep_rung.rung_known(other, 3, lambda line: None) and other.user_attrs["first_rung"] == 3
+
+
 def test_full_fine_tuning_queued_first_measures_the_first_rung_as_it_goes_on(tmp_path, monkeypatch):
     """Queued first, full fine-tuning's seed 0 is the run that sets the first rung: no reference run repeats its
     first epochs, and the run goes on to its end."""
@@ -591,8 +626,9 @@ def test_the_plan_prices_full_fine_tuning_at_every_seed_to_its_stopping_rule():
     whole_run = fixed + 5 * epoch  # 350 steps to its best epoch (3 of 169) and patience 2: all 5 epochs
     for full_first in (True, False):
         p = sweep_plan.plan(found, reference, speed, 2, 5, 2, seeds=3, full_first=full_first)
-        # 3 seeds; a reference run's epoch on each worker, unless full fine-tuning's seed 0 measures the first rung
-        measuring = 0.0 if full_first else 2 * (fixed + epoch)
+        # 3 seeds; a reference run's epoch (the other worker trains meanwhile), unless full fine-tuning's seed 0
+        # measures the first rung
+        measuring = 0.0 if full_first else fixed + epoch
         others = p.training_s - 3 * whole_run - measuring
         cheapest_runs = [sum(sweep_plan.run_cost(found[name], speed)) for name in found if name != reference]
         assert others >= sum(cheapest_runs) - 1e-6  # every other candidate at least starts and trains an epoch

@@ -1,20 +1,20 @@
 """What a sweep needs, said before it trains: the time an answer takes on this machine, and what a budget buys.
 
-Before the first trial, a few training steps on the user's own data (`measure`, in a process pinned as a worker's
-is) give this machine's seconds per example of full fine-tuning and a run's start-up; a few steps that train the last
-block alone give the seconds of one block's forward pass (the step's forward through every block and backward
-through one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients
-and update included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over
-the examples it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the
-frozen blocks over every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the
-reference alone until it learns (the other workers wait for the first rung), or, where the budget compares full
-fine-tuning (`order`), full fine-tuning at every seed at once, its seed 0 measuring the first rung as it goes on;
-every other candidate at seed 0 cheapest first, successive halving's promoted further, then the seed round; and,
-with a budget, the sweep's rule that queues the seed round as soon as the next candidate and it would not both fit.
-What is not known before training is assumed and said: the reference learns in its first epoch, a run that is not
-pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience` epochs later (so
-after more epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every rung and into the
-seed round (it is what every answer is compared with, and often the best), and the others' scores at a rung come
+Before the first trial, a few training steps on the user's own data (`measure`, in a process pinned as a worker's is)
+give this machine's seconds per example of full fine-tuning and a run's start-up; a few steps that train the last
+block alone give the seconds of one block's forward pass (the step's forward through every block and backward through
+one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients and update
+included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over the examples
+it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks
+over every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the reference until it
+learns, the other workers starting the next candidates meanwhile (their reports wait for the first rung), or, where
+the budget compares full fine-tuning (`order`), full fine-tuning at every seed at once, its seed 0 measuring the first
+rung as it goes on; every other candidate at seed 0 cheapest first, successive halving's promoted further, then the
+seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate and it would
+not both fit. What is not known before training is assumed and said: the reference learns in its first epoch, a run
+that is not pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience` epochs later
+(so after more epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every rung and into
+the seed round (it is what every answer is compared with, and often the best), and the others' scores at a rung come
 in random order, so that one goes on by its place in the queue alone (`promoted`).
 
 Example:
@@ -70,10 +70,10 @@ class Speed:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """The sweep played out: `needed_s`, the wall time to its answer (every candidate at seed 0, then the seed
-    round); `training_s`, the training time that spends (summed over runs; a reference run once per worker, which
-    waits for it); with a budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed
-    round fits after them (`answers`), and the wall time that spends (`spent_s`); whether full fine-tuning was
-    queued first (`full_first`: `order`); the budget it was played out in (`budget_s`)."""
+    round); `training_s`, the training time that spends (summed over runs, a reference run's included); with a
+    budget, `reached` (candidates at seed 0 within it, cheapest first), whether the seed round fits after them
+    (`answers`), and the wall time that spends (`spent_s`); whether full fine-tuning was queued first
+    (`full_first`: `order`); the budget it was played out in (`budget_s`)."""
 
     needed_s: float
     training_s: float
@@ -147,10 +147,11 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}
     fixed, epoch = costs[reference]
-    reference_s = fixed + rung * epoch  # when the first rung is known: the others that rank wait for it
+    reference_s = fixed + rung * epoch  # a reference run: the first rung is known when it ends
     # Full fine-tuning queued first measures the first rung in its seed-0 run, which goes on (`sweep_search`): no
-    # reference run, and no worker waits for it (its further seeds start at once); else the reference runs alone.
-    start = [0.0 if full_first else reference_s] * workers
+    # reference run (its further seeds start at once); else the reference takes one worker, the others start the
+    # cheapest candidates meanwhile (their reports wait for the first rung: `sweep_trial`).
+    start = [0.0] * workers if full_first else [reference_s] + [0.0] * (workers - 1)
 
     def whole(name: str) -> float:
         return costs[name][0] + stop * costs[name][1]
@@ -171,16 +172,15 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
 
     runs = list(first_runs.values())
     seed0 = runs[:1] + early + runs[1:]
-    after_first = _schedule(runs[1:], _not_before(_schedule(runs[:1] + early, start), reference_s))
+    after_first = _schedule(runs[1:], _schedule(runs[:1] + early, start))
     needed = max(_schedule(seed_round(names), [max(after_first)] * workers))
-    training = (0.0 if full_first else reference_s * workers) + sum(seed0) + sum(seed_round(names))
+    training = (0.0 if full_first else reference_s) + sum(seed0) + sum(seed_round(names))
     if budget_s is None:
         return Plan(needed, training, len(found), workers, full_first=full_first)
     # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
     reached, free, spent = 0, start, reference_s
     for i, name in enumerate(names):
         trial = _schedule([first_runs[name]] + (early if i == 0 else []), free)
-        trial = trial if i else _not_before(trial, reference_s)
         ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
         if ends > budget_s:
             break
@@ -228,11 +228,6 @@ def promoted(trials: int, reduction_factor: int = 3) -> list:
     [1.0, 0.5, 0.33, 0.25, 0.2, 0.33]
     """
     return [max(i // reduction_factor, 1) / i for i in range(1, trials + 1)]
-
-
-def _not_before(free: list, seconds: float) -> list:
-    """Workers free at `free`, none before `seconds` (the first rung is known then)."""
-    return [max(f, seconds) for f in free]
 
 
 def _schedule(jobs: list, free: list) -> list:

@@ -11,17 +11,34 @@ from tf_transfer.studies.sweep import sweep_storage
 from tf_transfer.studies.sweep.sweep_rule import MARGIN
 
 
-def await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> None:
-    """Before the first rung is known only the runs that rank nothing may run: put the run that measures it (the
-    reference, or full fine-tuning's seed 0 queued first: `sets_rung`) first again (queued again after a kill), wait
-    for another process's, or, where it failed, go on with nothing pruned."""
+def await_reference(study, waiting: list, running: bool, max_epochs: int, log: Callable) -> bool:
+    """Before the first rung is known: put the run that measures it (the reference, or full fine-tuning's seed 0
+    queued first: `sets_rung`) first again where it waits (queued again after a kill); where it fails, go on with
+    nothing pruned. True where the caller should look at the queue again; False while that run (or another
+    process's trial) trains: the next run that ranks may start, its reports held until the rung is known
+    (`sweep_trial.train_trial`), so that no worker idles through the reference's epochs."""
     setter = next((mark for t in waiting for mark in ("reference", "sets_rung") if t.user_attrs.get(mark)), None)
     if setter:
         sweep_storage.defer_waiting(study, until=setter)
-    elif running:
-        time.sleep(2)  # another process's reference run is still measuring the first rung
-    else:  # the reference failed: no epoch is known to rank anything, so nothing is pruned
-        set_first_rung(study, None, {}, max_epochs, log)
+        return True
+    if running:
+        return False
+    set_first_rung(study, None, {}, max_epochs, log)  # the reference failed: no epoch is known to rank anything
+    return True
+
+
+def rung_known(study, max_epochs: int, log: Callable = print) -> bool:
+    """Whether the first rung is set; where no run that measures it waits or trains any more (it failed), it is set
+    to `max_epochs` (nothing is pruned), as `await_reference` does."""
+    if "first_rung" in study.user_attrs:
+        return True
+    setters = [t for t in study.get_trials(deepcopy=False, states=None)
+               if t.state.name in ("WAITING", "RUNNING")
+               and (t.user_attrs.get("reference") or t.user_attrs.get("sets_rung"))]
+    if setters:
+        return False
+    set_first_rung(study, None, {}, max_epochs, log)
+    return True
 
 
 def learned(study, name: str, epoch: int, best: float, lower_is_better: bool, sets_rung: bool = True,

@@ -3,7 +3,8 @@ runs epoch by epoch, and its successive-halving pruner stops the weaker candidat
 
 First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the
 constant prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0
-run measures r as it goes on, while the other workers start its further seeds). Then every candidate (a method,
+run measures r as it goes on, while the other workers start its further seeds; else the other workers start the
+next candidates meanwhile, whose reports wait for r: `sweep_trial`). Then every candidate (a method,
 its depth or rank, a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the
 run reports its best validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at
 epochs r, 3r, 9r, ... only the best third of the trials that reached that epoch continue (a run at its last epoch
@@ -136,7 +137,7 @@ def open_study(sweep_dir: str, base: dict, make_candidates: Callable, budget_s: 
     first rung as it goes on (`sets_rung`: no reference run, whose epoch it would repeat). A sweep keeps its settings
     and candidates (`identity`: what every process on it must give alike; default `base`); `budget_s` replaces the
     budget it had (a rerun with a larger budget goes on), `workers` the number of processes of this machine that
-    train its trials at once (`sweep_storage.committed_s` charges them all for the reference); every call on the
+    train its trials at once (the report's); every call on the
     storage rides out an outage of up to `retry_s` (`sweep_retries`). Returns `(study, where)`; `where` is `(url,
     name, retry_s)`."""
     os.makedirs(sweep_dir, exist_ok=True)
@@ -246,8 +247,8 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             continue
         following = min(waiting, key=lambda t: t.number)
         if "first_rung" not in study.user_attrs and ranked(following):
-            sweep_rung.await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log)
-            continue
+            if sweep_rung.await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log):
+                continue
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
         cost = estimate_s(study, found, following)
         reserve = _reserve(study, following, cost, remaining, top, seeds, log)

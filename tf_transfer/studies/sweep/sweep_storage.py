@@ -416,16 +416,14 @@ def spent_s(study) -> float:
 
 def committed_s(study, but: Optional[int] = None) -> float:
     """What the sweep has spent or promised: `spent_s`, with each running trial counted at what it has reserved
-    where that is more (its estimate before its first epoch, the end of its next epoch after), and the reference
-    once for each of the sweep's workers (`workers`: they all wait for its first rung); `but`: a trial number left
-    out."""
-    total, workers = 0.0, int(study.user_attrs.get("workers") or 1)
+    where that is more (its estimate before its first epoch, the end of its next epoch after); `but`: a trial
+    number left out. (The reference's run counts once: the other workers train meanwhile, `sweep_rung`.)"""
+    total = 0.0
     for t in study.get_trials(deepcopy=False):
         if t.state.name == "WAITING" or t.number == but:
             continue
         used = t.user_attrs.get("train_s") or 0.0
-        used = max(used, t.user_attrs.get("reserved_s") or 0.0) if t.state.name == "RUNNING" else used
-        total += used * (workers if t.user_attrs.get("reference") else 1)
+        total += max(used, t.user_attrs.get("reserved_s") or 0.0) if t.state.name == "RUNNING" else used
     return total
 
 

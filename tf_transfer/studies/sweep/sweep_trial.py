@@ -14,21 +14,21 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
+from tf_transfer.studies.sweep import sweep_rung, sweep_search as sweep, sweep_storage
 
 
 def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s: float,
                 deadline: Optional[float] = None) -> dict:
-    """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial and stopping when the
-    pruner says so or when the next epoch would not fit in the budget left (what every other trial spent or
-    reserved, and `keep_s`, counted out) or end after `deadline` (a `time.time()`: its machine's). The reference
+    """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial, stopping where the
+    pruner says so or the next epoch would not fit in the budget left (what every other trial spent or reserved,
+    and `keep_s`, out) or end after `deadline` (a `time.time()`: its machine's). The reference
     (`reference`) stops at the first epoch whose best validation score beats the constant prediction by `MARGIN`
     (`learned_at`); full fine-tuning's seed 0 queued first (`sets_rung`) sets the first rung there and goes on
-    (`sweep.learned`). A resumed run's finished epochs are reported again, each at its rung as an unbroken run's
-    was (`resume_reports`). Returns the best epoch's validation score (`value`), `pruned` (`pruned_at`: the
-    finished epoch where a resumed run was pruned), `cut` (what cut the run short, None when its stopping rule
-    ended it), and what the budget's estimates need: wall seconds per epoch (evaluation included), the cache's
-    build, the start-up before the first epoch, the encoder's depth."""
+    (`sweep.learned`); a run that ranks holds its scores until the rung is known (`HeldReports`). A resumed run's
+    finished epochs are reported again, each at its rung as an unbroken run's was (`resume_reports`). Returns the
+    best epoch's validation score (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was
+    pruned), `cut` (what cut the run short, None when its stopping rule ended it), and what the budget's estimates
+    need: wall seconds per epoch (evaluation included), the cache's build, start-up, the encoder's depth."""
     import optuna
 
     from tf_transfer.core import metrics
@@ -40,7 +40,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     trial = optuna.trial.Trial(study, trial_id)
     task = task_for(GlueSettings.from_dict(settings))
     metric, start, state = task.metric, time.time(), {"pruned": False, "best": None, "at": [], "learned_at": None}
-    lower = metric in metrics.LOWER_IS_BETTER
+    lower, held = metric in metrics.LOWER_IS_BETTER, HeldReports(study, task.loop.max_epochs)
     is_reference, sets_rung = bool(trial.user_attrs.get("reference")), bool(trial.user_attrs.get("sets_rung"))
     name = sweep_storage.key_of(study._storage.get_trial(trial_id))[0]
     taken = min(trial.user_attrs.get("started_at") or start, start)
@@ -51,10 +51,9 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         return state["best"]
 
     earlier = record.read_summary(folder) or {}
-    done_before = len(earlier.get("epochs", []))
-    pruned_at = resume_reports(trial, earlier.get("epochs", []), metric, best_so_far, task.loop.max_epochs)
-    # A resumed run that measures the first rung may have learned before its process died, and set no rung then.
-    state["learned_at"] = _learned_before(study, name, earlier.get("epochs", []), metric, lower) if sets_rung else None
+    before = earlier.get("epochs", [])
+    pruned_at = resume_reports(trial, before, metric, best_so_far, task.loop.max_epochs, held.report)
+    state["learned_at"] = _learned_before(study, name, before, metric, lower) if sets_rung else None
     if pruned_at:
         return _pruned_before(earlier, pruned_at, start)
 
@@ -66,7 +65,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
                 study, name, epoch_record["epoch"], best, lower, sets_rung):
             state["learned_at"] = epoch_record["epoch"]
             epoch_record.update({"sweep": "reference"} if is_reference else {})  # the reference stops here
-        elif sweep.report_epoch(trial, best, epoch_record["epoch"], task.loop.max_epochs):
+        elif held.report(trial, best, epoch_record["epoch"]):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
         last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.loop.max_epochs
@@ -75,7 +74,56 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         return epoch_record.get("sweep") is not None
 
     task.after_epoch = after_epoch
-    return _trial_result(runner.run(task, folder), metric, state, done_before, start)
+    summary = runner.run(task, folder)
+    state["pruned"] = state["pruned"] or held.await_rung(trial)  # ended before the first rung was known
+    return _trial_result(summary, metric, state, len(before), start)
+
+
+class HeldReports:
+    """A ranked run's reports (`sweep.report_epoch`) while the first rung is not known: started while the reference
+    measures it (`sweep_rung.await_reference`), the run trains on, and is asked at each rung in order once the rung
+    is known, as an unbroken run after the reference would have been; only later. Runs that rank nothing pass
+    through (`sweep.ranked`). `last_epoch`: the run's epoch cap (where a failed reference leaves the rung).
+
+    >>> held = HeldReports(study, last_epoch=5)  # doctest: +SKIP
+    >>> held.report(trial, 0.81, 1), held.waiting  # doctest: +SKIP
+    (False, 1)
+    """
+
+    def __init__(self, study, last_epoch: int):
+        self.study, self.last_epoch, self._held = study, last_epoch, []
+
+    @property
+    def waiting(self) -> int:
+        return len(self._held)
+
+    def report(self, trial, value: float, epoch: int) -> bool:
+        """Holds or reports the best validation score so far after `epoch` (`sweep.report_epoch`); True where the
+        run is pruned."""
+        if not sweep.ranked(trial):
+            return False
+        self._held.append((value, epoch))
+        return self.flush(trial)
+
+    def flush(self, trial) -> bool:
+        """Reports what is held, in order, where the first rung is known; True where the run is pruned at one."""
+        if not sweep_rung.rung_known(self.study, self.last_epoch):
+            return False
+        self.study.pruner = sweep.pruner_of_sweeps(self.study.user_attrs["first_rung"])
+        while self._held:
+            if sweep.report_epoch(trial, *self._held.pop(0), self.last_epoch):
+                self._held.clear()
+                return True
+        return False
+
+    def await_rung(self, trial) -> bool:
+        """For a run that ended with scores held: waits for the first rung, then reports them (they rank it there
+        for the runs after it); True where it is pruned at one."""
+        while self._held:
+            if self.flush(trial):
+                return True
+            time.sleep(2 if self._held else 0)
+        return False
 
 
 def reserve_rest(study, trial, taken: float, next_epoch_s: float, epoch_s: float, keep_s: float,
@@ -97,19 +145,22 @@ def reserve_rest(study, trial, taken: float, next_epoch_s: float, epoch_s: float
     return fits
 
 
-def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last_epoch: int) -> Optional[int]:
+def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last_epoch: int,
+                   report: Optional[Callable] = None) -> Optional[int]:
     """Reports a resumed run's finished `epochs` again (its best validation score so far after each), asking the
-    pruner at each as the unbroken run did (`sweep.report_epoch`; rungs the trial passed before its process died
-    are not asked again: Optuna's retry keeps them). Returns the epoch at which it is pruned, or None."""
+    pruner at each as the unbroken run did (`report(trial, value, epoch)`, default `sweep.report_epoch` with
+    `last_epoch`; rungs the trial passed before its process died are not asked again: Optuna's retry keeps them).
+    Returns the epoch at which it is pruned, or None."""
+    report = report or (lambda t, value, epoch: sweep.report_epoch(t, value, epoch, last_epoch))
     for epoch_record in epochs:
-        if sweep.report_epoch(trial, best_so_far(epoch_record["val"][metric]), epoch_record["epoch"], last_epoch):
+        if report(trial, best_so_far(epoch_record["val"][metric]), epoch_record["epoch"]):
             return epoch_record["epoch"]
     return None
 
 
 def _learned_before(study, name: str, epochs: list, metric: str, lower: bool) -> Optional[int]:
     """The first of a resumed run's finished `epochs` at which it learned (`sweep.learned`, which sets the first rung
-    where none is set yet), or None."""
+    where none is set yet: it may have learned before its process died, and set no rung then), or None."""
     best = None
     for epoch_record in epochs:
         value = epoch_record["val"][metric]
@@ -133,7 +184,7 @@ def _trial_result(summary: dict, metric: str, state: dict, done_before: int, sta
     epochs = summary["epochs"]
     best = next((e for e in epochs if e["epoch"] == summary.get("best_epoch")), None)
     pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in epochs)
-    cut = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), None)
+    cut = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), "pruned" if pruned else None)
     wall = epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
     built = summary.get("cache_build_s") or 0.0
     return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,

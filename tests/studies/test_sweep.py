@@ -262,6 +262,7 @@ def test_an_idle_worker_starts_the_seed_round_of_the_candidates_the_running_runs
     from tf_transfer.studies.sweep import sweep_seed_round
 
     study, _ = sweep.open_study(str(tmp_path), {"lr": 1.0}, lambda: {name: {} for name in "abcd"}, 600.0)
+    assert not sweep_seed_round.join(study, top=2, seeds=3)  # the seed round has not begun: nothing joins it
     for trial in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):
         taken = study.ask()
         name = trial.system_attrs["fixed_params"]["candidate"]
@@ -279,10 +280,12 @@ def test_an_idle_worker_starts_the_seed_round_of_the_candidates_the_running_runs
     assert sweep_seed_round.queue(study, top=2, seeds=3) and study.user_attrs["seed_round"] == ["b", "a"]
     assert waiting() == [("b", 1), ("b", 2), ("a", 1), ("a", 2)]  # a, below b, after it
     # d ends above every candidate whose seeds still wait: its seeds go first (the budget may not reach the end).
+    # The sweep asks as soon as it ended, not once the queue is empty (`join`: the seed round has begun).
     running = next(t for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)))
     study.tell(running.number, 0.95)
-    assert sweep_seed_round.queue(study, top=3, seeds=3) and study.user_attrs["seed_round"] == ["b", "a", "d"]
+    assert sweep_seed_round.join(study, top=3, seeds=3) and study.user_attrs["seed_round"] == ["b", "a", "d"]
     assert waiting() == [("d", 1), ("d", 2), ("b", 1), ("b", 2), ("a", 1), ("a", 2)]
+    assert not sweep_seed_round.join(study, top=3, seeds=3)  # nothing new
 
 
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):
@@ -335,7 +338,12 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     assert names == {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01"}  # one block: no k < L
     reference = [t for t in by_state["PRUNED"] if t.user_attrs.get("reference")]
     assert len(reference) == 1 and study.user_attrs["reference"]["candidate"] == "freeze_kall_lr0.01"
-    assert 1 <= study.user_attrs["first_rung"] <= 2 and (sweep_dir / "reference" / "freeze_kall_lr0.01").is_dir()
+    assert 1 <= study.user_attrs["first_rung"] <= 2 and not (sweep_dir / "reference").exists()
+    # The reference's run is full fine-tuning's seed 0 begun (started before LoRA's, queued ahead of it), which that
+    # candidate's seed-0 trial resumed after the reference's epochs, or was ranked by at once.
+    full, lora = (json.loads((sweep_dir / name / "seed0" / "summary.json").read_text()) for name in sorted(names))
+    assert full["started_at"] < lora["started_at"] and len(full["epochs"]) >= study.user_attrs["first_rung"]
+    assert [r["after_epoch"] for r in full.get("resumes", [])][:1] in ([], [study.user_attrs["first_rung"]])
     ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", [])
            if t.params["seed"] == 0 and not t.user_attrs.get("reference")]
     assert sorted(t.params["candidate"] for t in ran) == sorted(names)  # every candidate once, the killed one too
@@ -515,6 +523,22 @@ def test_a_run_started_while_the_reference_trains_is_ranked_at_the_rung_once_it_
 
     other.tell(failed, state=optuna.trial.TrialState.FAIL)
     assert sweep_rung.rung_known(other, 3, lambda line: None) and other.user_attrs["first_rung"] == 3
+
+
+def test_a_reference_killed_after_the_epoch_it_learned_pauses_there_when_run_again(tmp_path, monkeypatch):
+    """Its process died after that epoch's checkpoint, before the sweep set the rung: the retry trains nothing more
+    (a run that went on would set the rung an epoch late) and answers as the reference that paused there."""
+    from tf_transfer.studies.sweep import sweep_trial
+
+    study, _, _ = _timed_study(tmp_path, monkeypatch, 10_000.0)  # constant prediction 0.80: learned from 0.81 on
+    epochs = [{"epoch": 1, "val": {"f1": 0.78}, "epoch_time_s": 20.0}, {"epoch": 2, "val": {"f1": 0.86},
+                                                                         "epoch_time_s": 21.0}]
+    assert sweep_trial._learned_before(study, "full", epochs, "f1", False, False, True) == 2
+    assert "first_rung" not in study.user_attrs  # the reference's rung is the sweep's to set, when it ends
+    assert sweep_trial._learned_before(study, "full", epochs, "f1", False, False, False) is None  # ranked runs
+    answer = sweep_trial._ended_before({"epochs": epochs}, None, 2, 0.86, start=0.0)
+    assert answer["cut"] == "reference" and answer["learned_at"] == 2 and answer["value"] == 0.86
+    assert not answer["pruned"] and answer["epoch_time_s"] == 21.0 and answer["epochs"] == 2
 
 
 def test_full_fine_tuning_queued_first_measures_the_first_rung_as_it_goes_on(tmp_path, monkeypatch):

@@ -163,7 +163,8 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     """kill -9 of a trial's trainer child (a child process training the one-block BERT with the command's own trial
     function: tests/sweep_children.py) right after its first epoch's checkpoint: the trial is failed and queued
     again once, and its run resumes from that epoch (not trained twice) and completes. The machine's measurement is
-    made up (`sweep_fakes.measured`)."""
+    made up (`sweep_fakes.measured`). BitFit is the killed one, not full fine-tuning (the reference, whose paused
+    run full fine-tuning's seed 0 resumes); the cheaper of the two, it is the first to reach the rung and goes on."""
     import json
 
     import sweep_children
@@ -175,7 +176,7 @@ def test_a_real_trainer_child_killed_mid_trial_is_retried_once_and_its_run_resum
     sweep_dir.mkdir(parents=True)
     (sweep_dir / "kill_after_epoch").write_text("bitfit_kall_lr0.01")
     done = run_module("tf_transfer.sweep", f"--train_file={_reviews(tmp_path)}", "--text_columns=review",
-                      "--label_column=stars", f"--presets={one_block_preset}", "--methods=bitfit", "--lrs=1e-2",
+                      "--label_column=stars", f"--presets={one_block_preset}", "--methods=freeze,bitfit", "--lrs=1e-2",
                       "--max_epochs=2", "--max_seq_length=16", "--sweep_seeds=1", "--budget=10m", "--noisolate_runs",
                       "--workers=1", f"--storage={postgres_url}", "--sweep_name=child", f"--runs_dir={tmp_path / 'runs'}")
     assert done.returncode == 0, done.stderr[-3000:]

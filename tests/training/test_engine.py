@@ -201,6 +201,27 @@ def test_completed_run_is_returned_and_other_settings_refused(tmp_path):
     assert not RunFolder(str(tmp_path), {"lr": 0.1}, overwrite=True).completed
 
 
+def test_a_hook_can_pause_a_run_that_a_later_run_resumes_to_the_same_numbers(tmp_path):
+    """A sweep's reference pauses where it learned, and full fine-tuning's seed 0 resumes it later: left unfinished
+    with its last epoch's checkpoint, not completed as a hook's stop is."""
+    import os
+
+    straight = _run(tmp_path / "straight", "fit")
+    folder = RunFolder(str(tmp_path / "paused"), SETTINGS)
+    model = _model()
+    folder.start({"epochs": [], "best_epoch": None, "stopped_early": False, "completed": False, "config": SETTINGS})
+    engine = Engine(folder, "accuracy", 3, 0)
+    with engine:
+        ended = engine.fit(model, _fit_epoch(model), _evaluate(model), after_epoch=lambda r: engine_lib.PAUSE)
+    paused = record.read_summary(str(tmp_path / "paused"))
+    assert ended == engine_lib.PAUSE and not paused["completed"] and [e["epoch"] for e in paused["epochs"]] == [1]
+    assert os.path.exists(tmp_path / "paused" / "checkpoint-epoch1.npz")
+    resumed = _run(tmp_path / "paused", "fit")
+    assert resumed["completed"] and [r["after_epoch"] for r in resumed["resumes"]] == [1]
+    for a, b in zip(straight["epochs"], resumed["epochs"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-6) and b["val"] == pytest.approx(a["val"])
+
+
 def test_a_hook_can_roll_an_epoch_back_out_of_the_best(tmp_path):
     folder = RunFolder(str(tmp_path), SETTINGS)
     model = _model()

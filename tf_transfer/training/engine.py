@@ -38,6 +38,11 @@ from tf_transfer.core import metrics as metrics_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.training import distributed, record
 from tf_transfer.training.progress import Progress
+
+# What an `after_epoch` hook returns to end a run unfinished on purpose: its last epoch's checkpoint stays and the
+# summary is not marked completed, so that a later run of the same folder resumes after that epoch (a sweep's
+# reference: full fine-tuning's seed 0 continues from the epochs it trained).
+PAUSE = "pause"
 from tf_transfer.training.run_folder import RunFolder
 
 
@@ -189,8 +194,8 @@ class Engine:
             after_epoch: Optional[Callable] = None, on_best: Optional[Callable] = None,
             steps: Optional[int] = None, examples: Optional[int] = None) -> str:
         """Trains epochs `next_epoch..until_epoch` (default `max_epochs`); returns why it ended: "epochs",
-        "patience" or "hook" (`after_epoch(record)` returned True; it may also mark the record `rolled_back`,
-        which keeps it out of the best epoch).
+        "patience", "hook" (`after_epoch(record)` returned True; it may also mark the record `rolled_back`,
+        which keeps it out of the best epoch) or `PAUSE` (it returned `PAUSE`: the run is left to resume).
 
         `stopper` (default the run's) decides early stopping; `on_best(epoch)` runs when an epoch becomes the best.
         `steps`/`examples` per epoch feed the progress display (default: attributes of `train_epoch`).
@@ -207,7 +212,8 @@ class Engine:
             progress = Progress(epoch, steps, examples, label=label)
             progress.on_epoch_begin(epoch)
             epoch_record = self._train_and_score(epoch, train_epoch, evaluate, progress, tags)
-            ended_by = "hook" if after_epoch is not None and after_epoch(epoch_record) else None
+            hooked = after_epoch(epoch_record) if after_epoch is not None else None
+            ended_by = PAUSE if hooked == PAUSE else "hook" if hooked else None
             self.epochs.append(epoch_record)
             if not epoch_record.get("rolled_back") and self._judge(epoch_record, stopper, on_best) and not ended_by:
                 ended_by = "patience"

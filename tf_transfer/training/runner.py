@@ -9,7 +9,8 @@
         folder.start(fresh summary)     or the unfinished run's summary, to continue (each write checked
                                         against the task's kind of run record, `run_record`)
         TensorBoard HParams             task.hparams()
-        Engine: for each task.stages()  warm-up, restore the last finished epoch, fit epoch by epoch
+        Engine: for each task.stages()  warm-up, restore the last finished epoch, fit epoch by epoch (a hook
+                                        may pause the run: it ends here unfinished, to resume later)
         task.finish(engine)             e.g. an export
         engine.finish()                 summary.json marked completed
 
@@ -26,6 +27,7 @@ from absl import logging
 
 from tf_transfer.core import strategies
 from tf_transfer.training import distributed, record
+from tf_transfer.training import engine as engine_lib
 from tf_transfer.training.engine import Engine
 from tf_transfer.training.run_folder import RunFolder
 
@@ -73,5 +75,7 @@ def train(task, folder: RunFolder, strategy=None) -> dict:
                 task.model, stage.train_epoch, stage.evaluate, optimizer=stage.optimizer,
                 until_epoch=stage.until_epoch, stopper=stage.stopper, tags=stage.tags, after_epoch=stage.after_epoch,
                 on_best=stage.on_best, steps=stage.steps, examples=stage.examples)
+            if stage.ended_by == engine_lib.PAUSE:  # unfinished on purpose: a later run of the folder resumes here
+                return engine.summary
         task.finish(engine)
         return engine.finish()

@@ -30,7 +30,8 @@ from tf_transfer.training import engine as engine_lib
 @dataclasses.dataclass
 class Stage:
     """One `Engine.fit` of a run: its epoch function and scoring, and what bounds and watches its epochs (see
-    `Engine.fit`). The runner sets `ended_by` ("epochs", "patience" or "hook") once the stage has trained."""
+    `Engine.fit`). The runner sets `ended_by` ("epochs", "patience", "hook" or `engine.PAUSE`) once the stage has
+    trained."""
 
     train_epoch: Callable
     evaluate: Callable
@@ -50,7 +51,8 @@ class Task:
     or the default's Keras `fit` over `self.feed` (a `tf_transfer.data.feeds` feed), or `stages` for several."""
 
     metric: str = "accuracy"  # the validation score that picks the best epoch and stops early (higher is better)
-    # Called with each epoch's record after it is scored; True ends the run there (a sweep's pruner, its budget).
+    # Called with each epoch's record after it is scored; True ends the run there (a sweep's pruner, its budget),
+    # `engine.PAUSE` ends it unfinished, to resume later (a sweep's reference).
     after_epoch: Optional[Callable] = None
     # Settings introduced after runs were made, with the value those runs had (`RunFolder`).
     added_settings: Optional[dict] = None

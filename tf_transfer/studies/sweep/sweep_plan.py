@@ -7,15 +7,16 @@ one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (i
 included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over the examples
 it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks
 over every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the reference until it
-learns, the other workers starting the next candidates meanwhile (their reports wait for the first rung), or, where
-the budget compares full fine-tuning (`order`), full fine-tuning at every seed at once, its seed 0 measuring the first
-rung as it goes on; every other candidate at seed 0 cheapest first, successive halving's promoted further, then the
-seed round; and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate and it would
-not both fit. What is not known before training is assumed and said: the reference learns in its first epoch, a run
-that is not pruned reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience` epochs later
-(so after more epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every rung and into
-the seed round (it is what every answer is compared with, and often the best), and the others' scores at a rung come
-in random order, so that one goes on by its place in the queue alone (`promoted`).
+learns (full fine-tuning's seed 0 resumes its run later), the other workers starting the next candidates meanwhile
+(their reports wait for the first rung), or, where the budget compares full fine-tuning (`order`), full fine-tuning at
+every seed at once, its seed 0 measuring the first rung as it goes on; every other candidate at seed 0 cheapest first,
+successive halving's promoted further, then the seed round; and, with a budget, the sweep's rule that queues the seed
+round as soon as the next candidate and it would not both fit. What is not known before training is assumed and said:
+the reference learns in its first epoch, a run that is not pruned reaches its best score after `ASSUMED_BEST_STEPS`
+optimizer steps and stops `patience` epochs later (so after more epochs on a small file, whose epochs are few steps),
+full fine-tuning goes on at every rung and into the seed round (it is what every answer is compared with, and often
+the best), and the others' scores at a rung come in random order, so that one goes on by its place in the queue alone
+(`promoted`).
 
 Example:
 
@@ -148,6 +149,8 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
                   for name, (p1, p2) in goes_on.items()}
     fixed, epoch = costs[reference]
     reference_s = fixed + rung * epoch  # a reference run: the first rung is known when it ends
+    if not full_first:  # its candidate's seed-0 run resumes the reference's: those epochs are not trained again
+        first_runs[reference] -= rung * epoch
     # Full fine-tuning queued first measures the first rung in its seed-0 run, which goes on (`sweep_search`): no
     # reference run (its further seeds start at once); else the reference takes one worker, the others start the
     # cheapest candidates meanwhile (their reports wait for the first rung: `sweep_trial`).

@@ -1,6 +1,7 @@
 """The sweep's first rung: the epoch at which the run that measures it (the reference, or full fine-tuning's seed 0
 queued first) beat the constant prediction by `MARGIN` (`learned`, `set_first_rung`), and what the workers do
-until it is known (`await_reference`). `sweep_search.run_sweep` and `sweep_trial.train_trial` use it."""
+until it is known (`holds_back`, `await_reference`, `rung_known`; the reference's run is full fine-tuning's seed-0
+run begun, which that trial resumes). `sweep_search.run_sweep` and `sweep_trial.train_trial` use it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,24 @@ def await_reference(study, waiting: list, running: bool, max_epochs: int, log: C
     if running:
         return False
     set_first_rung(study, None, {}, max_epochs, log)  # the reference failed: no epoch is known to rank anything
+    return True
+
+
+def holds_back(study, following, ranks: bool, waiting: list, running: bool, max_epochs: int, log: Callable) -> bool:
+    """Whether the next trial (`following`; `ranks`: it reports to the pruner) must wait: for the first rung, where
+    none is known yet and the run that measures it waits (`await_reference`); or for the reference's run, whose
+    folder its run continues (full fine-tuning at seed 0: `sweep_search._run_trial`), while that still trains: then
+    it is moved behind the others waiting, or waited for. True where the caller should look at the queue again."""
+    if "first_rung" not in study.user_attrs and ranks and await_reference(study, waiting, running, max_epochs, log):
+        return True
+    references = [t.params.get("candidate") for t in study.get_trials(deepcopy=False)
+                  if t.state.name == "RUNNING" and t.user_attrs.get("reference")]
+    if sweep_storage.key_of(following)[:2] not in [(name, 0) for name in references]:
+        return False
+    if len(waiting) > 1:
+        sweep_storage.defer_first(study, following.number, {})
+    else:
+        time.sleep(2)
     return True
 
 

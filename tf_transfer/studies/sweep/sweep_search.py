@@ -246,9 +246,9 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
                 return "done"
             continue
         following = min(waiting, key=lambda t: t.number)
-        if "first_rung" not in study.user_attrs and ranked(following):
-            if sweep_rung.await_reference(study, waiting, running, int(base.get("max_epochs", 9)), log):
-                continue
+        if sweep_seed_round.join(study, top, seeds) or sweep_rung.holds_back(
+                study, following, ranked(following), waiting, running, int(base.get("max_epochs", 9)), log):
+            continue  # a seed-0 run's seeds joined the seed round; or it waits for the first rung or the reference
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
         cost = estimate_s(study, found, following)
         reserve = _reserve(study, following, cost, remaining, top, seeds, log)
@@ -313,7 +313,9 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     # what a run computes is the same; only its build is not paid again.
     settings["cache_dir"] = settings.get("cache_dir") or os.path.join(sweep_dir, "cache")
     is_reference = bool(trial.user_attrs.get("reference"))
-    folder = run_folder(os.path.join(sweep_dir, "reference") if is_reference else sweep_dir, name, seed)
+    # The reference's run is full fine-tuning's seed 0 begun: it pauses where it learned, and that candidate's
+    # seed-0 trial resumes it from there (not training its first epochs again), ranked by them at once.
+    folder = run_folder(sweep_dir, name, seed)
     remaining = study.user_attrs["budget_s"] - sweep_storage.committed_s(study, but=trial.number)
     log(f"[sweep] {'the reference, ' if is_reference else ''}{name} seed {seed}: {remaining / 60:.1f} min of "
         f"training time left -> {folder}")

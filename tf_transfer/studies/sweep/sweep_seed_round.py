@@ -56,6 +56,14 @@ def queue(study, top: int, seeds: int, running: int = 0) -> bool:
     return True
 
 
+def join(study, top: int, seeds: int) -> bool:
+    """Once the seed round has begun (`queue`d), a seed-0 run that ended among the best since joins it at once,
+    ahead of the waiting ones where it ranks above them all, rather than when the queue is empty: the budget may not
+    reach the end of the queue (on STS-B the best candidate at seed 0 ended while the third's seeds waited, and its
+    own did not fit). True where something was queued."""
+    return bool(study.user_attrs.get("seed_round")) and queue(study, top, seeds, ranked_running(study))
+
+
 def ranked_running(study) -> int:
     """Seed-0 runs still training that may yet be among the seed round's `candidates` (not full fine-tuning's
     queued at every seed, nor the reference)."""

@@ -19,26 +19,26 @@ from tf_transfer.studies.sweep import sweep_rung, sweep_search as sweep, sweep_s
 
 def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s: float,
                 deadline: Optional[float] = None) -> dict:
-    """One trial's GLUE run in `folder`, reporting every epoch's validation score to the trial, stopping where the
-    pruner says so or the next epoch would not fit in the budget left (what every other trial spent or reserved,
-    and `keep_s`, out) or end after `deadline` (a `time.time()`: its machine's). The reference
-    (`reference`) stops at the first epoch whose best validation score beats the constant prediction by `MARGIN`
-    (`learned_at`); full fine-tuning's seed 0 queued first (`sets_rung`) sets the first rung there and goes on
-    (`sweep.learned`); a run that ranks holds its scores until the rung is known (`HeldReports`). A resumed run's
-    finished epochs are reported again, each at its rung as an unbroken run's was (`resume_reports`). Returns the
-    best epoch's validation score (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was
-    pruned), `cut` (what cut the run short, None when its stopping rule ended it), and what the budget's estimates
-    need: wall seconds per epoch (evaluation included), the cache's build, start-up, the encoder's depth."""
+    """One trial's GLUE run in `folder`, reporting each epoch's validation score to the trial, stopping where the
+    pruner says so or the next epoch would not fit in the budget left (less what other trials spent or reserved,
+    and `keep_s`) or end after `deadline` (a `time.time()`: its machine's). The reference (`reference`) pauses
+    (`PAUSE`: full fine-tuning's seed 0 resumes it) at the first epoch whose best validation score beats the
+    constant prediction by `MARGIN` (`learned_at`); full fine-tuning's seed 0 queued first (`sets_rung`) sets the
+    first rung there and goes on (`sweep.learned`); a ranked run holds its scores until the rung is known
+    (`HeldReports`); a resumed run reports its finished epochs again (`resume_reports`). Returns the best epoch's
+    validation score (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was pruned), `cut`
+    (what cut the run short; None: its stopping rule), and what the budget's estimates need: wall seconds per
+    epoch (evaluation included), the cache's build, start-up, the encoder's depth."""
     import optuna
 
     from tf_transfer.core import metrics
     from tf_transfer.studies.glue.glue_settings import GlueSettings
     from tf_transfer.studies.glue.glue_task import task_for
     from tf_transfer.training import record, runner
+    from tf_transfer.training.engine import PAUSE
 
-    study = sweep.load(where)
+    study, task = sweep.load(where), task_for(GlueSettings.from_dict(settings))
     trial = optuna.trial.Trial(study, trial_id)
-    task = task_for(GlueSettings.from_dict(settings))
     metric, start, state = task.metric, time.time(), {"pruned": False, "best": None, "at": [], "learned_at": None}
     lower, held = metric in metrics.LOWER_IS_BETTER, HeldReports(study, task.loop.max_epochs)
     is_reference, sets_rung = bool(trial.user_attrs.get("reference")), bool(trial.user_attrs.get("sets_rung"))
@@ -53,9 +53,9 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     earlier = record.read_summary(folder) or {}
     before = earlier.get("epochs", [])
     pruned_at = resume_reports(trial, before, metric, best_so_far, task.loop.max_epochs, held.report)
-    state["learned_at"] = _learned_before(study, name, before, metric, lower) if sets_rung else None
-    if pruned_at:
-        return _pruned_before(earlier, pruned_at, start)
+    state["learned_at"] = _learned_before(study, name, before, metric, lower, sets_rung, is_reference)
+    if pruned_at or is_reference and state["learned_at"]:  # pruned, or the reference learned, before it died
+        return _ended_before(earlier, pruned_at, state["learned_at"], state["best"], start)
 
     def after_epoch(epoch_record: dict) -> bool:
         state["at"].append(time.time() - start)
@@ -64,14 +64,14 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         if (is_reference or sets_rung and state["learned_at"] is None) and sweep.learned(
                 study, name, epoch_record["epoch"], best, lower, sets_rung):
             state["learned_at"] = epoch_record["epoch"]
-            epoch_record.update({"sweep": "reference"} if is_reference else {})  # the reference stops here
+            state["paused"] = is_reference  # it stops here, unfinished: full fine-tuning's seed 0 resumes it
         elif held.report(trial, best, epoch_record["epoch"]):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
-        last = epoch_record.get("sweep") is not None or epoch_record["epoch"] >= task.loop.max_epochs
+        last = state.get("paused") or "sweep" in epoch_record or epoch_record["epoch"] >= task.loop.max_epochs
         if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s, deadline) and not last:
             epoch_record["sweep"] = "budget"
-        return epoch_record.get("sweep") is not None
+        return PAUSE if state.get("paused") else epoch_record.get("sweep") is not None
 
     task.after_epoch = after_epoch
     summary = runner.run(task, folder)
@@ -158,22 +158,28 @@ def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last
     return None
 
 
-def _learned_before(study, name: str, epochs: list, metric: str, lower: bool) -> Optional[int]:
-    """The first of a resumed run's finished `epochs` at which it learned (`sweep.learned`, which sets the first rung
-    where none is set yet: it may have learned before its process died, and set no rung then), or None."""
+def _learned_before(study, name: str, epochs: list, metric: str, lower: bool, sets_rung: bool,
+                    is_reference: bool) -> Optional[int]:
+    """For a resumed run that measures the first rung, the first of its finished `epochs` at which it learned, or
+    None: it may have learned before its process died, and the rung was not set then (`sets_rung`: full
+    fine-tuning's seed 0, where `sweep.learned` sets it; the reference, whose rung the sweep sets when it ends)."""
     best = None
-    for epoch_record in epochs:
+    for epoch_record in epochs if sets_rung or is_reference else []:
         value = epoch_record["val"][metric]
         best = value if best is None else (min if lower else max)(best, value)
-        if sweep.learned(study, name, epoch_record["epoch"], best, lower):
+        if sweep.learned(study, name, epoch_record["epoch"], best, lower, sets_rung):
             return epoch_record["epoch"]
     return None
 
 
-def _pruned_before(summary: dict, pruned_at: int, start: float) -> dict:
-    """`train_trial`'s answer for a resumed run pruned at an epoch it had already trained: nothing more trains."""
+def _ended_before(summary: dict, pruned_at: Optional[int], learned_at: Optional[int], best: Optional[float],
+                  start: float) -> dict:
+    """`train_trial`'s answer for a resumed run that had ended before its process died, with nothing more to
+    train: pruned at an epoch it had trained (`pruned_at`), or the reference, which had learned (`learned_at`, its
+    best score `best`: it pauses there)."""
     times = [e["epoch_time_s"] for e in summary["epochs"] if e.get("epoch_time_s")]
-    return {"value": None, "pruned": True, "pruned_at": pruned_at, "cut": "pruned", "learned_at": None,
+    return {"value": None if pruned_at else best, "pruned": bool(pruned_at), "pruned_at": pruned_at,
+            "cut": "pruned" if pruned_at else "reference", "learned_at": None if pruned_at else learned_at,
             "epoch_time_s": max(times) if times else None, "epochs": len(summary["epochs"]),
             "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
             "startup_s": None, "elapsed_s": time.time() - start}
@@ -184,7 +190,8 @@ def _trial_result(summary: dict, metric: str, state: dict, done_before: int, sta
     epochs = summary["epochs"]
     best = next((e for e in epochs if e["epoch"] == summary.get("best_epoch")), None)
     pruned = state["pruned"] or any(e.get("sweep") == "pruned" for e in epochs)
-    cut = next((e["sweep"] for e in reversed(epochs) if e.get("sweep")), "pruned" if pruned else None)
+    cut = "reference" if state.get("paused") else next((e["sweep"] for e in reversed(epochs) if e.get("sweep")),
+                                                       "pruned" if pruned else None)
     wall = epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
     built = summary.get("cache_build_s") or 0.0
     return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import methods
-from tf_transfer.studies.sweep import sweep_search as sweep, sweep_session
+from tf_transfer.studies.sweep import sweep_rung, sweep_search as sweep, sweep_session
 
 
 def test_candidates_cover_each_method_at_its_own_rates():
@@ -343,7 +343,11 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     # candidate's seed-0 trial resumed after the reference's epochs, or was ranked by at once.
     full, lora = (json.loads((sweep_dir / name / "seed0" / "summary.json").read_text()) for name in sorted(names))
     assert full["started_at"] < lora["started_at"] and len(full["epochs"]) >= study.user_attrs["first_rung"]
-    assert [r["after_epoch"] for r in full.get("resumes", [])][:1] in ([], [study.user_attrs["first_rung"]])
+    # Its first epochs are the reference's own (the same scores and times, not trained again).
+    paused = reference[0].user_attrs["run"]["epochs"]
+    assert len(paused) == study.user_attrs["first_rung"]
+    assert [(e["val"], e["epoch_time_s"]) for e in full["epochs"][:len(paused)]] == [
+        (e["val"], e["epoch_time_s"]) for e in paused]
     ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", [])
            if t.params["seed"] == 0 and not t.user_attrs.get("reference")]
     assert sorted(t.params["candidate"] for t in ran) == sorted(names)  # every candidate once, the killed one too
@@ -439,7 +443,7 @@ def _timed_trial(clock, log):
             if trial.user_attrs.get("reference") and best >= 0.81:
                 return end(epoch, value=best, pruned=False, cut="reference", learned_at=epoch)
             if trial.user_attrs.get("sets_rung"):  # full fine-tuning's seed 0 queued first: it sets the rung, goes on
-                sweep.learned(study, name, epoch, best, lower_is_better=False, log=lambda line: None)
+                sweep_rung.learned(study, name, epoch, best, lower_is_better=False, log=lambda line: None)
             if sweep.report_epoch(trial, best, epoch, len(curve)):
                 return end(epoch, value=None, pruned=True, cut="pruned")
         return end(len(curve), value=max(curve), pruned=False, cut=None)
@@ -555,7 +559,7 @@ def test_full_fine_tuning_queued_first_measures_the_first_rung_as_it_goes_on(tmp
                                           "cut": None}
     assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # ranked at the rung it set: k1 kept, k1b pruned there
     # A run that never learned sets nothing itself: the sweep says nothing is pruned when it ends.
-    assert not sweep.learned(study, "full", 1, 0.805, lower_is_better=False, sets_rung=False)
+    assert not sweep_rung.learned(study, "full", 1, 0.805, lower_is_better=False, sets_rung=False)
 
 
 def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_path, monkeypatch):

@@ -24,8 +24,7 @@ def await_reference(study, waiting: list, running: bool, max_epochs: int, log: C
         return True
     if running:
         return False
-    set_first_rung(study, None, {}, max_epochs, log)  # the reference failed: no epoch is known to rank anything
-    return True
+    return rung_known(study, max_epochs, log)  # nothing measures it any more (it failed): nothing is pruned
 
 
 def holds_back(study, following, ranks: bool, waiting: list, running: bool, max_epochs: int, log: Callable) -> bool:

@@ -1,20 +1,19 @@
 """A budgeted sweep over training methods that recommends what to train: Optuna's ask-and-tell interface drives GLUE
 runs epoch by epoch, and its successive-halving pruner stops the weaker candidates early.
 
-First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the
-constant prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0
-run measures r as it goes on, while the other workers start its further seeds; else the other workers start the
-next candidates meanwhile, whose reports wait for r: `sweep_trial`). Then every candidate (a method,
-its depth or rank, a learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the
-run reports its best validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at
-epochs r, 3r, 9r, ... only the best third of the trials that reached that epoch continue (a run at its last epoch
-has ended anyway). Then
+First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the constant
+prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0 run
+measures r as it goes on, while the other workers start its further seeds; else the other workers start the next
+candidates meanwhile, whose reports wait for r: `sweep_trial`). Then every candidate (a method, its depth or rank, a
+learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
+validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
+only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
 the best `top` candidates that ran to their stopping rule run again at further seeds (the seed round). No trial
 starts whose estimated cost (`estimate_s`) does not fit in the budget left (training wall time, summed over its
 trials), the seed round is queued as soon as it and the next candidate would not both fit, and a run that would
-overrun stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs,
-which applies to any study's runs as well: `sweep_rule`) counts only runs that ended by their stopping rule, on at
-least two seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the
+overrun stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs, which
+applies to any study's runs as well: `sweep_rule`) counts only runs that ended by their stopping rule, on at least
+two seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the
 stopping rule, cache build included) whose seed-paired 95% interval of the difference to the best stays within a
 point of it.
 
@@ -43,7 +42,6 @@ from typing import Callable, Optional, Sequence
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
 from tf_transfer.studies.sweep import sweep_rung, sweep_seed_round, sweep_storage
-from tf_transfer.studies.sweep.sweep_rung import learned  # noqa: F401 (the trial's: `sweep.learned`)
 from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401

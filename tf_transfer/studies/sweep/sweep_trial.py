@@ -24,7 +24,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     and `keep_s`) or end after `deadline` (a `time.time()`: its machine's). The reference (`reference`) pauses
     (`PAUSE`: full fine-tuning's seed 0 resumes it) at the first epoch whose best validation score beats the
     constant prediction by `MARGIN` (`learned_at`); full fine-tuning's seed 0 queued first (`sets_rung`) sets the
-    first rung there and goes on (`sweep.learned`); a ranked run holds its scores until the rung is known
+    first rung there and goes on (`sweep_rung.learned`); a ranked run holds its scores until the rung is known
     (`HeldReports`); a resumed run reports its finished epochs again (`resume_reports`). Returns the best epoch's
     validation score (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was pruned), `cut`
     (what cut the run short; None: its stopping rule), and what the budget's estimates need: wall seconds per
@@ -61,7 +61,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         state["at"].append(time.time() - start)
         best = best_so_far(epoch_record["val"][metric])
         epoch_s = epoch_wall(state["at"], epoch_record["epoch_time_s"])
-        if (is_reference or sets_rung and state["learned_at"] is None) and sweep.learned(
+        if (is_reference or sets_rung and state["learned_at"] is None) and sweep_rung.learned(
                 study, name, epoch_record["epoch"], best, lower, sets_rung):
             state["learned_at"] = epoch_record["epoch"]
             state["paused"] = is_reference  # it stops here, unfinished: full fine-tuning's seed 0 resumes it
@@ -85,9 +85,17 @@ class HeldReports:
     is known, as an unbroken run after the reference would have been; only later. Runs that rank nothing pass
     through (`sweep.ranked`). `last_epoch`: the run's epoch cap (where a failed reference leaves the rung).
 
-    >>> held = HeldReports(study, last_epoch=5)  # doctest: +SKIP
-    >>> held.report(trial, 0.81, 1), held.waiting  # doctest: +SKIP
-    (False, 1)
+    >>> import optuna
+    >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
+    >>> study = optuna.create_study(direction="maximize")
+    >>> study.enqueue_trial({"candidate": "full", "seed": 0}, user_attrs={"reference": True})
+    >>> reference, trial = study.ask(), study.ask()  # the reference trains: no rung is known yet
+    >>> held = HeldReports(study, last_epoch=5)
+    >>> held.report(trial, 0.81, 1), held.report(trial, 0.83, 2), held.waiting
+    (False, False, 2)
+    >>> study.set_user_attr("first_rung", 1)  # the reference learned at epoch 1
+    >>> held.flush(trial), held.waiting, trial.storage.get_trial(trial._trial_id).intermediate_values
+    (False, 0, {1: 0.81, 2: 0.83})
     """
 
     def __init__(self, study, last_epoch: int):
@@ -162,12 +170,12 @@ def _learned_before(study, name: str, epochs: list, metric: str, lower: bool, se
                     is_reference: bool) -> Optional[int]:
     """For a resumed run that measures the first rung, the first of its finished `epochs` at which it learned, or
     None: it may have learned before its process died, and the rung was not set then (`sets_rung`: full
-    fine-tuning's seed 0, where `sweep.learned` sets it; the reference, whose rung the sweep sets when it ends)."""
+    fine-tuning's seed 0, where `sweep_rung.learned` sets it; the reference, whose rung the sweep sets when it ends)."""
     best = None
     for epoch_record in epochs if sets_rung or is_reference else []:
         value = epoch_record["val"][metric]
         best = value if best is None else (min if lower else max)(best, value)
-        if sweep.learned(study, name, epoch_record["epoch"], best, lower, sets_rung):
+        if sweep_rung.learned(study, name, epoch_record["epoch"], best, lower, sets_rung):
             return epoch_record["epoch"]
     return None
 

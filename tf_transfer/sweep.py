@@ -39,7 +39,8 @@ flags.DEFINE_integer("workers", 0, "Processes of this machine that train the swe
                      "a core of its own (0: one per usable core; 1: one process whose runs use every core).")
 for _flag, (_default, _help, _) in methods.registry.sweep_options().items():  # e.g. LoRA's --lora_ranks
     flags.DEFINE_list(_flag, _default, _help)
-flags.DEFINE_integer("sweep_top", 3, "How many of the best candidates run again at more seeds.")
+flags.DEFINE_integer("sweep_top", 3, "How many of the best candidates run again at more seeds (the seed round), "
+                     "each setting once, at its best rate at seed 0.")
 flags.DEFINE_integer("sweep_seeds", 3, "Seeds of those candidates; a candidate is recommended only from 2 or more "
                      "seeds that ran to their stopping rule (3 in practice), so 1 recommends nothing.")
 flags.DEFINE_string("storage", None, "The Optuna storage, an SQLAlchemy URL: e.g. "

@@ -288,6 +288,36 @@ def test_an_idle_worker_starts_the_seed_round_of_the_candidates_the_running_runs
     assert not sweep_seed_round.join(study, top=3, seeds=3)  # nothing new
 
 
+def test_the_seed_round_takes_each_setting_at_its_best_rate_once(tmp_path):
+    """Two rates of one setting (the last 2 over the cache at 3e-4 and 1e-4) ended first and second at seed 0: the
+    seed round takes the better rate and then the next setting, not the second rate, and its plan counts settings."""
+    import optuna
+
+    from tf_transfer.studies.sweep import sweep_plan, sweep_seed_round
+
+    found = {"k2_fast": {"trainable_layers": 2, "cache_frozen": True, "lr": 3e-4},
+             "k2_slow": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-4},
+             "k3": {"trainable_layers": 3, "cache_frozen": True, "lr": 1e-4},
+             "full": {"trainable_layers": "all", "lr": 5e-5}}
+    study, _ = sweep.open_study(str(tmp_path), {"lr": 1.0}, lambda: found, 600.0)
+    scores = {"k2_fast": 0.84, "k2_slow": 0.86, "k3": 0.83, "full": 0.80}
+    for _ in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):
+        taken = study.ask()
+        taken.suggest_categorical("candidate", list(found)), taken.suggest_int("seed", 0, 1000)
+        study.tell(taken, scores[taken.params["candidate"]])
+    assert [t.params["candidate"] for t in sweep_seed_round.candidates(study, top=3)] == ["k2_slow", "k3", "full"]
+    assert sweep_seed_round.queue(study, top=2, seeds=3) and study.user_attrs["seed_round"] == ["k2_slow", "k3"]
+    # The plan's seed round takes one run per setting of the others: a second rate of one setting adds its seed-0
+    # run (all 5 epochs here), not its further seeds.
+    speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
+                             scored_examples=600, steps_per_epoch=169)
+    both, one = ({name: found[name] for name in names} for names in (["k2_fast", "k2_slow", "full"],
+                                                                     ["k2_slow", "full"]))
+    both, one = (sweep_plan.plan(f, "full", speed, 2, 5, 2, top=3, full_first=False, front=True) for f in (both, one))
+    fixed, epoch = sweep_plan.run_cost(found["k2_fast"], speed)
+    assert both.training_s == pytest.approx(one.training_s + fixed + 5 * epoch)
+
+
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):
     """Runs of at most 2 epochs: the reference learns by its first rung (epoch 1 or 2), each candidate reports its
     epochs to the pruner, the seed round runs and the rerun finds nothing left, as with 3 (the same trials, states
@@ -639,6 +669,22 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     assert queue == list(found) and queue[-1] == reference and not short.full_first and short.reached >= 1
     assert (f"decides among the {short.reached} cheapest of them, full fine-tuning not among them (about "
             in sweep_plan.first_line(short, 1500))
+    # Queued cheapest first, full fine-tuning meets the others at the rungs: the line says first what an answer
+    # needs where successive halving stops it by epoch 3 (its later epochs and further seeds not trained), then the
+    # bound; with a budget between the two, that the budget is enough in the first case.
+    likely = sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=1500, full_first=False, full_pruned=True)
+    cut = sweep_plan.plan(found, reference, speed, 2, 5, 2, full_first=False)
+    assert likely.needed_s < cut.needed_s and likely.training_s < cut.training_s
+    assert (f"needs about {sweep_plan._minutes(likely.needed_s)} on 2 workers, one per core, if successive halving "
+            f"stops full fine-tuning by epoch 3 as it usually does (docs/methods.md), "
+            f"{sweep_plan._minutes(cut.needed_s)} if not;" in sweep_plan.first_line(short, 1500, likely=likely))
+    between = (likely.needed_s + cut.needed_s) / 2
+    short = sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=between, full_first=False)
+    assert short.answers and short.reached < len(found)
+    assert (f"is enough in the first case, in the second decides among the {short.reached} cheapest (about "
+            in sweep_plan.first_line(short, between, likely=likely))
+    # Queued first, full fine-tuning is never ranked at a rung: no such case.
+    assert sweep_plan.plan(found, reference, speed, 2, 5, 2, full_pruned=True) == whole
 
 
 def test_the_plan_prices_full_fine_tuning_at_every_seed_to_its_stopping_rule():

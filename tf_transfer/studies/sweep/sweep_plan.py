@@ -16,7 +16,8 @@ the reference learns in its first epoch, a run that is not pruned reaches its be
 optimizer steps and stops `patience` epochs later (so after more epochs on a small file, whose epochs are few steps),
 full fine-tuning goes on at every rung and into the seed round (it is what every answer is compared with, and often
 the best), and the others' scores at a rung come in random order, so that one goes on by its place in the queue alone
-(`promoted`).
+(`promoted`). Queued cheapest first, full fine-tuning meets the others at the rungs, and the first line states before
+that bound the likely case, where successive halving stops it by epoch 3 (`STOPPED_BY`, `full_pruned`).
 
 Example:
 
@@ -39,10 +40,10 @@ import dataclasses
 import heapq
 import math
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from tf_transfer.models import freezing
-from tf_transfer.studies.sweep import sweep_search as sweep
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_seed_round
 
 ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) beats the constant prediction at once
 # A run that is not pruned: its best epoch is the first to end after this many steps, then `patience` more. Steps, not
@@ -50,6 +51,11 @@ ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) be
 # had their best epochs after 360, 407 and at least 275 steps on the mean, while a fixed 3 epochs put the smallest
 # file's runs at about half their length.
 ASSUMED_BEST_STEPS = 350
+# The likely case the first line states beside the bound: queued cheapest first, full fine-tuning is ranked with the
+# others at the rungs (r and 3r), and in the 6 sweeps so far on the first-run benchmark's files that queued it so it
+# was pruned there, after epoch 1 or 3 (benchmarks/LOG.md, 2026-11-28 and 29): its later epochs and further seeds are
+# then not trained. The bound (it goes on, into the seed round) is what the budget's queue is ordered by.
+STOPPED_BY = 3 * ASSUMED_FIRST_RUNG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,20 +136,24 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
 
 
 def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
-         seeds: int = 3, budget_s: Optional[float] = None, full_first: bool = True, front: bool = False) -> Plan:
+         seeds: int = 3, budget_s: Optional[float] = None, full_first: bool = True, front: bool = False,
+         full_pruned: bool = False) -> Plan:
     """The sweep over `found` (`sweep.candidates`, cheapest first) played out on `workers` (module docstring);
     with `budget_s`, within it (wall time on these workers). The queue after the reference: `reference`'s candidate
     (full fine-tuning) first where `full_first`, then the others cheapest first; else all cheapest first (`order`).
     Each run's duration is its expected one: where successive halving would stop it, by `promoted` at each rung
     (`reference`'s candidate always goes on; with `front`, candidates chosen from the score/time front, every one:
-    `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest,
-    the mean run to the stopping rule of the others weighted by how likely each gets there."""
+    `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest, the mean run to the stopping
+    rule of the others weighted by how likely each gets there, one per setting (the seed round takes each at one
+    rate: `sweep_seed_round.candidates`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
+    the second rung and so not in the seed round, the likely case (`STOPPED_BY`)."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
     costs = {name: run_cost(settings, speed) for name, settings in found.items()}
     names = ([reference] if full_first else []) + [name for name in found if name != reference or not full_first]
-    goes_on = _goes_on(names, names[1:] if full_first else names, reference, front)
+    full_pruned = full_pruned and not full_first  # queued first, full fine-tuning is never ranked at a rung
+    goes_on = _goes_on(names, names[1:] if full_first else names, reference, front, full_pruned)
     middle = min(3 * rung, stop)
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}
@@ -169,8 +179,9 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
         others = [name for name in among if name != reference]
         weights = [goes_on[name][1] for name in others]
         mean = sum(w * whole(n) for w, n in zip(weights, others)) / (sum(weights) or 1)
-        chosen = [whole(reference)] if reference in among and not full_first else []
-        chosen += [mean] * min(top - 1 if full_first else top - len(chosen), len(others))
+        chosen = [whole(reference)] if reference in among and not (full_first or full_pruned) else []
+        settings = {sweep_seed_round.configuration(name, found) for name in others}  # each at one rate
+        chosen += [mean] * min(top - 1 if full_first else top - len(chosen), len(settings))
         return [run for run in chosen for _ in range(seeds - 1)]
 
     runs = list(first_runs.values())
@@ -180,33 +191,42 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     training = (0.0 if full_first else reference_s) + sum(seed0) + sum(seed_round(names))
     if budget_s is None:
         return Plan(needed, training, len(found), workers, full_first=full_first)
-    # The sweep's rule: once the next candidate and the seed round would not both fit, the seed round goes first.
-    reached, free, spent = 0, start, reference_s
-    for i, name in enumerate(names):
-        trial = _schedule([first_runs[name]] + (early if i == 0 else []), free)
-        ends = max(_schedule(seed_round(names[:i + 1]), [max(trial)] * workers))
-        if ends > budget_s:
-            break
-        free, reached, spent = trial, i + 1, ends
+    reached, spent = _within(budget_s, [first_runs[name] for name in names], early, start, reference_s,
+                             lambda i: seed_round(names[:i]))
     return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first, budget_s)
 
 
-def _goes_on(names: list, ranked: list, reference: str, front: bool = False) -> dict:
+def _within(budget_s: float, first_runs: list, early: list, start: list, reference_s: float,
+            seed_round: Callable) -> tuple:
+    """`(reached, spent_s)`: by the sweep's rule (once the next candidate and the seed round would not both fit, the
+    seed round goes first), how many of the queue's seed-0 runs (`first_runs`, in order; `early` after the first)
+    and their seed round (`seed_round(i)`: of the first i) fit in `budget_s` on workers free at `start`."""
+    reached, free, spent = 0, start, reference_s
+    for i, run in enumerate(first_runs):
+        trial = _schedule([run] + (early if i == 0 else []), free)
+        ends = max(_schedule(seed_round(i + 1), [max(trial)] * len(start)))
+        if ends > budget_s:
+            break
+        free, reached, spent = trial, i + 1, ends
+    return reached, spent
+
+
+def _goes_on(names: list, ranked: list, reference: str, front: bool = False, full_pruned: bool = False) -> dict:
     """`{name: (chance it goes on at the first rung, and at 3r)}` of the candidates queued in `names`, of which
     `ranked` meet successive halving (full fine-tuning queued first ranks nothing at the rungs), by `promoted`; with
     `front` (candidates chosen from the score/time front, queued cheapest first, so each scores above the cheaper
     ones before it), every one. The default candidates are the first-run benchmark's front: in five sweeps on its
     files (2026-11-28), 3 of the 20 seed-0 runs of the others ranked at the first rung were pruned there (all on
     STS-B), where random order (`promoted`) expects about 10: an upper bound, closer than random order."""
-    if front:
-        return {name: (1.0, 1.0) for name in names}
-    first = promoted(len(ranked))  # at the first rung, by place in the queue
-    second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
     goes_on = {name: (1.0, 1.0) for name in names}
-    goes_on.update({name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
-                    for i, name in enumerate(ranked)})
-    # Full fine-tuning, what every answer is compared with and often the best: on at every rung, into the seed round.
-    goes_on[reference] = (1.0, 1.0)
+    if not front:
+        first = promoted(len(ranked))  # at the first rung, by place in the queue
+        second = promoted(max(round(sum(first)), 1))  # at 3r, among those expected to reach it
+        goes_on.update({name: (first[i], first[i] * second[min(round(sum(first[:i + 1])), len(second)) - 1])
+                        for i, name in enumerate(ranked)})
+    # Full fine-tuning, what every answer is compared with and often the best: on at every rung, into the seed round;
+    # where `full_pruned` (the likely case queued cheapest first: `STOPPED_BY`), on at the first rung, not the second.
+    goes_on[reference] = (1.0, 0.0) if full_pruned else (1.0, 1.0)
     return goes_on
 
 
@@ -242,12 +262,17 @@ def _schedule(jobs: list, free: list) -> list:
     return free
 
 
-def first_line(p: Plan, budget_s: float, given: Optional[str] = None) -> str:
+def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Optional[Plan] = None) -> str:
     """What the sweep says before it trains: the budget an answer needs here, and what the given one (`budget_s`
     left of it after the plan's probe; `given`, the user's --budget, where that is what the line should name)
-    decides."""
+    decides. `likely`: the same sweep where successive halving stops full fine-tuning at its second rung (`plan`'s
+    `full_pruned`; queued cheapest first, it meets the others there), said first, `p` as the bound."""
     on = f"{p.workers} workers, one per core" if p.workers > 1 else "1 worker"
     needed = f"an answer over all {p.candidates} candidates needs about {_minutes(p.needed_s)} on {on}"
+    if likely is not None and _minutes(likely.needed_s) != _minutes(p.needed_s):
+        needed = (f"an answer over all {p.candidates} candidates needs about {_minutes(likely.needed_s)} on {on}, "
+                  f"if successive halving stops full fine-tuning by epoch {STOPPED_BY} as it usually does "
+                  f"(docs/methods.md), {_minutes(p.needed_s)} if not")
     left = _minutes(budget_s)
     budget = f"--budget={given} ({left} left after timing this machine)" if given and given != left else \
         f"--budget={left}"
@@ -256,6 +281,10 @@ def first_line(p: Plan, budget_s: float, given: Optional[str] = None) -> str:
     if not p.answers:
         return (f"[sweep] {needed}; {budget} is too little for any answer (the reference, one candidate and the seed "
                 f"round need more): give --budget={_minutes(p.needed_s, up=True)}")
+    if likely is not None and budget_s >= likely.needed_s:
+        return (f"[sweep] {needed}; {budget} is enough in the first case, in the second decides among the "
+                f"{p.reached} cheapest (about {_minutes(p.spent_s)}): give --budget={_minutes(p.needed_s, up=True)} "
+                f"for all in either")
     among = (f"full fine-tuning and the {p.reached - 1} cheapest of the others" if p.full_first else
              f"the {p.reached} cheapest of them" + ("" if p.reached == p.candidates else
                                                    ", full fine-tuning not among them"))

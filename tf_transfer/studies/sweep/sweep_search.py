@@ -8,14 +8,14 @@ candidates meanwhile, whose reports wait for r: `sweep_trial`). Then every candi
 learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
 validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
 only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
-the best `top` candidates that ran to their stopping rule run again at further seeds (the seed round). No trial
-starts whose estimated cost (`estimate_s`) does not fit in the budget left (training wall time, summed over its
-trials), the seed round is queued as soon as it and the next candidate would not both fit, and a run that would
-overrun stops after its last epoch that fits. The recommendation (`recommend`, one rule over finished runs, which
-applies to any study's runs as well: `sweep_rule`) counts only runs that ended by their stopping rule, on at least
-two seeds: of the candidates that beat the constant prediction on validation, the cheapest (CPU seconds to the
-stopping rule, cache build included) whose seed-paired 95% interval of the difference to the best stays within a
-point of it.
+the best `top` candidates that ran to their stopping rule, each setting at its best rate, run again at further seeds
+(the seed round: `sweep_seed_round`). No trial starts whose estimated cost (`estimate_s`) does not fit in the budget
+left (training wall time, summed over its trials), the seed round is queued as soon as it and the next candidate
+would not both fit, and a run that would overrun stops after its last epoch that fits. The recommendation
+(`recommend`, one rule over finished runs, which applies to any study's runs as well: `sweep_rule`) counts only runs
+that ended by their stopping rule, on at least two seeds: of the candidates that beat the constant prediction on
+validation, the cheapest (CPU seconds to the stopping rule, cache build included) whose seed-paired 95% interval of
+the difference to the best stays within a point of it.
 
 The study lives in SQLite (`sweep.db` in the sweep's folder) or on any SQL server (`storage`), and is the sweep's
 queue, record and budget (`sweep_storage`): a killed sweep continues where it was (a trial whose process died is

@@ -211,6 +211,18 @@ def _plan(options: SweepOptions, base: dict, found: dict, reference: str, worker
     return queue, p, speed
 
 
+def _likely(options: SweepOptions, base: dict, found: dict, p, speed, workers: int):
+    """The plan `p` where successive halving stops full fine-tuning at its second rung (`sweep_plan.plan`'s
+    `full_pruned`), the case its first line states beside the bound; None where full fine-tuning goes first."""
+    from tf_transfer.studies.sweep import sweep_plan
+
+    if p.full_first:
+        return None
+    return sweep_plan.plan(found, sweep.reference(found), speed, workers, int(base.get("max_epochs", 9)),
+                           int(base.get("patience") or 0), options.top, options.seeds, budget_s=p.budget_s,
+                           full_first=False, front=_front(found, speed), full_pruned=True)
+
+
 def _front(found: dict, speed) -> bool:
     """Whether `found` are the default candidates, chosen from the first-run benchmark's score/time front: the plan
     then expects each to go past the rungs (`sweep_plan._goes_on`)."""
@@ -243,8 +255,10 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
         p = sweep_plan.plan(found, reference, speed, workers, int(base.get("max_epochs", 9)),
                             int(base.get("patience") or 0), options.top, options.seeds,
                             budget_s=deadline - time.time(), full_first=full_first, front=_front(found, speed))
-    line = sweep_plan.first_line(p, p.budget_s, options.budget)
-    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
+    likely = _likely(options, base, found, p, speed, workers)
+    line = sweep_plan.first_line(p, p.budget_s, options.budget, likely)
+    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p),
+                                 "likely_needed_s": likely.needed_s if likely else None})
     print(line, flush=True)
 
 

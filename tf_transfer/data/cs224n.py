@@ -17,13 +17,14 @@ The distributed data lacks `quora-train.csv` (see the data folder's PROVENANCE.m
 split into train and dev with `split_seed` (a share `quora_dev_fraction` becomes dev), and the log says so.
 `split_seed` is separate from the training seed so that runs with different seeds score the same dev pairs.
 
-Example (from the repository root):
+Example (from the repository root; it needs the CS224N minBERT data, at ../shared/data on the project's machines, so
+the suite skips it: a clone elsewhere has no such folder):
 
 >>> from tf_transfer.data import cs224n
->>> data = cs224n.load("../shared/data/cs224n_minbert")
->>> {name: (len(task.train), len(task.dev)) for name, task in data.tasks.items()}
+>>> data = cs224n.load("../shared/data/cs224n_minbert")  # doctest: +SKIP
+>>> {name: (len(task.train), len(task.dev)) for name, task in data.tasks.items()}  # doctest: +SKIP
 {'sst': (8544, 1101), 'para': (16170, 4042), 'sts': (6040, 863)}
->>> data.num_sentiment_classes, data.skipped_rows["quora-dev.csv"]
+>>> data.num_sentiment_classes, data.skipped_rows["quora-dev.csv"]  # doctest: +SKIP
 (5, 2)
 """
 

@@ -52,9 +52,10 @@ ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) be
 # file's runs at about half their length.
 ASSUMED_BEST_STEPS = 350
 # The likely case the first line states beside the bound: queued cheapest first, full fine-tuning is ranked with the
-# others at the rungs (r and 3r), and in the 6 sweeps so far on the first-run benchmark's files that queued it so it
-# was pruned there, after epoch 1 or 3 (benchmarks/LOG.md, 2026-11-28 and 29): its later epochs and further seeds are
-# then not trained. The bound (it goes on, into the seed round) is what the budget's queue is ordered by.
+# others at the rungs (r and 3r), and in 8 of the 9 sweeps so far on the first-run benchmark's files that queued it so
+# and started it, it was pruned there, after epoch 1 or 3 (the ninth's budget cut it after epoch 2; benchmarks/LOG.md,
+# 2026-11-28 and 29): its later epochs and further seeds are then not trained. The bound (it goes on, into the seed
+# round) is what the budget's queue is ordered by.
 STOPPED_BY = 3 * ASSUMED_FIRST_RUNG
 
 

@@ -311,9 +311,9 @@ def test_the_seed_round_takes_each_setting_at_its_best_rate_once(tmp_path):
     # run (all 5 epochs here), not its further seeds.
     speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
                              scored_examples=600, steps_per_epoch=169)
-    both, one = ({name: found[name] for name in names} for names in (["k2_fast", "k2_slow", "full"],
-                                                                     ["k2_slow", "full"]))
-    both, one = (sweep_plan.plan(f, "full", speed, 2, 5, 2, top=3, full_first=False, front=True) for f in (both, one))
+    both, one = (sweep_plan.plan({name: found[name] for name in names}, "full", speed, 2, 5, 2, top=3,
+                                 full_first=False, front=True)
+                 for names in (["k2_fast", "k2_slow", "full"], ["k2_slow", "full"]))
     fixed, epoch = sweep_plan.run_cost(found["k2_fast"], speed)
     assert both.training_s == pytest.approx(one.training_s + fixed + 5 * epoch)
 

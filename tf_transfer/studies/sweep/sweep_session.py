@@ -257,8 +257,7 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
                             budget_s=deadline - time.time(), full_first=full_first, front=_front(found, speed))
     likely = _likely(options, base, found, p, speed, workers)
     line = sweep_plan.first_line(p, p.budget_s, options.budget, likely)
-    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p),
-                                 "likely_needed_s": likely.needed_s if likely else None})
+    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_module
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import methods
-from tf_transfer.studies.sweep import sweep_rung, sweep_search as sweep, sweep_session
+from tf_transfer.studies.sweep import sweep_estimate, sweep_rung, sweep_search as sweep, sweep_seed_round, sweep_session
 
 
 def test_candidates_cover_each_method_at_its_own_rates():
@@ -458,7 +458,7 @@ def _timed_trial(clock, log):
         study = sweep.load(url)
         trial = optuna.trial.Trial(study, trial_id)
         name = os.path.basename(os.path.dirname(folder))
-        per_epoch = sweep.relative_cost(settings, 6)
+        per_epoch = sweep_estimate.relative_cost(settings, 6)
         curve = [v + 0.01 * settings["seed"] for v in CURVES[name]]
         result = {"epoch_time_s": float(per_epoch), "startup_s": 2.0, "num_layers": 6,
                   "cache_build_s": 3.0 if settings.get("cache_frozen") else None}
@@ -611,6 +611,50 @@ def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_p
     assert not any(entry[0] == "k2" for entry in log)
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert sorted(t.system_attrs["fixed_params"]["candidate"] for t in waiting) == ["full", "k2"]  # neither fits
+
+
+def test_the_seed_round_is_kept_beside_what_running_trials_will_still_spend(tmp_path):
+    """A Quora sweep (2026-11-29) started full fine-tuning's seed 0, which continues the reference's run, while the
+    last 3 blocks' seed 0 trained: priced to the first rung, which the reference had passed, and with that run
+    counted at its next epoch alone, it and the seed round seemed to fit; the budget then cut it after epoch 2, before
+    the rung that would have ranked it, and the seed round's runs did not fit. Priced to its next rung beside the
+    running run's rest, it waits behind the seed round."""
+    import optuna
+
+    from tf_transfer.studies.sweep import sweep_storage
+
+    found = {name: SHAPES[name] for name in ("k1", "k2", "full")}
+    study, _ = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: found, 120.0, seeds=3,
+                                constant={"score": 0.80, "predicts": "1"})
+
+    def ran(facts: dict, value=None, state=optuna.trial.TrialState.COMPLETE):
+        trial = sweep_storage.take(study, sorted(found))[0]
+        for key, fact in {"startup_s": 2.0, "num_layers": 6, "tail_s": 0.0, **facts}.items():
+            trial.set_user_attr(key, fact)
+        if state is not None:
+            study.tell(trial, value, state=state)
+        return trial
+
+    # The reference: 2 s of start-up and 1 epoch of 18 s, where it learned; k1 ran its 3 epochs of 3 s after a 3-s
+    # cache build (14 s); k2 trains, its first epoch done and its next reserved (11 s spent, 17.6 reserved).
+    ran({"epoch_time_s": 18.0, "epochs": 1, "train_s": 20.0, "reference": True}, state=optuna.trial.TrialState.PRUNED)
+    sweep_rung.set_first_rung(study, "full", {"learned_at": 1, "epochs": 1, "value": 0.86}, 3, lambda line: None)
+    ran({"epoch_time_s": 3.0, "epochs": 3, "cache_build_s": 3.0, "train_s": 14.0}, value=0.84)
+    ran({"train_s": 11.0, "reserved_s": 17.6}, state=None)
+    following = study.get_trials(states=(optuna.trial.TrialState.WAITING,))[0]
+    assert sweep_storage.key_of(following)[:2] == ("full", 0)
+    # Full fine-tuning's seed 0 goes on from the reference's epoch 1 to the next rung, 3: two epochs, not one.
+    cost = sweep_estimate.estimate_s(study, found, following)
+    assert cost == pytest.approx(2 + 2 * 18)
+    # k2's whole run: 2 s, its cache (k1's scaled by 4 frozen blocks of 5) and 3 epochs of 6 s (k1's scaled by its
+    # work per step), less the 17.6 s it holds.
+    assert sweep_estimate.rest_s(study, found) == pytest.approx(2 + 3 * 4 / 5 + 3 * 6 - 17.6)
+    remaining = 120.0 - sweep_storage.committed_s(study)  # 68.4 s: the full run's 38 and k1's seeds' 28 fit in it
+    assert cost + sweep_seed_round.cost(study, 1, 3) <= remaining
+    assert sweep._reserve(study, following, cost, remaining, 1, 3, lambda line: None) is None  # not beside k2's rest
+    assert study.user_attrs["seed_round"] == ["k1"]
+    waiting = [sweep_storage.key_of(t)[:2] for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert waiting == [("k1", 1), ("k1", 2), ("full", 0)]
 
 
 def test_a_worker_starts_no_trial_that_would_end_after_its_deadline(tmp_path, monkeypatch):

@@ -1,21 +1,21 @@
 """What a sweep needs, said before it trains: the time an answer takes on this machine, and what a budget buys.
 
 Before the first trial, a few training steps on the user's own data (`measure`, in a process pinned as a worker's is)
-give this machine's seconds per example of full fine-tuning and a run's start-up; a few steps that train the last
-block alone give the seconds of one block's forward pass (the step's forward through every block and backward through
-one, at twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients and update
-included); every other candidate its work in block passes (`sweep.relative_cost`) at `block_s` each, over the examples
-it trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks
-over every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the reference until it
-learns (full fine-tuning's seed 0 resumes its run later), the other workers starting the next candidates meanwhile
-(their reports wait for the first rung), or, where the budget compares full fine-tuning (`order`), full fine-tuning at
-every seed at once, its seed 0 measuring the first rung as it goes on; every other candidate at seed 0 cheapest first,
+give this machine's seconds per example of full fine-tuning and a run's start-up; a few steps that train the last block
+alone give the seconds of one block's forward pass (the step's forward through every block and backward through one, at
+twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients and update included);
+every other candidate its work in block passes (`sweep_estimate.relative_cost`) at `block_s` each, over the examples it
+trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks over
+every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the reference until it learns
+(full fine-tuning's seed 0 resumes its run later), the other workers starting the next candidates meanwhile (their
+reports wait for the first rung), or, where the budget compares full fine-tuning (`order`), full fine-tuning at every
+seed at once, its seed 0 measuring the first rung as it goes on; every other candidate at seed 0 cheapest first,
 successive halving's promoted further, then the seed round; and, with a budget, the sweep's rule that queues the seed
 round as soon as the next candidate and it would not both fit. What is not known before training is assumed and said:
 the reference learns in its first epoch, a run that is not pruned reaches its best score after `ASSUMED_BEST_STEPS`
 optimizer steps and stops `patience` epochs later (so after more epochs on a small file, whose epochs are few steps),
-full fine-tuning goes on at every rung and into the seed round (it is what every answer is compared with, and often
-the best), and the others' scores at a rung come in random order, so that one goes on by its place in the queue alone
+full fine-tuning goes on at every rung and into the seed round (it is what every answer is compared with, and often the
+best), and the others' scores at a rung come in random order, so that one goes on by its place in the queue alone
 (`promoted`). Queued cheapest first, full fine-tuning meets the others at the rungs, and the first line states before
 that bound the likely case, where successive halving stops it by epoch 3 (`STOPPED_BY`, `full_pruned`).
 
@@ -43,7 +43,7 @@ import time
 from typing import Callable, Optional
 
 from tf_transfer.models import freezing
-from tf_transfer.studies.sweep import sweep_search as sweep, sweep_seed_round
+from tf_transfer.studies.sweep import sweep_estimate, sweep_search as sweep, sweep_seed_round
 
 ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) beats the constant prediction at once
 # A run that is not pruned: its best epoch is the first to end after this many steps, then `patience` more. Steps, not
@@ -114,7 +114,8 @@ def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
     last = timed(1)
     layers, sizes = full["num_layers"], full["split_examples"]
     return Speed(example_s=1.0 / full["train_examples_per_s"],
-                 block_s=1.0 / last["train_examples_per_s"] / sweep.relative_cost({"trainable_layers": 1}, layers),
+                 block_s=1.0 / last["train_examples_per_s"] / sweep_estimate.relative_cost({"trainable_layers": 1},
+                                                                                           layers),
                  startup_s=startup_s, num_layers=layers, train_examples=sizes["train"],
                  scored_examples=sum(n for name, n in sizes.items() if name != "train"),
                  steps_per_epoch=-(-sizes["train"] // int(settings["batch_size"])))
@@ -126,9 +127,9 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
     k = settings["trainable_layers"]
     trained = layers if k == freezing.ALL else int(k)
     cached = bool(settings.get("cache_frozen"))
-    passes = sweep.relative_cost(settings, layers)
+    passes = sweep_estimate.relative_cost(settings, layers)
     # Full fine-tuning (every block's weights' gradients, with no cache) is the step that was timed.
-    full = passes == sweep.relative_cost({"trainable_layers": freezing.ALL}, layers) and not cached
+    full = passes == sweep_estimate.relative_cost({"trainable_layers": freezing.ALL}, layers) and not cached
     trained_s = speed.example_s if full else speed.block_s * passes
     scored_blocks = trained if cached else layers
     epoch = speed.train_examples * trained_s + speed.scored_examples * speed.block_s * scored_blocks

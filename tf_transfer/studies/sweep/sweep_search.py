@@ -2,20 +2,20 @@
 runs epoch by epoch, and its successive-halving pruner stops the weaker candidates early.
 
 First the reference (full fine-tuning at its larger rate) trains until its best validation score beats the constant
-prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0 run
-measures r as it goes on, while the other workers start its further seeds; else the other workers start the next
-candidates meanwhile, whose reports wait for r: `sweep_trial`). Then every candidate (a method, its depth or rank, a
-learning rate: `candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best
-validation score so far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ...
-only the best third of the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then
-the best `top` candidates that ran to their stopping rule, each setting at its best rate, run again at further seeds
-(the seed round: `sweep_seed_round`). No trial starts whose estimated cost (`estimate_s`) does not fit in the budget
-left (training wall time, summed over its trials), the seed round is queued as soon as it and the next candidate
-would not both fit, and a run that would overrun stops after its last epoch that fits. The recommendation
+prediction's by a point: that epoch r is the first rung (where full fine-tuning is queued first, its seed 0 run measures
+r as it goes on, while the other workers start its further seeds; else the other workers start the next candidates
+meanwhile, whose reports wait for r: `sweep_trial`). Then every candidate (a method, its depth or rank, a learning rate:
+`candidates`) starts as a trial at seed 0, cheapest first; after each epoch the run reports its best validation score so
+far (`trial.report`) and asks whether to go on (`trial.should_prune`): at epochs r, 3r, 9r, ... only the best third of
+the trials that reached that epoch continue (a run at its last epoch has ended anyway). Then the best `top` candidates
+that ran to their stopping rule, each setting at its best rate, run again at further seeds (the seed round:
+`sweep_seed_round`). No trial starts whose estimated cost (`sweep_estimate`) does not fit in the budget left (training
+wall time, summed over its trials), the seed round is queued as soon as it and the next candidate would not both fit
+beside the running trials' rest, and a run that would overrun stops after its last epoch that fits. The recommendation
 (`recommend`, one rule over finished runs, which applies to any study's runs as well: `sweep_rule`) counts only runs
 that ended by their stopping rule, on at least two seeds: of the candidates that beat the constant prediction on
-validation, the cheapest (CPU seconds to the stopping rule, cache build included) whose seed-paired 95% interval of
-the difference to the best stays within a point of it.
+validation, the cheapest (CPU seconds to the stopping rule, cache build included) whose seed-paired 95% interval of the
+difference to the best stays within a point of it.
 
 The study lives in SQLite (`sweep.db` in the sweep's folder) or on any SQL server (`storage`), and is the sweep's
 queue, record and budget (`sweep_storage`): a killed sweep continues where it was (a trial whose process died is
@@ -41,7 +41,7 @@ from typing import Callable, Optional, Sequence
 
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
-from tf_transfer.studies.sweep import sweep_rung, sweep_seed_round, sweep_storage
+from tf_transfer.studies.sweep import sweep_estimate, sweep_rung, sweep_seed_round, sweep_storage
 from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401
@@ -81,17 +81,7 @@ def candidates(names: Sequence[str], num_layers: int, lrs: Optional[Sequence[flo
                 found[candidate_name(settings)] = settings
     # Cheapest first: successive halving lets the first run of a rung through unopposed, so the costly candidates
     # should meet a standard set by cheap ones and be pruned after one epoch.
-    return dict(sorted(found.items(), key=lambda item: relative_cost(item[1], num_layers)))
-
-
-def relative_cost(settings: dict, num_layers: int) -> int:
-    """A candidate's work per step in block passes: forward through the blocks that run (the trained ones alone
-    over the cache), backward through the trained ones (the method's `backward_passes`: weights' gradients too
-    under freezing)."""
-    k = settings["trainable_layers"]
-    trained = num_layers if k == freezing.ALL else k
-    forward = trained if settings.get("cache_frozen") else num_layers
-    return forward + trained * methods.of(settings).backward_passes
+    return dict(sorted(found.items(), key=lambda item: sweep_estimate.relative_cost(item[1], num_layers)))
 
 
 def check_methods(names: Sequence[str]) -> None:
@@ -218,10 +208,10 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
     `train_trial(where, trial_id, settings, folder, keep_s)` trains one trial's run, leaving `keep_s` of the budget
     unspent, and returns `{"value", "pruned", "epoch_time_s", "epochs", ...}`.
 
-    No trial starts whose estimated cost (`estimate_s`: its first rung, or a seed-round run's whole run) does not fit
-    in the budget left, what running trials (any process's) have reserved counted as spent; and once the next seed-0
-    trial and the seed round of the best candidates so far would not both fit, the seed round is queued at once and
-    the candidates not reached wait behind it. `deadline` (a `time.time()`): this process starts no trial that
+    No trial starts whose estimated cost (`sweep_estimate.estimate_s`: to its next rung, or a seed-round run's
+    whole run) does not fit in the budget left, running trials' (any process's) reservations counted as spent; and
+    once the next seed-0 trial and the seed round of the best so far would not both fit beside the running trials'
+    rest (`_reserve`), the seed round is queued at once and the candidates not reached wait behind it. `deadline` (a `time.time()`): this process starts no trial that
     would end after it, and its trials stop after their last epoch that ends before it (`train_trial`'s
     `deadline`), so that a machine's workers end together within its wall-time budget."""
     found, base = study.user_attrs["candidates"], study.user_attrs["base"]
@@ -248,7 +238,7 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
                 study, following, ranked(following), waiting, running, int(base.get("max_epochs", 9)), log):
             continue  # a seed-0 run's seeds joined the seed round; or it waits for the first rung or the reference
         study.pruner = pruner_of_sweeps(study.user_attrs.get("first_rung"))
-        cost = estimate_s(study, found, following)
+        cost = sweep_estimate.estimate_s(study, found, following)
         reserve = _reserve(study, following, cost, remaining, top, seeds, log)
         if reserve is None:
             continue  # the seed round was queued ahead of the candidates not reached
@@ -265,7 +255,7 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
             continue
         trial = taken[0]
         if trial.number != following.number:  # another process took the one estimated
-            cost = estimate_s(study, found, study.get_trials(deepcopy=False)[trial.number])
+            cost = sweep_estimate.estimate_s(study, found, study.get_trials(deepcopy=False)[trial.number])
         if cost is not None and not sweep_storage.reserve(study, trial, cost, budget_s):
             sweep_storage.give_way(study, trial)  # trials of other processes reserved the budget meanwhile
             time.sleep(1 + random.random())
@@ -374,13 +364,17 @@ def _keep_run(trial, folder: str, pruned_at: Optional[int] = None) -> None:
 
 def _reserve(study, following, cost, remaining: float, top: int, seeds: int, log: Callable):
     """The share of the budget kept for the seed round while seed-0 trials run (0 once it is queued); None where the
-    next trial and the seed round would not both fit, so the seed round has just been queued ahead of it."""
+    next trial and the seed round would not both fit in what is left once the running trials have run to their
+    end (`sweep_estimate.rest_s`: `remaining` counts only their next epoch), so the seed round has just been queued
+    ahead of it. (On Quora, counted so, full fine-tuning's seed 0 started beside the last 3's and was cut by the
+    budget after 2 epochs, before the rung that would have ranked it, and the seed round's runs did not fit.)"""
     if following.user_attrs.get("seed_round") or study.user_attrs.get("seed_round") or not cost:
         return 0.0
     reserve = sweep_seed_round.cost(study, top, seeds)
-    if reserve and cost + reserve > remaining and sweep_seed_round.queue(study, top, seeds):
-        log(f"[sweep] {remaining / 60:.1f} min of training time left: kept for the seed round "
-            f"({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
+    left = remaining - sweep_estimate.rest_s(study, study.user_attrs["candidates"])
+    if reserve and cost + reserve > left and sweep_seed_round.queue(study, top, seeds):
+        log(f"[sweep] {max(left, 0) / 60:.1f} min of training time left after the running trials: kept for the "
+            f"seed round ({reserve / 60:.1f} min estimated); the candidates not reached wait behind it")
         sweep_storage.defer_waiting(study, until="seed_round")
         return None
     return reserve
@@ -422,59 +416,6 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     else:
         study.tell(trial, result["value"])
-
-
-def _shape(settings: dict) -> tuple:
-    """What sets a candidate's cost per epoch (its rate and rank hardly do)."""
-    return methods.name_of(settings), settings["trainable_layers"], bool(settings.get("cache_frozen"))
-
-
-def estimate_s(study, found: dict, trial) -> Optional[float]:
-    """Seconds a queued trial is expected to take, from what earlier trials measured: a seed-round run, its
-    candidate's seed-0 run (start-up to its stopping rule); any other, start-up, the frozen-prefix cache's build,
-    the epochs to the first rung (the reference: one epoch) and the tail after them (`sweep_storage.tail_s`). None
-    before anything was measured.
-
-    Per epoch, runs of the same method, depth and cache (the slowest of them); else any measured run scaled by its
-    work per step (`relative_cost`). The cache's build, the same shape's; else a measured one scaled by the frozen
-    blocks; else one epoch's. Start-up, the longest measured."""
-    import optuna
-
-    name = sweep_storage.key_of(trial)[0]
-    if name not in found:
-        return None
-    measured = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("epoch_time_s")
-                and t.user_attrs.get("epochs") and t.params.get("candidate") in found]
-    if trial.user_attrs.get("seed_round"):
-        own = [t.user_attrs["train_s"] for t in measured if t.params["candidate"] == name and t.params["seed"] == 0
-               and not t.user_attrs.get("reference") and t.state == optuna.trial.TrialState.COMPLETE]
-        if own:
-            return max(own)
-    if not measured:
-        return None
-    settings, layers = found[name], max(t.user_attrs.get("num_layers") or 0 for t in measured)
-    same = [t for t in measured if _shape(found[t.params["candidate"]]) == _shape(settings)]
-    if same:
-        epoch = max(t.user_attrs["epoch_time_s"] for t in same)
-    else:
-        layers = layers or 12
-        epoch = relative_cost(settings, layers) * max(
-            t.user_attrs["epoch_time_s"] / relative_cost(found[t.params["candidate"]], layers) for t in measured)
-    cache = 0.0
-    if settings.get("cache_frozen"):
-        built = [t for t in measured if t.user_attrs.get("cache_build_s")]
-        same_built = [t.user_attrs["cache_build_s"] for t in built if t in same]
-        frozen = max(layers - settings["trainable_layers"], 1) if layers else 1
-        cache = (max(same_built) if same_built else
-                 frozen * max(t.user_attrs["cache_build_s"] / max(layers - found[t.params["candidate"]]
-                                                                  ["trainable_layers"], 1) for t in built)
-                 if built and layers else epoch)
-    startup = max(t.user_attrs.get("startup_s") or 0.0 for t in measured)
-    tail = max(t.user_attrs.get("tail_s") or 0.0 for t in measured)  # its record after its last epoch
-    epochs = 1 if trial.user_attrs.get("reference") else int(study.user_attrs.get("first_rung") or 1)
-    if trial.user_attrs.get("seed_round"):
-        epochs = int(study.user_attrs["base"].get("max_epochs", 9))
-    return startup + cache + epochs * epoch + tail
 
 
 def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:

@@ -314,8 +314,34 @@ def test_the_seed_round_takes_each_setting_at_its_best_rate_once(tmp_path):
     both, one = (sweep_plan.plan({name: found[name] for name in names}, "full", speed, 2, 5, 2, top=3,
                                  full_first=False, front=True)
                  for names in (["k2_fast", "k2_slow", "full"], ["k2_slow", "full"]))
-    fixed, epoch = sweep_plan.run_cost(found["k2_fast"], speed)
-    assert both.training_s == pytest.approx(one.training_s + fixed + 5 * epoch)
+    fixed, epoch = sweep_plan.run_cost(found["k2_fast"], speed)  # less its cache, which k2_slow's run built
+    assert both.training_s == pytest.approx(one.training_s + fixed - sweep_plan.build_s(found["k2_fast"], speed)
+                                            + 5 * epoch)
+
+
+def test_the_plan_counts_one_cache_build_per_depth_and_seed():
+    """The runs of one seed that freeze as many blocks read one cache, built by the first (`_run_trial`): on the
+    first-run files, the LoRA and last-2 runs after the first of that depth at seed 0 started in 9-12 s where the
+    first took 41-54 s more (2026-11-29). LoRA over the last 2 and the last 2 alone share a cache at every seed."""
+    from tf_transfer.studies.sweep import sweep_plan
+
+    speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
+                             scored_examples=600, steps_per_epoch=169)
+    found = {name: settings for name, settings in sweep.candidates(["freeze", "lora"], 6).items()
+             if name in ("lora_r8_k2_lr0.002", "freeze_k2_lr0.0003", "freeze_kall_lr5e-05")}
+    p = sweep_plan.plan(found, "freeze_kall_lr5e-05", speed, 2, 5, 2, top=3, seeds=3, full_first=False, front=True,
+                        full_pruned=True)
+    (full_fixed, full_epoch), (lora_fixed, lora_epoch), (k2_fixed, k2_epoch) = (
+        sweep_plan.run_cost(found[name], speed) for name in ("freeze_kall_lr5e-05", "lora_r8_k2_lr0.002",
+                                                            "freeze_k2_lr0.0003"))
+    build = sweep_plan.build_s(found["freeze_k2_lr0.0003"], speed)
+    assert build == pytest.approx(0.001 * 6000 * 4) and build == sweep_plan.build_s(found["lora_r8_k2_lr0.002"], speed)
+    # The reference's epoch; full fine-tuning's seed 0 on from it to epoch 3; LoRA at seed 0 builds the cache the
+    # last 2 read; each of seeds 1 and 2 runs both settings (the mean of their whole runs), one building the cache.
+    mean = (lora_fixed + 5 * lora_epoch + k2_fixed + 5 * k2_epoch) / 2
+    expected = (full_fixed + full_epoch) + (full_fixed + 2 * full_epoch) + (lora_fixed + 5 * lora_epoch) + (
+        k2_fixed - build + 5 * k2_epoch) + 2 * (mean + mean - build)
+    assert p.training_s == pytest.approx(expected)
 
 
 def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after_a_kill(tmp_path, one_block_preset):

@@ -6,18 +6,19 @@ alone give the seconds of one block's forward pass (the step's forward through e
 twice a forward: `block_s`). Full fine-tuning costs what was measured (its embeddings' gradients and update included);
 every other candidate its work in block passes (`sweep_estimate.relative_cost`) at `block_s` each, over the examples it
 trains on and scores after every epoch, and its frozen-prefix cache's build (a forward pass of the frozen blocks over
-every split, once). The sweep's own schedule is then played out (`plan`) on its workers: the reference until it learns
-(full fine-tuning's seed 0 resumes its run later), the other workers starting the next candidates meanwhile (their
-reports wait for the first rung), or, where the budget compares full fine-tuning (`order`), full fine-tuning at every
-seed at once, its seed 0 measuring the first rung as it goes on; every other candidate at seed 0 cheapest first,
-successive halving's promoted further, then the seed round; and, with a budget, the sweep's rule that queues the seed
-round as soon as the next candidate and it would not both fit. What is not known before training is assumed and said:
-the reference learns in its first epoch, a run that is not pruned reaches its best score after `ASSUMED_BEST_STEPS`
-optimizer steps and stops `patience` epochs later (so after more epochs on a small file, whose epochs are few steps),
-full fine-tuning goes on at every rung and into the seed round (it is what every answer is compared with, and often the
-best), and the others' scores at a rung come in random order, so that one goes on by its place in the queue alone
-(`promoted`). Queued cheapest first, full fine-tuning meets the others at the rungs, and the first line states before
-that bound the likely case, where successive halving stops it by epoch 3 (`STOPPED_BY`, `full_pruned`).
+every split, once per depth and seed: the runs that freeze as many blocks share it). The sweep's own schedule is then
+played out (`plan`) on its workers: the reference until it learns (full fine-tuning's seed 0 resumes its run later), the
+other workers starting the next candidates meanwhile (their reports wait for the first rung), or, where the budget
+compares full fine-tuning (`order`), full fine-tuning at every seed at once, its seed 0 measuring the first rung as it
+goes on; every other candidate at seed 0 cheapest first, successive halving's promoted further, then the seed round;
+and, with a budget, the sweep's rule that queues the seed round as soon as the next candidate and it would not both fit.
+What is not known before training is assumed and said: the reference learns in its first epoch, a run that is not pruned
+reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `patience` epochs later (so after more
+epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every rung and into the seed round (it
+is what every answer is compared with, and often the best), and the others' scores at a rung come in random order, so
+that one goes on by its place in the queue alone (`promoted`). Queued cheapest first, full fine-tuning meets the others
+at the rungs, and the first line states before that bound the likely case, where successive halving stops it by epoch 3
+(`STOPPED_BY`, `full_pruned`).
 
 Example:
 
@@ -122,7 +123,8 @@ def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
 
 
 def run_cost(settings: dict, speed: Speed) -> tuple:
-    """`(fixed_s, epoch_s)` of a candidate's run: start-up and cache build, then each epoch (training and scoring)."""
+    """`(fixed_s, epoch_s)` of a candidate's run: start-up and cache build (`build_s`), then each epoch (training and
+    scoring)."""
     layers = speed.num_layers
     k = settings["trainable_layers"]
     trained = layers if k == freezing.ALL else int(k)
@@ -133,8 +135,32 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
     trained_s = speed.example_s if full else speed.block_s * passes
     scored_blocks = trained if cached else layers
     epoch = speed.train_examples * trained_s + speed.scored_examples * speed.block_s * scored_blocks
-    build = speed.block_s * (speed.train_examples + speed.scored_examples) * (layers - trained) if cached else 0.0
-    return speed.startup_s + build, epoch
+    return speed.startup_s + build_s(settings, speed), epoch
+
+
+def build_s(settings: dict, speed: Speed) -> float:
+    """Seconds of a candidate's frozen-prefix cache build (a forward pass of its frozen blocks over every split), 0
+    without a cache."""
+    frozen = cache_of(settings, speed.num_layers)
+    return speed.block_s * (speed.train_examples + speed.scored_examples) * frozen if frozen else 0.0
+
+
+def cache_of(settings: dict, layers: int) -> Optional[int]:
+    """The frozen blocks whose cache a candidate's run reads, or None: the runs of one seed that freeze as many
+    share one cache, built by the first (`sweep_search._run_trial`), whatever their method or rate."""
+    k = settings["trainable_layers"]
+    return layers - int(k) if settings.get("cache_frozen") and k != freezing.ALL else None
+
+
+def _built_before(names: list, found: dict, layers: int) -> list:
+    """Those of `names` (one seed's runs, in order) whose cache an earlier one of them built."""
+    seen, shared = set(), []
+    for name in names:
+        key = cache_of(found[name], layers)
+        if key is not None and key in seen:
+            shared.append(name)
+        seen.add(key)
+    return shared
 
 
 def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: int, patience: int, top: int = 3,
@@ -147,7 +173,8 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     (`reference`'s candidate always goes on; with `front`, candidates chosen from the score/time front, every one:
     `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest, the mean run to the stopping
     rule of the others weighted by how likely each gets there, one per setting (the seed round takes each at one
-    rate: `sweep_seed_round.candidates`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
+    rate: `sweep_seed_round.candidates`); a run whose cache a run of its seed built before it, without the build
+    (`cache_of`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
     the second rung and so not in the seed round, the likely case (`STOPPED_BY`)."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
@@ -163,6 +190,8 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     reference_s = fixed + rung * epoch  # a reference run: the first rung is known when it ends
     if not full_first:  # its candidate's seed-0 run resumes the reference's: those epochs are not trained again
         first_runs[reference] -= rung * epoch
+    for name in _built_before(names, found, speed.num_layers):  # its depth's cache, built by a run before it
+        first_runs[name] -= build_s(found[name], speed)
     # Full fine-tuning queued first measures the first rung in its seed-0 run, which goes on (`sweep_search`): no
     # reference run (its further seeds start at once); else the reference takes one worker, the others start the
     # cheapest candidates meanwhile (their reports wait for the first rung: `sweep_trial`).
@@ -176,15 +205,9 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     early = [whole(reference)] * (seeds - 1) if full_first else []
 
     def seed_round(among: list) -> list:
-        # The best `top` of the runs that ran to their stopping rule: the reference's candidate (unless its seeds ran
-        # early), and of the others one run on average, by how likely each is to get there.
-        others = [name for name in among if name != reference]
-        weights = [goes_on[name][1] for name in others]
-        mean = sum(w * whole(n) for w, n in zip(weights, others)) / (sum(weights) or 1)
-        chosen = [whole(reference)] if reference in among and not (full_first or full_pruned) else []
-        settings = {sweep_seed_round.configuration(name, found) for name in others}  # each at one rate
-        chosen += [mean] * min(top - 1 if full_first else top - len(chosen), len(settings))
-        return [run for run in chosen for _ in range(seeds - 1)]
+        full = [whole(reference)] if reference in among and not (full_first or full_pruned) else []
+        return _seed_round(full, [name for name in among if name != reference], found, whole, goes_on, speed,
+                           top - 1 if full_first else top - len(full), seeds)
 
     runs = list(first_runs.values())
     seed0 = runs[:1] + early + runs[1:]
@@ -196,6 +219,24 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     reached, spent = _within(budget_s, [first_runs[name] for name in names], early, start, reference_s,
                              lambda i: seed_round(names[:i]))
     return Plan(needed, training, len(found), workers, reached, reached > 0, spent, full_first, budget_s)
+
+
+def _seed_round(full: list, others: list, found: dict, whole: Callable, goes_on: dict, speed: Speed, slots: int,
+                seeds: int) -> list:
+    """The seed round's runs (each of seeds 1..`seeds`-1): full fine-tuning's (`full`: its whole run, where it is
+    among the best) and, of the `others` that ran to their stopping rule, `slots` settings (each at one rate:
+    `sweep_seed_round.configuration`) at the mean run of the others weighted by how likely each gets there
+    (`goes_on`); where the settings cache fewer depths than they are, a run of each seed reads the cache another
+    run of that seed built (the mean build less)."""
+    weights = [goes_on[name][1] for name in others]
+    mean = sum(w * whole(n) for w, n in zip(weights, others)) / (sum(weights) or 1)
+    mean_build = sum(w * build_s(found[n], speed) for w, n in zip(weights, others)) / (sum(weights) or 1)
+    settings = {sweep_seed_round.configuration(name, found): name for name in others}
+    count = min(slots, len(settings))
+    caches = len({cache_of(found[name], speed.num_layers) or name for name in settings.values()})  # uncached apart
+    sharing = max(count - caches, 0)
+    chosen = full + [mean] * (count - sharing) + [mean - mean_build] * sharing
+    return [run for run in chosen for _ in range(seeds - 1)]
 
 
 def _within(budget_s: float, first_runs: list, early: list, start: list, reference_s: float,

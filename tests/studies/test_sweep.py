@@ -707,6 +707,50 @@ def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path
     assert sweep_trial.reserve_rest(study, trial, now, 0.0, 10.0, 0.0, deadline=now + 5.0)  # a last epoch ends it
 
 
+def test_a_run_whose_patience_ends_it_where_the_budget_would_cut_it_is_not_cut(tmp_path, monkeypatch):
+    """The engine judges early stopping after the sweep's hook: a seed-round run on Quora whose patience ran out at
+    epoch 4, where the deadline left no room for a fifth, was marked cut by the budget, and the recommendation left
+    out its seed. Epochs of 10 s on a made-up clock; the deadline fits epoch 4 (after 3: 30 s, 11 s for the next and
+    a 10-s tail to 52) but no fifth."""
+    import dataclasses
+
+    from tf_transfer.core.setting_groups import LoopSettings
+    from tf_transfer.studies.glue import glue_settings, glue_task
+    from tf_transfer.studies.sweep import sweep_trial
+    from tf_transfer.training import runner
+
+    clock = _Clock()
+    monkeypatch.setattr(sweep_trial, "time", clock)
+    task = dataclasses.make_dataclass("Task", ["metric", "loop", "after_epoch"])(
+        "accuracy", LoopSettings(max_epochs=5, patience=2), None)
+    monkeypatch.setattr(glue_settings.GlueSettings, "from_dict", classmethod(lambda cls, given: given))
+    monkeypatch.setattr(glue_task, "task_for", lambda given: task)
+
+    def run(task, folder):  # the engine's loop: each epoch, then the hook; patience 2 ends it after epoch 4
+        epochs = []
+        for epoch, value in enumerate([0.78, 0.81, 0.808, 0.793], start=1):
+            clock.now += 10.0
+            epochs.append({"epoch": epoch, "val": {"accuracy": value}, "epoch_time_s": 10.0})
+            if task.after_epoch(epochs[-1]):
+                break
+        return {"epochs": epochs, "best_epoch": 2}
+
+    monkeypatch.setattr(runner, "run", run)
+    study, where = sweep.open_study(str(tmp_path), {}, lambda: {"a": {"trainable_layers": "all", "lr": 1e-3}}, 1e6,
+                                    constant={"score": None})
+
+    def seed_round_run(folder: str, loop: LoopSettings) -> dict:
+        task.loop, trial = loop, study.ask()
+        trial.set_user_attr("seed_round", True)  # as on Quora; it ranks nothing
+        return sweep_trial.train_trial(where, trial._trial_id, {}, str(tmp_path / folder), 0.0,
+                                       deadline=clock.now + 52.0)
+
+    result = seed_round_run("run", LoopSettings(max_epochs=5, patience=2))
+    assert result["cut"] is None and result["epochs"] == 4 and result["value"] == 0.81
+    # With patience 3 it would go on: the deadline cuts it after epoch 4, as before.
+    assert seed_round_run("run3", LoopSettings(max_epochs=5, patience=3))["cut"] == "budget"
+
+
 def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     from tf_transfer.studies.sweep import sweep_plan
 

@@ -19,16 +19,14 @@ from tf_transfer.studies.sweep import sweep_rung, sweep_search as sweep, sweep_s
 
 def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s: float,
                 deadline: Optional[float] = None) -> dict:
-    """One trial's GLUE run in `folder`, reporting each epoch's validation score to the trial, stopping where the
-    pruner says so or the next epoch would not fit in the budget left (less what other trials spent or reserved,
-    and `keep_s`) or end after `deadline` (a `time.time()`: its machine's). The reference (`reference`) pauses
-    (`PAUSE`: full fine-tuning's seed 0 resumes it) at the first epoch whose best validation score beats the
-    constant prediction by `MARGIN` (`learned_at`); full fine-tuning's seed 0 queued first (`sets_rung`) sets the
-    first rung there and goes on (`sweep_rung.learned`); a ranked run holds its scores until the rung is known
-    (`HeldReports`); a resumed run reports its finished epochs again (`resume_reports`). Returns the best epoch's
-    validation score (`value`), `pruned` (`pruned_at`: the finished epoch where a resumed run was pruned), `cut`
-    (what cut the run short; None: its stopping rule), and what the budget's estimates need: wall seconds per
-    epoch (evaluation included), the cache's build, start-up, the encoder's depth."""
+    """One trial's GLUE run in `folder`, reporting each epoch's validation score to the trial; where its own rule
+    (`_stopper`) does not end it, it stops where the pruner says so or its next epoch would not fit the budget left
+    (less others' spending and reservations, and `keep_s`) or end after `deadline` (its machine's `time.time()`).
+    The reference pauses (`PAUSE`: full fine-tuning's seed 0 resumes it) where it learned (`sweep_rung.learned`,
+    which also sets the first rung where full fine-tuning's seed 0 went first: `sets_rung`); a ranked run holds its
+    scores until the rung is known (`HeldReports`); a resumed run reports its finished epochs again. Returns the best
+    epoch's `value`, `pruned` (`pruned_at`: where a resumed run was), `cut` (None: its own rule) and what the
+    budget's estimates need: wall seconds per epoch (evaluation included), cache build, start-up, the depth."""
     import optuna
 
     from tf_transfer.core import metrics
@@ -53,6 +51,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     earlier = record.read_summary(folder) or {}
     before = earlier.get("epochs", [])
     pruned_at = resume_reports(trial, before, metric, best_so_far, task.loop.max_epochs, held.report)
+    stopper = _stopper(task.loop, before, metric, lower)
     state["learned_at"] = _learned_before(study, name, before, metric, lower, sets_rung, is_reference)
     if pruned_at or is_reference and state["learned_at"]:  # pruned, or the reference learned, before it died
         return _ended_before(earlier, pruned_at, state["learned_at"], state["best"], start)
@@ -68,7 +67,8 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
         elif held.report(trial, best, epoch_record["epoch"]):
             state["pruned"] = True
             epoch_record["sweep"] = "pruned"
-        last = state.get("paused") or "sweep" in epoch_record or epoch_record["epoch"] >= task.loop.max_epochs
+        last = (state.get("paused") or "sweep" in epoch_record or epoch_record["epoch"] >= task.loop.max_epochs
+                or stopper.update(epoch_record["val"][metric], epoch_record["epoch"], lower))
         if not reserve_rest(study, trial, taken, 0.0 if last else epoch_s, epoch_s, keep_s, deadline) and not last:
             epoch_record["sweep"] = "budget"
         return PAUSE if state.get("paused") else epoch_record.get("sweep") is not None
@@ -164,6 +164,19 @@ def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last
         if report(trial, best_so_far(epoch_record["val"][metric]), epoch_record["epoch"]):
             return epoch_record["epoch"]
     return None
+
+
+def _stopper(loop, epochs: list, metric: str, lower: bool):
+    """The run's early stopping as the engine keeps it (`loop`'s patience and minimum improvement), fed its finished
+    `epochs`: the engine judges an epoch after the sweep's hook (`after_epoch`), so the hook asks this one whether the
+    run ends there by its own rule, where the budget must not mark it cut (a Quora sweep's seed-round run whose
+    patience ran out at epoch 4 was marked cut by the budget, and the recommendation left out its seed)."""
+    from tf_transfer.training.engine import EarlyStopping
+
+    stopper = EarlyStopping(loop.patience, loop.min_delta)
+    for epoch_record in epochs:
+        stopper.update(epoch_record["val"][metric], epoch_record["epoch"], lower)
+    return stopper
 
 
 def _learned_before(study, name: str, epochs: list, metric: str, lower: bool, sets_rung: bool,

@@ -169,6 +169,14 @@ def test_the_recommendation_says_how_many_candidates_were_never_compared():
     runs = _runs({**scores, cheap[2]: [0.9]}, {cheap[0]: 80.0, cheap[1]: 90.0, cheap[2]: 10.0})
     line = sweep_report.recommendation(runs, constant, "f1", candidates=found)[1]
     assert f"; {cheap[2]} ran at seed 0 only (0.900): its further seeds did not fit the budget; but 2 of the 5 " in line
+    # Two rates of one setting (LoRA's) above the seeded candidate at seed 0: the lower is not seeded whatever the
+    # budget (the seed round takes a setting once, at its best rate), and its line says that.
+    runs = _runs({cheap[2]: [0.84, 0.86, 0.85], cheap[0]: [0.90], cheap[1]: [0.91]},
+                 {cheap[0]: 80.0, cheap[1]: 80.0, cheap[2]: 90.0})
+    line = sweep_report.recommendation(runs, constant, "f1", candidates=found)[1]
+    assert (f"; {cheap[0]} ran at seed 0 only (0.900): the seed round takes its setting at its better rate there, "
+            f"{cheap[1]}; {cheap[1]} ran at seed 0 only (0.910): its further seeds did not fit the budget; but 2 of "
+            "the 5 ") in line
 
 
 def test_a_runs_row_reads_its_cut_score_and_cost_from_its_summary():

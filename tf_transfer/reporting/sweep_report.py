@@ -26,7 +26,7 @@ from tf_transfer.core import settings as settings_lib
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
 from tf_transfer.reporting import tables
-from tf_transfer.studies.sweep import sweep_search as sweep
+from tf_transfer.studies.sweep import sweep_search as sweep, sweep_seed_round
 from tf_transfer.training import record, run_record
 
 
@@ -201,16 +201,34 @@ def _not_compared(candidates: Optional[dict], runs: list, decided: dict, lower_i
     # A seed-0 run that ended by its stopping rule, whose further seeds the budget did not reach: said with its score.
     alone = {run.candidate: run.score for run in runs if run.candidate in missing and run.seed == 0
              and run.cut is None and run.score is not None}
-    said += "".join(f"; {name} ran at seed 0 only ({score:.3f}): its further seeds did not fit the budget"
-                    for name, score in alone.items())
+    better = _better_rate(candidates, runs, lower_is_better)
+    said += "".join(f"; {name} ran at seed 0 only ({score:.3f}): " + (
+        f"the seed round takes its setting at its better rate there, {better[name]}" if name in better else
+        "its further seeds did not fit the budget") for name, score in alone.items())
     missing = [name for name in missing if name not in alone]
     if not missing:
-        return said + (" (a larger --budget compares it)" if alone else "")
+        return said + (" (a larger --budget compares it)" if set(alone) - set(better) else "")
     among = ", full fine-tuning among them," if full and set(full) <= set(missing) else ""
     one = len(missing) == 1
     return (f"{said}; but {len(missing)} of the {len(candidates)} candidates{among} {'was' if one else 'were'} never "
             f"compared: no run of {'its' if one else 'theirs'} finished within the budget (a larger --budget compares "
             f"{'it' if one else 'them'})")
+
+
+def _better_rate(candidates: dict, runs: list, lower_is_better: bool = False) -> dict:
+    """`{name: another rate of its setting}` for the candidates whose seed-0 run, ended by its stopping rule, scored
+    below another rate's of the same setting: the seed round takes each setting once, at its best rate at seed 0
+    (`sweep_seed_round.configuration`), so the lower rate is not seeded whatever the budget."""
+    sign = -1.0 if lower_is_better else 1.0
+    ended = {run.candidate: sign * run.score for run in runs
+             if run.seed == 0 and run.cut is None and run.score is not None and run.candidate in candidates}
+    best = {}
+    for name, score in ended.items():
+        setting = sweep_seed_round.configuration(name, candidates)
+        if setting not in best or score > ended[best[setting]]:
+            best[setting] = name
+    return {name: best[sweep_seed_round.configuration(name, candidates)] for name in ended
+            if best[sweep_seed_round.configuration(name, candidates)] != name}
 
 
 def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:

@@ -193,21 +193,19 @@ def _no_space(error: OSError, path: str, what: str) -> None:
 def _orderer(options: SweepOptions, base: dict, workers: int, deadline: float, planned: dict) -> Callable:
     """`open_study`'s `order` for a new sweep: its plan on this machine's measured speed (kept in `planned`) says
     whether full fine-tuning goes first."""
-    def order(found: dict, reference: str) -> list:
-        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, reference, workers, deadline)
+    def order(found: dict, reference: str) -> list:  # `reference` is `sweep.reference(found)`, as `_played` says
+        planned["queue"], planned["plan"], planned["speed"] = _plan(options, base, found, workers, deadline)
         return planned["queue"]
     return order
 
 
-def _plan(options: SweepOptions, base: dict, found: dict, reference: str, workers: int, deadline: float) -> tuple:
+def _plan(options: SweepOptions, base: dict, found: dict, workers: int, deadline: float) -> tuple:
     """`(queue, plan, speed)` of `found` (`sweep_plan.order`) from a few training steps on the data, timed on one
     worker's core (`sweep_plan.measure`), within the wall time left to `deadline` (a `time.time()`) once measured."""
     from tf_transfer.studies.sweep import sweep_plan
 
     speed = _measure(options, base)
-    queue, p = sweep_plan.order(found, reference, speed, workers, int(base.get("max_epochs", 9)),
-                                int(base.get("patience") or 0), options.top, options.seeds,
-                                budget_s=deadline - time.time(), front=_front(found, speed))
+    queue, p = sweep_plan.order(**_played(options, base, found, speed, workers), budget_s=deadline - time.time())
     return queue, p, speed
 
 
@@ -218,9 +216,17 @@ def _likely(options: SweepOptions, base: dict, found: dict, p, speed, workers: i
 
     if p.full_first:
         return None
-    return sweep_plan.plan(found, sweep.reference(found), speed, workers, int(base.get("max_epochs", 9)),
-                           int(base.get("patience") or 0), options.top, options.seeds, budget_s=p.budget_s,
-                           full_first=False, front=_front(found, speed), full_pruned=True)
+    return sweep_plan.plan(**_played(options, base, found, speed, workers), budget_s=p.budget_s, full_first=False,
+                           full_pruned=True)
+
+
+def _played(options: SweepOptions, base: dict, found: dict, speed, workers: int) -> dict:
+    """What `sweep_plan.plan` (and `order`) play `found` out with on `workers`: its reference, the runs' epoch cap
+    and patience (`base`, the runs' settings), the seed round's size (`options`), and whether `found` are the
+    front's candidates (`_front`)."""
+    return {"found": found, "reference": sweep.reference(found), "speed": speed, "workers": workers,
+            "max_epochs": int(base.get("max_epochs", 9)), "patience": int(base.get("patience") or 0),
+            "top": options.top, "seeds": options.seeds, "front": _front(found, speed)}
 
 
 def _front(found: dict, speed) -> bool:
@@ -249,12 +255,9 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
     else:  # a sweep created before, or by another process, that has trained nothing yet: its queue is as it is
         queued = [sweep_storage.key_of(t)[0] for t in study.get_trials(deepcopy=False)
                   if not t.user_attrs.get("reference")]
-        reference = sweep.reference(found)
-        full_first = bool(queued) and queued[0] == reference
         speed = _measure(options, base)
-        p = sweep_plan.plan(found, reference, speed, workers, int(base.get("max_epochs", 9)),
-                            int(base.get("patience") or 0), options.top, options.seeds,
-                            budget_s=deadline - time.time(), full_first=full_first, front=_front(found, speed))
+        p = sweep_plan.plan(**_played(options, base, found, speed, workers), budget_s=deadline - time.time(),
+                            full_first=bool(queued) and queued[0] == sweep.reference(found))
     likely = _likely(options, base, found, p, speed, workers)
     line = sweep_plan.first_line(p, p.budget_s, options.budget, likely)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})

@@ -789,6 +789,9 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
         f"--budget=9h ({sweep_plan._minutes(whole.needed_s + 60)} left after timing this machine) is enough")
     queue, short = sweep_plan.order(found, reference, speed, 2, 5, 2, budget_s=1500)
     assert queue == list(found) and queue[-1] == reference and not short.full_first and short.reached >= 1
+    # The budget it suggests adds what the probe took of the one given (here 60 s of 1,560).
+    assert sweep_plan.first_line(short, 1500, "26m", timing_s=60).endswith(
+        f"give --budget={sweep_plan._minutes(short.needed_s + 60, up=True)} for all")
     assert (f"decides among the {short.reached} cheapest of them, full fine-tuning not among them (about "
             in sweep_plan.first_line(short, 1500))
     # Queued cheapest first, full fine-tuning meets the others at the rungs: the line says first what an answer

@@ -305,34 +305,37 @@ def _schedule(jobs: list, free: list) -> list:
     return free
 
 
-def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Optional[Plan] = None) -> str:
+def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Optional[Plan] = None,
+               timing_s: float = 0.0) -> str:
     """What the sweep says before it trains: the budget an answer needs here, and what the given one (`budget_s`
     left of it after the plan's probe; `given`, the user's --budget, where that is what the line should name)
     decides. `likely`: the same sweep where successive halving stops full fine-tuning at its second rung (`plan`'s
-    `full_pruned`; queued cheapest first, it meets the others there), said first, `p` as the bound."""
+    `full_pruned`; queued cheapest first, it meets the others there), said first, `p` as the bound. The --budget it
+    suggests adds `timing_s`, what the probe took of the given one (a sweep said "give --budget=30m" to a
+    --budget=30m that its probe left 29 minutes of)."""
     on = f"{p.workers} workers, one per core" if p.workers > 1 else "1 worker"
     needed = f"an answer over all {p.candidates} candidates needs about {_minutes(p.needed_s)} on {on}"
     if likely is not None and _minutes(likely.needed_s) != _minutes(p.needed_s):
         needed = (f"an answer over all {p.candidates} candidates needs about {_minutes(likely.needed_s)} on {on}, "
                   f"if successive halving stops full fine-tuning by epoch {STOPPED_BY} as it usually does "
                   f"(docs/methods.md), {_minutes(p.needed_s)} if not")
-    left = _minutes(budget_s)
+    left, give = _minutes(budget_s), _minutes(p.needed_s + timing_s, up=True)
     budget = f"--budget={given} ({left} left after timing this machine)" if given and given != left else \
         f"--budget={left}"
     if p.reached is None or budget_s >= p.needed_s:
         return f"[sweep] {needed}; {budget} is enough"
     if not p.answers:
         return (f"[sweep] {needed}; {budget} is too little for any answer (the reference, one candidate and the seed "
-                f"round need more): give --budget={_minutes(p.needed_s, up=True)}")
+                f"round need more): give --budget={give}")
     if likely is not None and budget_s >= likely.needed_s:
         return (f"[sweep] {needed}; {budget} is enough in the first case, in the second decides among the "
-                f"{p.reached} cheapest (about {_minutes(p.spent_s)}): give --budget={_minutes(p.needed_s, up=True)} "
-                f"for all in either")
+                f"{p.reached} cheapest (about {_minutes(p.spent_s)}): give --budget={give} for all in "
+                f"either")
     among = (f"full fine-tuning and the {p.reached - 1} cheapest of the others" if p.full_first else
              f"the {p.reached} cheapest of them" + ("" if p.reached == p.candidates else
                                                    ", full fine-tuning not among them"))
     return (f"[sweep] {needed}; {budget} decides among {among} (about {_minutes(p.spent_s)}): "
-            f"give --budget={_minutes(p.needed_s, up=True)} for all")
+            f"give --budget={give} for all")
 
 
 def _minutes(seconds: float, up: bool = False) -> str:

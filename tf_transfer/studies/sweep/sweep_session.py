@@ -259,7 +259,7 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
         p = sweep_plan.plan(**_played(options, base, found, speed, workers), budget_s=deadline - time.time(),
                             full_first=bool(queued) and queued[0] == sweep.reference(found))
     likely = _likely(options, base, found, p, speed, workers)
-    line = sweep_plan.first_line(p, p.budget_s, options.budget, likely)
+    line = sweep_plan.first_line(p, p.budget_s, options.budget, likely, timing_s=options.budget_s - p.budget_s)
     study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
     print(line, flush=True)
 

@@ -622,6 +622,7 @@ def test_full_fine_tuning_queued_first_measures_the_first_rung_as_it_goes_on(tmp
     assert study.user_attrs["reference"] == {"candidate": "full", "learned": True, "epochs": 2, "score": 0.86,
                                           "cut": None}
     assert ("k1", 0, 3) in log and ("k1b", 0, 2) in log  # ranked at the rung it set: k1 kept, k1b pruned there
+    assert sweep_estimate.continued_epochs(study, study.trials[0]) == 0  # its own run: it continues none
     # A run that never learned sets nothing itself: the sweep says nothing is pruned when it ends.
     assert not sweep_rung.learned(study, "full", 1, 0.805, lower_is_better=False, sets_rung=False)
 

@@ -43,10 +43,12 @@ def next_rung(first_rung: int, done: int, max_epochs: int) -> int:
 
 def continued_epochs(study, trial) -> int:
     """Epochs a trial's run has trained before it starts: full fine-tuning's ranked seed 0 continues the reference's
-    run (`sweep_search._run_trial`), whose epochs it does not train again; any other trial, none."""
+    run (`sweep_search._run_trial`), whose epochs it does not train again; any other trial, none (full fine-tuning's
+    seed 0 queued first, `sets_rung`, measured the first rung in its own run: there was no reference run)."""
     measured = study.user_attrs.get("reference") or {}
     key = sweep_storage.key_of(trial)
-    if trial.user_attrs.get("reference") or key[:2] != (measured.get("candidate"), 0):
+    if any(trial.user_attrs.get(mark) for mark in ("reference", "sets_rung")) or key[:2] != (
+            measured.get("candidate"), 0):
         return 0
     return int(measured.get("epochs") or 0)
 

@@ -760,6 +760,21 @@ def test_a_run_whose_patience_ends_it_where_the_budget_would_cut_it_is_not_cut(t
     assert seed_round_run("run3", LoopSettings(max_epochs=5, patience=3))["cut"] == "budget"
 
 
+def test_a_sweep_whose_queue_emptied_with_runs_cut_by_the_budget_does_not_say_done(tmp_path, capsys):
+    """On STS-B the deadline cut LoRA's two further seeds an epoch short of their stopping rule, the queue then
+    empty: the last line said "sweep done", which reads as the whole answer."""
+    import time
+
+    study, _ = sweep.open_study(str(tmp_path), {}, lambda: {"a": {"trainable_layers": "all", "lr": 1e-3}}, 600.0)
+    options = sweep_session.SweepOptions(budget="10m")
+    report = lambda study, sweep_dir, out: (None, "Recommended: a", None)  # noqa: E731
+    sweep_session._finish(options, study, str(tmp_path), "done", 2, time.time(), report)
+    assert capsys.readouterr().out.startswith("sweep done; ")
+    study.ask().set_user_attr("cut", "budget")
+    sweep_session._finish(options, study, str(tmp_path), "done", 2, time.time(), report)
+    assert capsys.readouterr().out.startswith("sweep stopped: budget spent (1 run cut short by it); ")
+
+
 def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     from tf_transfer.studies.sweep import sweep_plan
 

@@ -174,7 +174,13 @@ def _finish(options: SweepOptions, study, sweep_dir: str, ended: str, workers: i
     except OSError as e:
         _no_space(e, out, "the sweep's report")
         raise
-    print(f"sweep {'done' if ended == 'done' else 'stopped: budget spent'}; "
+    # "done" where the queue emptied and no run was cut short by the budget (a seed-round run cut by the deadline
+    # leaves the queue empty too: on STS-B, LoRA's two further seeds one epoch short of their stopping rule).
+    cut = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("cut") == "budget")
+    state = "done" if ended == "done" and not cut else "stopped: budget spent"
+    if cut:
+        state += f" ({cut} run{'s' if cut > 1 else ''} cut short by it)"
+    print(f"sweep {state}; "
           f"{sweep.spent_s(study) / 60:.1f} min of training on {workers} worker{'s' * (workers > 1)} in "
           f"{(time.time() - started) / 60:.1f} min (--budget={options.budget}); report in {out}/README.md")
     if use:

@@ -53,8 +53,8 @@ ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) be
 # file's runs at about half their length.
 ASSUMED_BEST_STEPS = 350
 # The likely case the first line states beside the bound: queued cheapest first, full fine-tuning is ranked with the
-# others at the rungs (r and 3r), and in 8 of the 9 sweeps so far on the first-run benchmark's files that queued it so
-# and started it, it was pruned there, after epoch 1 or 3 (the ninth's budget cut it after epoch 2; benchmarks/LOG.md,
+# others at the rungs (r and 3r), and in 9 of the 10 sweeps so far on the first-run benchmark's files that queued it so
+# and started it, it was pruned there, after epoch 1 or 3 (the tenth's budget cut it after epoch 2; benchmarks/LOG.md,
 # 2026-11-28 and 29): its later epochs and further seeds are then not trained. The bound (it goes on, into the seed
 # round) is what the budget's queue is ordered by.
 STOPPED_BY = 3 * ASSUMED_FIRST_RUNG
@@ -258,9 +258,10 @@ def _goes_on(names: list, ranked: list, reference: str, front: bool = False, ful
     """`{name: (chance it goes on at the first rung, and at 3r)}` of the candidates queued in `names`, of which
     `ranked` meet successive halving (full fine-tuning queued first ranks nothing at the rungs), by `promoted`; with
     `front` (candidates chosen from the score/time front, queued cheapest first, so each scores above the cheaper
-    ones before it), every one. The default candidates are the first-run benchmark's front: in five sweeps on its
-    files (2026-11-28), 3 of the 20 seed-0 runs of the others ranked at the first rung were pruned there (all on
-    STS-B), where random order (`promoted`) expects about 10: an upper bound, closer than random order."""
+    ones before it), every one. The default candidates are the first-run benchmark's front: in the sweeps on its
+    files so far (2026-11-28 and 29), the last 2 blocks were pruned at the first rung in every one on SST-5 and
+    STS-B (8 sweeps; LoRA at 5e-4 in one of them), nothing in the 7 on SST-2 and Quora, where random order
+    (`promoted`) expects about half of the others' runs pruned: an upper bound, closer than random order."""
     goes_on = {name: (1.0, 1.0) for name in names}
     if not front:
         first = promoted(len(ranked))  # at the first rung, by place in the queue

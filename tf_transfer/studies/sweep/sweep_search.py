@@ -208,11 +208,11 @@ def run_sweep(study, where: tuple, sweep_dir: str, train_trial: Callable, top: i
     `train_trial(where, trial_id, settings, folder, keep_s)` trains one trial's run, leaving `keep_s` of the budget
     unspent, and returns `{"value", "pruned", "epoch_time_s", "epochs", ...}`.
 
-    No trial starts whose estimated cost (`sweep_estimate.estimate_s`: to its next rung, or a seed-round run's
-    whole run) does not fit in the budget left, running trials' (any process's) reservations counted as spent; and
-    once the next seed-0 trial and the seed round of the best so far would not both fit beside the running trials'
-    rest (`_reserve`), the seed round is queued at once and the candidates not reached wait behind it. `deadline` (a `time.time()`): this process starts no trial that
-    would end after it, and its trials stop after their last epoch that ends before it (`train_trial`'s
+    No trial starts whose estimated cost (`sweep_estimate.estimate_s`: to its next rung, or a seed-round run's whole
+    run) does not fit the budget left (running trials' reservations spent); once the next seed-0 trial and the seed
+    round of the best so far would not both fit beside the running trials' rest (`_reserve`), the seed round is
+    queued at once and the candidates not reached wait behind it. `deadline` (a `time.time()`): this process starts
+    no trial that would end after it, and its trials stop after their last epoch that ends before it (`train_trial`'s
     `deadline`), so that a machine's workers end together within its wall-time budget."""
     found, base = study.user_attrs["candidates"], study.user_attrs["base"]
     while True:

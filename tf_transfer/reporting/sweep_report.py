@@ -222,13 +222,12 @@ def _better_rate(candidates: dict, runs: list, lower_is_better: bool = False) ->
     sign = -1.0 if lower_is_better else 1.0
     ended = {run.candidate: sign * run.score for run in runs
              if run.seed == 0 and run.cut is None and run.score is not None and run.candidate in candidates}
+    setting = {name: sweep_seed_round.configuration(name, candidates) for name in ended}
     best = {}
     for name, score in ended.items():
-        setting = sweep_seed_round.configuration(name, candidates)
-        if setting not in best or score > ended[best[setting]]:
-            best[setting] = name
-    return {name: best[sweep_seed_round.configuration(name, candidates)] for name in ended
-            if best[sweep_seed_round.configuration(name, candidates)] != name}
+        if setting[name] not in best or score > ended[best[setting[name]]]:
+            best[setting[name]] = name
+    return {name: best[setting[name]] for name in ended if best[setting[name]] != name}
 
 
 def judge_runs(folder: str, data_dir: Optional[str] = None) -> tuple:

@@ -51,7 +51,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     earlier = record.read_summary(folder) or {}
     before = earlier.get("epochs", [])
     pruned_at = resume_reports(trial, before, metric, best_so_far, task.loop.max_epochs, held.report)
-    stopper = _stopper(task.loop, before, metric, lower)
+    stopper = _stopper(task.loop, earlier)
     state["learned_at"] = _learned_before(study, name, before, metric, lower, sets_rung, is_reference)
     if pruned_at or is_reference and state["learned_at"]:  # pruned, or the reference learned, before it died
         return _ended_before(earlier, pruned_at, state["learned_at"], state["best"], start)
@@ -166,17 +166,16 @@ def resume_reports(trial, epochs: list, metric: str, best_so_far: Callable, last
     return None
 
 
-def _stopper(loop, epochs: list, metric: str, lower: bool):
-    """The run's early stopping as the engine keeps it (`loop`'s patience and minimum improvement), fed its finished
-    `epochs`: the engine judges an epoch after the sweep's hook (`after_epoch`), so the hook asks this one whether the
-    run ends there by its own rule, where the budget must not mark it cut (a Quora sweep's seed-round run whose
-    patience ran out at epoch 4 was marked cut by the budget, and the recommendation left out its seed)."""
+def _stopper(loop, summary: dict):
+    """The run's early stopping as the engine keeps it: its state saved with the run's last finished epoch (`summary`,
+    a resumed run's), else `loop`'s patience and minimum improvement. The engine judges an epoch after the sweep's hook
+    (`after_epoch`), so the hook asks this one whether the run ends there by its own rule, where the budget must not
+    mark it cut (a Quora sweep's seed-round run whose patience ran out at epoch 4 was marked cut by the budget, and
+    the recommendation left out its seed)."""
     from tf_transfer.training.engine import EarlyStopping
 
-    stopper = EarlyStopping(loop.patience, loop.min_delta)
-    for epoch_record in epochs:
-        stopper.update(epoch_record["val"][metric], epoch_record["epoch"], lower)
-    return stopper
+    held = summary.get("early_stopping")
+    return EarlyStopping(**held) if held else EarlyStopping(loop.patience, loop.min_delta)
 
 
 def _learned_before(study, name: str, epochs: list, metric: str, lower: bool, sets_rung: bool,

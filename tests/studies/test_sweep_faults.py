@@ -1,7 +1,8 @@
 """Faults a sweep meets, on a study in SQLite with made-up runs (tests/sweep_fakes.py): a storage that does not
-answer (tried again for `--storage_retry_s`, then one error line), a heartbeat thread that meets an outage, and a
-full disk under the storage, a trial's run or the report (one line). The same on a real PostgreSQL server stopped
-and started, and two processes racing to queue a dead trial again: tests/studies/test_sweep_machines.py."""
+answer (tried again for `--storage_retry_s`, then one error line), a heartbeat thread that meets an outage, a full
+disk under the storage, a trial's run or the report (one line), and a trial put back in the queue (its copy queued
+before it is failed). The same on a real PostgreSQL server stopped and started, and two processes racing to queue a
+dead trial again: tests/studies/test_sweep_machines.py."""
 
 import errno
 import re
@@ -198,3 +199,44 @@ def test_a_trial_whose_process_is_a_zombie_is_queued_again_at_once(tmp_path):
     sweep_storage.retry(study, study.trials[trial.number], "its training process died", lines.append)
     assert sum(sweep_storage.retried_from(t) == trial.number for t in study.trials) == 1
     assert lines[-1].endswith("its training process died; already queued again"), lines
+
+
+def test_every_trial_put_back_has_its_copy_queued_before_it_is_failed(tmp_path, monkeypatch):
+    """Each way a taken trial goes back to the queue (its process gone, its heartbeat stopped, giving way to the
+    budget, moved behind the queue) queues its copy before it fails the trial: a process that read the sweep in
+    between, nothing waiting or running, would end the sweep one run short and report without it."""
+    study, _ = _study(tmp_path, [])
+    storage, lines, failed = study._storage, [], []
+    real = storage.set_trial_state_values
+
+    def set_state(trial_id, state, values=None):
+        if state.name == "FAIL":
+            key = sweep_storage.key_of(storage.get_trial(trial_id))
+            failed.append(sum(sweep_storage.key_of(t) == key for t in study.get_trials(deepcopy=False)
+                              if t.state.name == "WAITING"))
+        return real(trial_id, state, values)
+
+    monkeypatch.setattr(storage, "set_trial_state_values", set_state)
+    queued = len(study.get_trials(deepcopy=False))
+    trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
+    trial.set_user_attr("pid", 2 ** 22 + 1)  # above Linux's largest pid: gone
+    sweep_storage.recover(study, lines.append)
+    trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
+    monkeypatch.setattr(storage, "_get_stale_trial_ids", lambda study_id: [trial._trial_id])
+    sweep_storage.recover(study, lines.append)
+    monkeypatch.undo()
+    monkeypatch.setattr(storage, "set_trial_state_values", set_state)
+    trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
+    sweep_storage.give_way(study, trial)
+    waiting = [t for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
+    sweep_storage.defer_first(study, waiting[0].number, {})
+    sweep_storage.defer_waiting(study, "seed_round")
+    assert failed == [1] * (4 + len(waiting)), (failed, lines)  # defer_waiting moves each waiting trial
+    assert [line.split("): ")[1] for line in lines] == [
+        f"its process {2 ** 22 + 1} on this host is gone; queued again: it resumes from its last finished epoch "
+        "where its run folder is reachable",
+        f"its heartbeat stopped ({sweep_storage.GRACE_BEATS} beats missed); queued again: it resumes from its last "
+        "finished epoch where its run folder is reachable"]
+    now = study.get_trials(deepcopy=False)
+    assert sorted(sweep_storage.key_of(t) for t in now if t.state.name == "WAITING") == sorted(
+        sweep_storage.key_of(t) for t in now[:queued])  # each put back once, none lost

@@ -96,8 +96,7 @@ def _opened(url: str, heartbeat_s: Optional[int], retried: bool = False):
     if url.startswith("postgresql"):  # a server that does not answer fails in seconds, not minutes
         kwargs["engine_kwargs"] = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
     if heartbeat_s:
-        kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=GRACE_BEATS * int(heartbeat_s),
-                      heartbeat_stale_trial_callback=_retry_callback())
+        kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=GRACE_BEATS * int(heartbeat_s))
     try:
         for attempt in range(5):
             try:
@@ -129,11 +128,6 @@ def _opened(url: str, heartbeat_s: Optional[int], retried: bool = False):
         reason = str(e.orig if getattr(e, "orig", None) is not None else e).strip().splitlines()[0]
         raise TransferError(f"--storage={shown_url(url)}: cannot reach the database ({reason}); check that its "
                             "server runs and that host, port, database, user and password are right") from None
-
-
-def _retry_callback():
-    """What Optuna calls for each trial whose heartbeat it finds stale, in the process that failed it: `queue_retry`."""
-    return lambda study, trial: queue_retry(study, trial)
 
 
 def _claim(rdb, study_id: int, key: str, token: str) -> bool:
@@ -280,8 +274,11 @@ def take(study, candidates: list):
     trial = _ask(study)
     frozen = study._storage.get_trial(trial._trial_id)
     key = key_of(frozen)
+    # A trial being moved (`deferred`) or failed for its copy (`retry`) is still running while its copy waits.
+    dying = set(frozen.system_attrs.get("retry_history") or [])
     copies = [t for t in study.get_trials(deepcopy=False) if t.number < frozen.number and t.state.name in LIVE
-              and key_of(t) == key]
+              and key_of(t) == key and not t.user_attrs.get("deferred")
+              and not (t.state.name == "RUNNING" and t.number in dying)]
     if not frozen.user_attrs.get("queued") or copies:
         trial.set_user_attr("skipped", "a copy of an earlier trial" if copies else "nothing queued")
         trial.set_user_attr("train_s", 0.0)  # a copy of a retried trial carries what its dead trial spent
@@ -304,15 +301,17 @@ def retried_from(trial) -> Optional[int]:
 def retry(study, trial, why: str, log: Callable = print) -> None:
     """Fails a trial whose process died and queues it again (`MAX_RETRY` times at most) as a dead machine's trial
     is: the same candidate, seed and marks, to resume from its run folder. Where another process failed it first
-    (its heartbeat stopped), the trial is queued again once all the same (`queue_retry`)."""
+    (its heartbeat stopped), the trial is queued again once all the same (`queue_retry`). The copy is queued before
+    the trial is failed: a process that read the sweep in between, finding neither waiting nor running, would end
+    it one run short."""
     import optuna
 
-    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-        study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
     frozen = study._storage.get_trial(trial._trial_id)
-    if frozen.state != optuna.trial.TrialState.FAIL:  # it ended on its own meanwhile: nothing to run again
+    if frozen.state.name not in ("RUNNING", "FAIL"):  # it ended on its own meanwhile: nothing to run again
         return
     again = queue_retry(study, frozen)
+    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+        study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL)
     already = not again and len(frozen.system_attrs.get("retry_history") or []) < MAX_RETRY
     log(f"[sweep] trial {trial.number} ({frozen.params.get('candidate')} seed {frozen.params.get('seed')}): {why}; "
         + ("queued again: it resumes from its last finished epoch where its run folder is reachable" if again else
@@ -321,8 +320,10 @@ def retry(study, trial, why: str, log: Callable = print) -> None:
 
 def recover(study, log: Callable = print) -> None:
     """Fails and queues again every running trial whose process is dead: one on this host whose pid is gone (at
-    once), any whose heartbeat stopped (`GRACE_BEATS` beats late, whoever's it is)."""
+    once), any whose heartbeat stopped (`GRACE_BEATS` beats late, whoever's it is: Optuna's `fail_stale_trials`,
+    but `retry`'s order, the copy queued first)."""
     import optuna
+    from optuna.storages._heartbeat import is_heartbeat_enabled
 
     from tf_transfer.training import locks
 
@@ -331,9 +332,9 @@ def recover(study, log: Callable = print) -> None:
         if attrs.get("host") == socket.gethostname() and "pid" in attrs and (
                 not locks.pid_alive(attrs["pid"]) or _zombie(attrs["pid"])):
             retry(study, trial, f"its process {attrs['pid']} on this host is gone", log)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
+    if is_heartbeat_enabled(study._storage):
+        for trial_id in study._storage._get_stale_trial_ids(study._study_id):
+            retry(study, study._storage.get_trial(trial_id), f"its heartbeat stopped ({GRACE_BEATS} beats missed)", log)
 
 
 def _zombie(pid: int) -> bool:
@@ -365,7 +366,8 @@ def heartbeat(study, trial):
 def defer_waiting(study, until: str) -> None:
     """Moves the trials waiting before the first one marked `until` ("seed_round": the seed round just queued;
     "reference": the reference queued again after a kill) behind the queue: each is taken, failed as deferred and
-    queued again, so that it still runs, or a rerun with a larger budget reaches it."""
+    queued again, so that it still runs, or a rerun with a larger budget reaches it. Each move queues the copy
+    before it fails the trial, as `retry` does; `take` passes over a running trial marked `deferred`."""
     import optuna
 
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
@@ -376,15 +378,15 @@ def defer_waiting(study, until: str) -> None:
         params = {**(frozen.system_attrs.get("fixed_params") or {}), **frozen.params}
         if taken.number != trial.number or frozen.user_attrs.get(until):  # another process took one
             taken.set_user_attr("deferred", True)  # moved, not failed: no run counts it, nor any report
-            study.tell(taken, state=optuna.trial.TrialState.FAIL)
             study.enqueue_trial(params, user_attrs={k: v for k, v in frozen.user_attrs.items()
                                                     if k not in PROCESS_ATTRS + ("deferred",)})
+            study.tell(taken, state=optuna.trial.TrialState.FAIL)
             break
         taken.set_user_attr("deferred", True)
-        study.tell(taken, state=optuna.trial.TrialState.FAIL)
         kept = {key: frozen.user_attrs[key] for key in ("seed_round", "early", "unpruned", "sets_rung")
                 if frozen.user_attrs.get(key)}
         study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": taken.number, **kept})
+        study.tell(taken, state=optuna.trial.TrialState.FAIL)
 
 
 def defer_first(study, expected: int, marks: dict) -> None:
@@ -398,11 +400,11 @@ def defer_first(study, expected: int, marks: dict) -> None:
     frozen = study.get_trials(deepcopy=False)[taken.number]
     fixed = frozen.system_attrs.get("fixed_params")
     taken.set_user_attr("deferred", True)  # moved, not failed: no run counts it, nor any report
-    study.tell(taken, state=optuna.trial.TrialState.FAIL)
-    if fixed:
+    if fixed:  # queued again before it is failed (`defer_waiting`)
         kept = {k: v for k, v in frozen.user_attrs.items() if k not in PROCESS_ATTRS + ("deferred",)}
         study.enqueue_trial({**fixed, **frozen.params},
                             user_attrs={**kept, **(marks if taken.number == expected else {})})
+    study.tell(taken, state=optuna.trial.TrialState.FAIL)
 
 
 # --- the budget's ledger ----------------------------------------------------------------------------------------------
@@ -472,7 +474,7 @@ def give_way(study, trial) -> None:
     params = {**(frozen.system_attrs.get("fixed_params") or {}), **frozen.params}
     trial.set_user_attr("deferred", True)
     trial.set_user_attr("reserved_s", 0.0)
-    study.tell(trial, state=optuna.trial.TrialState.FAIL)
     kept = {key: frozen.user_attrs[key] for key in ("reference", "seed_round", "early", "unpruned", "sets_rung")
             if frozen.user_attrs.get(key)}
-    study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": trial.number, **kept})
+    study.enqueue_trial(params, user_attrs={"queued": True, "retry_of": trial.number, **kept})  # before it is failed
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)

@@ -53,10 +53,10 @@ ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) be
 # file's runs at about half their length.
 ASSUMED_BEST_STEPS = 350
 # The likely case the first line states beside the bound: queued cheapest first, full fine-tuning is ranked with the
-# others at the rungs (r and 3r), and in 9 of the 10 sweeps so far on the first-run benchmark's files that queued it so
-# and started it, it was pruned there, after epoch 1 or 3 (the tenth's budget cut it after epoch 2; benchmarks/LOG.md,
-# 2026-11-28 and 29): its later epochs and further seeds are then not trained. The bound (it goes on, into the seed
-# round) is what the budget's queue is ordered by.
+# others at the rungs (r and 3r), and in 11 of the 12 sweeps so far on the first-run benchmark's files that queued it
+# so and started it, it was pruned there, after epoch 1 or 3 (in the other the budget cut it after epoch 2;
+# benchmarks/LOG.md, 2026-11-28 and 29): its later epochs and further seeds are then not trained. The bound (it goes
+# on, into the seed round) is what the budget's queue is ordered by.
 STOPPED_BY = 3 * ASSUMED_FIRST_RUNG
 
 
@@ -260,7 +260,7 @@ def _goes_on(names: list, ranked: list, reference: str, front: bool = False, ful
     `front` (candidates chosen from the score/time front, queued cheapest first, so each scores above the cheaper
     ones before it), every one. The default candidates are the first-run benchmark's front: in the sweeps on its
     files so far (2026-11-28 and 29), the last 2 blocks were pruned at the first rung in every one on SST-5 and
-    STS-B (8 sweeps; LoRA at 5e-4 in one of them), nothing in the 7 on SST-2 and Quora, where random order
+    STS-B (10 sweeps; LoRA at 5e-4 in one of them), nothing in the 7 on SST-2 and Quora, where random order
     (`promoted`) expects about half of the others' runs pruned: an upper bound, closer than random order."""
     goes_on = {name: (1.0, 1.0) for name in names}
     if not front:

@@ -224,8 +224,6 @@ def test_every_trial_put_back_has_its_copy_queued_before_it_is_failed(tmp_path, 
     trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
     monkeypatch.setattr(storage, "_get_stale_trial_ids", lambda study_id: [trial._trial_id])
     sweep_storage.recover(study, lines.append)
-    monkeypatch.undo()
-    monkeypatch.setattr(storage, "set_trial_state_values", set_state)
     trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
     sweep_storage.give_way(study, trial)
     waiting = [t for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]

@@ -118,6 +118,26 @@ def test_early_stopping_in_a_real_run(glue_dir, one_block_preset, tmp_path):
     assert summary["stopped_early"] is True and summary["best_epoch"] == 1
 
 
+@pytest.mark.parametrize("epochs, cap, best, stopped_early, said", [
+    (5, 5, 5, False, True),  # to its cap, best at the last: still improving when it stopped
+    (5, 5, 4, False, False),  # best before the last
+    (3, 5, 3, False, False),  # ended before its cap (a run without validation, or one a budget cut)
+    (5, 5, 5, True, False),  # stopped by its patience
+    (1, 1, 1, False, False),  # one epoch: nothing to say it improved
+])
+def test_the_last_line_says_when_the_best_epoch_was_the_last_of_the_cap(epochs, cap, best, stopped_early, said):
+    from tf_transfer.studies.glue.glue_session import results_text
+
+    summary = {"best_epoch": best, "stopped_early": stopped_early, "config": {"max_epochs": cap},
+               "epochs": [{"val": {"spearman": 0.5 + i / 100}, "test": None} for i in range(epochs)]}
+    text = results_text(summary)
+    assert text.startswith(f"best epoch {best} of {epochs}")
+    assert ("(the last, still improving: a larger --max_epochs may score higher)" in text) is said, text
+    if said:
+        assert text == ("best epoch 5 of 5 (the last, still improving: a larger --max_epochs may score higher), "
+                        "validation spearman 0.5400")
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--padding=pack", "--jit_compile=true"], "XLA compiles a program for each shape: use --padding=bucket with "
                                                 "--jit_compile=true"),

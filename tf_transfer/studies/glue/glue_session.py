@@ -88,8 +88,24 @@ def results_text(summary: dict) -> str:
         return ""
     scores = summary["epochs"][best - 1]
     test = scores_text(scores.get("test"))
-    return (f"best epoch {best} of {len(summary['epochs'])}, validation {scores_text(scores.get('val')) or 'none'}"
-            f"{f', test {test}' if test else ''}")
+    return (f"best epoch {best} of {len(summary['epochs'])}{still_improving(summary)}, validation "
+            f"{scores_text(scores.get('val')) or 'none'}{f', test {test}' if test else ''}")
+
+
+def still_improving(summary: dict) -> str:
+    """What the results add for a run that went to its epoch cap and scored best on validation at its last epoch: it
+    was still improving when it stopped, so more epochs may score higher (on the first-run benchmark's STS-B file, full
+    fine-tuning and the first run's default both scored best at the 5th of their 5 epochs on the search seed:
+    reports/first_run/results.md).
+
+    >>> still_improving({"best_epoch": 5, "epochs": [{}] * 5, "config": {"max_epochs": 5}, "stopped_early": False})
+    ' (the last, still improving: a larger --max_epochs may score higher)'
+    """
+    epochs, cap = len(summary.get("epochs") or []), (summary.get("config") or {}).get("max_epochs")
+    if epochs > 1 and cap and epochs == int(cap) and summary.get("best_epoch") == epochs \
+            and not summary.get("stopped_early"):
+        return " (the last, still improving: a larger --max_epochs may score higher)"
+    return ""
 
 
 def _completed_run(config: GlueSettings, output_dir: str, overwrite: bool, export_dir: Optional[str]) -> Optional[dict]:

@@ -118,17 +118,16 @@ def test_early_stopping_in_a_real_run(glue_dir, one_block_preset, tmp_path):
     assert summary["stopped_early"] is True and summary["best_epoch"] == 1
 
 
-@pytest.mark.parametrize("epochs, cap, best, stopped_early, said", [
-    (5, 5, 5, False, True),  # to its cap, best at the last: still improving when it stopped
-    (5, 5, 4, False, False),  # best before the last
-    (3, 5, 3, False, False),  # ended before its cap (a run without validation, or one a budget cut)
-    (5, 5, 5, True, False),  # stopped by its patience
-    (1, 1, 1, False, False),  # one epoch: nothing to say it improved
+@pytest.mark.parametrize("epochs, cap, best, said", [
+    (5, 5, 5, True),  # to its cap, best at the last: still improving when it stopped
+    (5, 5, 4, False),  # best before the last (where early stopping ends a run, its best is `patience` before it)
+    (3, 5, 3, False),  # ended before its cap (a run a budget cut)
+    (1, 1, 1, False),  # one epoch: nothing to say it improved
 ])
-def test_the_last_line_says_when_the_best_epoch_was_the_last_of_the_cap(epochs, cap, best, stopped_early, said):
+def test_the_last_line_says_when_the_best_epoch_was_the_last_of_the_cap(epochs, cap, best, said):
     from tf_transfer.studies.glue.glue_session import results_text
 
-    summary = {"best_epoch": best, "stopped_early": stopped_early, "config": {"max_epochs": cap},
+    summary = {"best_epoch": best, "config": {"max_epochs": cap},
                "epochs": [{"val": {"spearman": 0.5 + i / 100}, "test": None} for i in range(epochs)]}
     text = results_text(summary)
     assert text.startswith(f"best epoch {best} of {epochs}")

@@ -131,9 +131,9 @@ def test_the_last_line_says_when_the_best_epoch_was_the_last_of_the_cap(epochs, 
                "epochs": [{"val": {"spearman": 0.5 + i / 100}, "test": None} for i in range(epochs)]}
     text = results_text(summary)
     assert text.startswith(f"best epoch {best} of {epochs}")
-    assert ("(the last, still improving: a larger --max_epochs may score higher)" in text) is said, text
+    assert ("(the last; still improving on validation when --max_epochs stopped it)" in text) is said, text
     if said:
-        assert text == ("best epoch 5 of 5 (the last, still improving: a larger --max_epochs may score higher), "
+        assert text == ("best epoch 5 of 5 (the last; still improving on validation when --max_epochs stopped it), "
                         "validation spearman 0.5400")
 
 

@@ -94,17 +94,18 @@ def results_text(summary: dict) -> str:
 
 def still_improving(summary: dict) -> str:
     """What the results add for a run that went to its epoch cap and scored best on validation at its last epoch: it
-    was still improving when it stopped, so more epochs may score higher. "May": on the first-run benchmark's STS-B
-    file the first run's default scored best at the last of its 5 epochs on every compared seed, and up to 10 epochs
-    gained it +0.5 [-0.5, +1.4] test points (benchmarks/LOG.md, 2026-11-29). A run early stopping ended never
-    qualifies: its best epoch is `patience` epochs before its last (both count only gains above `min_delta`).
+    was still improving on validation when it stopped. A fact, not a promise of a better test score: on the
+    first-run benchmark's STS-B file, where the default scored best at the last of its 5 epochs on every compared
+    seed, up to 10 epochs moved the test score by +0.5 [-0.5, +1.4] points for it and -0.1 [-1.4, +1.1] for full
+    fine-tuning (benchmarks/LOG.md, 2026-11-29). A run early stopping ended never qualifies: its best epoch is
+    `patience` epochs before its last (both count only gains above `min_delta`).
 
     >>> still_improving({"best_epoch": 5, "epochs": [{}] * 5, "config": {"max_epochs": 5}})
-    ' (the last, still improving: a larger --max_epochs may score higher)'
+    ' (the last; still improving on validation when --max_epochs stopped it)'
     """
     epochs, cap = len(summary.get("epochs") or []), (summary.get("config") or {}).get("max_epochs")
     if epochs > 1 and cap and epochs == int(cap) and summary.get("best_epoch") == epochs:
-        return " (the last, still improving: a larger --max_epochs may score higher)"
+        return " (the last; still improving on validation when --max_epochs stopped it)"
     return ""
 
 

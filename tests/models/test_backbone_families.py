@@ -354,23 +354,35 @@ def test_python_cache_splits_keras_hubs_own_classifier_of_the_family(key):
 
 
 def test_an_unreachable_hub_is_one_short_line(monkeypatch, tmp_path):
-    """Offline, every command said the hub's whole ConnectionError (about 400 characters) on each start."""
-    from tf_transfer.models import backbones
+    """Offline, every command said the hub's whole ConnectionError (about 400 characters) on each start, and then
+    a second line naming the same package folder (the model loader's): now one line, the run's model loaded as
+    every study loads it."""
+    from tf_transfer.core.setting_groups import ModelSettings
+    from tf_transfer.models import backbones, loader
 
     hub_error = ConnectionError("Failed to resolve 'www.kaggle.com' " + "(name resolution) " * 20)
+    backbone = types.SimpleNamespace(num_layers=6)
 
     def from_preset(location, *args):
         if location == "all_minilm_l6_v2_en":
             raise hub_error
-        return "backbone", "tokenizer"
+        return backbone, "tokenizer"
 
     said = []
     monkeypatch.setattr(backbones, "_from_preset", from_preset)
     monkeypatch.setattr(backbones, "offline_folder", lambda preset: str(tmp_path))
-    monkeypatch.setattr(backbones.logging, "info", lambda text, *args: said.append(text % args))
-    monkeypatch.setattr(backbones.logging, "debug", lambda text, *args: said.append("debug: " + text % args))
-    loaded = backbones.load_preset("all_minilm_l6_v2_en")
-    assert loaded.backbone == "backbone"
+    monkeypatch.setattr(backbones, "preset_depth", lambda preset: None)
+    for module in (backbones, loader):
+        monkeypatch.setattr(module.logging, "info", lambda text, *args: said.append(text % args))
+        monkeypatch.setattr(module.logging, "debug", lambda text, *args: said.append("debug: " + text % args))
+    loaded = loader.load_model(ModelSettings(preset="all_minilm_l6_v2_en", trainable_layers=2))
+    assert loaded.backbone is backbone and "the hub was unreachable" in loaded.source  # the record still says so
     assert said[0] == (f"preset all_minilm_l6_v2_en: the model hub is unreachable; loading the same weights from "
                        f"{tmp_path}")
     assert said[1].startswith("debug: ") and "name resolution" in said[1]  # the detail kept for --verbosity=1
+    assert len(said) == 2
+    # Where the hub answers, the loader's line is the one that says where the weights came from.
+    said.clear()
+    monkeypatch.setattr(backbones, "_from_preset", lambda location, *args: (backbone, "tokenizer"))
+    loader.load_model(ModelSettings(preset="all_minilm_l6_v2_en", trainable_layers=2))
+    assert said == ["preset all_minilm_l6_v2_en: weights from hub preset all_minilm_l6_v2_en"]

@@ -34,9 +34,13 @@ OFFLINE_PACKAGES = {
 
 @dataclasses.dataclass
 class LoadedPreset:
+    """A backbone and its tokenizer, `source` naming where they came from; `announced`: that source already said
+    on the log (the offline fallback's line, written before its load), so that no caller says it again."""
+
     backbone: object
     tokenizer: object
     source: str
+    announced: bool = False
 
     @property
     def family(self) -> families.Family:
@@ -153,7 +157,7 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
             f"could not load preset {preset!r} from the hub ({hub_error}) nor from {folder} "
             f"({type(e).__name__}: {_first_line(e)}; loading a Hugging Face folder needs `safetensors`)"
         ) from None
-    return LoadedPreset(backbone, tokenizer, source)
+    return LoadedPreset(backbone, tokenizer, source, announced=True)
 
 
 def _first_line(error: Exception) -> str:

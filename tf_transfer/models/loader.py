@@ -37,7 +37,8 @@ def load_model(model: ModelSettings, supported: Optional[tuple] = None,
     else:
         loaded = backbones.load_preset(model.preset, model.dropout, supported, purpose)
     freezing.check_trainable_layers(model.trainable_layers, loaded.backbone.num_layers)
-    logging.info("preset %s: weights from %s", model.weights, loaded.source)
+    if not loaded.announced:  # offline, the fallback's one line said where the weights came from
+        logging.info("preset %s: weights from %s", model.weights, loaded.source)
     return loaded
 
 

@@ -186,6 +186,26 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
     assert from_disk.build_s == pytest.approx(cached.build_s) and from_disk.build_cpu_s == cached.build_cpu_s > 0
 
 
+def test_a_cache_reused_in_memory_carries_the_labels_of_the_split_that_asks(encoded_rte):
+    """The same texts with other labels (another label column, or read as scores): the prefix's outputs are the
+    same and are reused, but a run must train on its own labels, as a cache read back from disk always did. In one
+    process a regression run after another on the same texts trained on the first's targets."""
+    import dataclasses
+
+    cache.clear_memory()
+    backbone = make_tiny_backbone()
+    prefix = cached_prefix.prefix_model(backbone, 1)
+    key = cache.Prefix("tiny", "rte", NUM_LAYERS - 1).key("train", encoded_rte)
+    first, _, _ = cache.build(prefix, encoded_rte, key)
+    scores = dataclasses.replace(encoded_rte, labels=np.linspace(0.0, 5.0, len(encoded_rte)), regression=True)
+    assert cache.Prefix("tiny", "rte", NUM_LAYERS - 1).key("train", scores) == key  # labels are not what it keys
+    again, seconds, reused = cache.build(prefix, scores, key)
+    assert reused and seconds == 0.0 and again.hidden is first.hidden  # the outputs are not computed again
+    assert again.regression and np.array_equal(again.labels, scores.labels)
+    assert not first.regression and np.array_equal(first.labels, encoded_rte.labels)  # the first run's unchanged
+    cache.clear_memory()
+
+
 def test_packed_cache_keeps_the_real_tokens_and_trains_on_packed_rows(encoded_rte):
     """`--cache_frozen --padding=pack`: the prefix run on packed rows stores what the padded prefix computes (every
     real token, float16, to its rounding: 2**-10 relative), under a name of its own; the packed feed lays the cache

@@ -153,7 +153,7 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     end in rows (`tf_transfer.data.packing`, widths in multiples of `packing.ROW_STEP`) for a prefix on packed rows
     (`packed.prefix_model`), so that the build computes (almost) only the real tokens it keeps."""
     if key in _MEMORY:
-        return _MEMORY[key], 0.0, True
+        return _labelled(_MEMORY[key], encoded), 0.0, True
     if cache_dir:
         remove_stale_builds(cache_dir)
         loaded = _open_checked(os.path.join(cache_dir, key), encoded)
@@ -259,7 +259,7 @@ def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = Inpu
     batches, up to `batching.max_seq_length`; `packed`: in packed rows, for `blocks` on packed rows
     (`{"hidden", "example_ids"}`, `cached_prefix.blocks_model(..., packed=True)`), as `build(..., packed=True)`."""
     if key in _MEMORY:
-        return _MEMORY[key], 0.0, True
+        return _labelled(_MEMORY[key], cached), 0.0, True
     start, cpu_start = time.perf_counter(), machine.cpu_seconds()
     run_blocks = run or traced_inference(blocks)
     hidden = np.empty((int(cached.offsets[-1]), int(blocks.output.shape[-1])), np.float16)
@@ -393,6 +393,15 @@ def _shape_mismatch(folder: str, encoded: inputs.Encoded) -> Optional[str]:
         return (f"its arrays do not fit the split ({len(offsets) - 1} examples and {hidden.shape[0]} rows recorded "
                 f"for {len(encoded.lengths)} examples)")
     return None
+
+
+def _labelled(cached: CachedSplit, split) -> CachedSplit:
+    """`cached` with the labels of `split` (an `inputs.Encoded` or a `CachedSplit`): a key names the texts, not
+    what a run predicts from them, so the same texts under another label column, or read as scores, reuse the
+    outputs kept in memory and train on their own labels (a cache read from disk takes them from the split too)."""
+    if cached.regression == split.regression and np.array_equal(cached.labels, split.labels):
+        return cached
+    return dataclasses.replace(cached, labels=split.labels, regression=split.regression)
 
 
 def suspects() -> dict:

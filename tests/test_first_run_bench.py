@@ -179,3 +179,32 @@ def test_an_inconclusive_verdict_says_how_many_seeds_would_decide_it():
     assert report.seeds_needed(0.59) == ("at the paired differences' SD so far (0.6 points), an interval of +-1 point "
                                          "needs about 4 seeds")
     assert report.seeds_needed(9.0).endswith("needs more than 30 seeds")
+
+
+def test_the_regression_check_runs_the_scores_with_regression_and_pairs_stsb_with_the_benchmarks_runs(tmp_path):
+    """`regression_check.py`: the sst5 files read as scores at every route, STS-B's last 3 only (its full
+    fine-tuning and default are the benchmark's runs, read from there), each a `--regression` run by the protocol;
+    the table pairs each route with full fine-tuning seed by seed."""
+    import regression_check as check
+
+    assert sorted({(file, route) for file, route, _ in check.jobs()}) == [
+        ("sst5_score", check.FULL), ("sst5_score", check.DEFAULT), ("sst5_score", check.LAST_3),
+        ("stsb", check.LAST_3)]
+    assert {seed for *_, seed in check.jobs()} == set(study.COMPARED_SEEDS)
+    line = check.command("/data", "sst5_score", check.LAST_3, 2, "/out")
+    assert "--train_file=/data/sst5_train.csv" in line and "--test_file=/data/sst5_test.csv" in line
+    assert "--regression" in line and "--seed=2" in line and set(study.PROTOCOL) <= set(line)
+    assert line[-3:] == study.route_flags(check.LAST_3)
+
+    ours, benchmark = str(tmp_path / "ours"), str(tmp_path / "benchmark")
+    for seed, (full, default, last_3) in zip(study.COMPARED_SEEDS, [(0.85, 0.80, 0.83), (0.86, 0.79, 0.84),
+                                                                     (0.84, 0.80, 0.82)]):
+        for file in check.FILES:
+            for route, test in ((check.FULL, full), (check.DEFAULT, default), (check.LAST_3, last_3)):
+                runs = benchmark if (file, route) in check.FROM_BENCHMARK else ours
+                _run(runs, file, route, test, 1000.0 if route == check.FULL else 400.0, seed=seed, test=test)
+    lines = check.table(ours, benchmark)
+    last_3 = next(row for row in lines if row.startswith("| stsb | last 3"))
+    assert "| 83.0, 84.0, 82.0 | -2.0 [-2.0, -2.0] | 40% [40%, 40%] | target missed |" in last_3
+    assert len([row for row in lines if row.startswith("| sst5_score")]) == 3
+    assert not any("Contended" in row for row in lines)

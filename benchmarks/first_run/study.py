@@ -249,7 +249,9 @@ def _claim(folder: str) -> bool:
     return True
 
 
-def run_job(data: str, runs: str, file: str, route: str, seed: int) -> None:
+def run_job(data: str, runs: str, file: str, route: str, seed: int, make_command=None) -> None:
+    """Runs one job as its own process (`command`, or `make_command` of the same arguments) unless it is done or a
+    live worker has claimed it, and records the process's wall and CPU seconds in `process.json`."""
     out = os.path.join(runs, file, route, f"seed{seed}")
     if done(runs, file, route, seed) or not _claim(out):
         return
@@ -263,8 +265,8 @@ def run_job(data: str, runs: str, file: str, route: str, seed: int) -> None:
           f"{sorted(os.sched_getaffinity(0))}", flush=True)
     before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     with open(os.path.join(out, "log.txt"), "a") as log:
-        status = subprocess.call(command(data, file, route, seed, out), stdout=log, stderr=subprocess.STDOUT,
-                                 cwd=ROOT)
+        status = subprocess.call((make_command or command)(data, file, route, seed, out), stdout=log,
+                                 stderr=subprocess.STDOUT, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     from tf_transfer.core import machine  # the kind of machine of every route, the Hugging Face peer's too
 

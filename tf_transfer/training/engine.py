@@ -319,6 +319,7 @@ class Engine:
     def finish(self) -> dict:
         """Marks the run completed (use the engine as a context manager so TensorBoard's file is closed)."""
         summary = self.folder.finish()
-        logging.info("done: best epoch %s, summary in %s", summary.get("best_epoch"), self.folder.summary_path)
+        # At --verbosity=1 only: each command ends with its own line naming the best epoch's scores and the folder.
+        logging.debug("done: best epoch %s, summary in %s", summary.get("best_epoch"), self.folder.summary_path)
         return summary
 

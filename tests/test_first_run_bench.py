@@ -208,3 +208,11 @@ def test_the_regression_check_runs_the_scores_with_regression_and_pairs_stsb_wit
     assert "| 83.0, 84.0, 82.0 | -2.0 [-2.0, -2.0] | 40% [40%, 40%] | target missed |" in last_3
     assert len([row for row in lines if row.startswith("| sst5_score")]) == 3
     assert not any("Contended" in row for row in lines)
+    # `run` hands the benchmark's runner its own command: the job runs it and records its process.
+    made = []
+    study.run_job("/data", str(tmp_path / "run"), "sst5_score", check.LAST_3, 1,
+                  make_command=lambda *args: made.append(args) or [sys.executable, "-c", ""])
+    assert made == [("/data", "sst5_score", check.LAST_3, 1, str(tmp_path / "run" / "sst5_score" / check.LAST_3 /
+                                                                  "seed1"))]
+    assert json.load(open(tmp_path / "run" / "sst5_score" / check.LAST_3 / "seed1" / "process.json"))[
+        "exit_status"] == 0

@@ -32,14 +32,14 @@ RUNS = os.path.join(study.ROOT, "reports/first_run/regression_check")
 # file: (the data files it reads, text columns, label column)
 FILES = {"sst5_score": ("sst5", ("sentence",), "sentiment"), "stsb": ("stsb", ("sentence1", "sentence2"), "score")}
 FULL, DEFAULT, LAST_3 = study.full(5e-5), study.cached(2, 3e-4), study.cached(3, 1e-4)
-ROUTES = {"sst5_score": [FULL, DEFAULT, LAST_3], "stsb": [FULL, DEFAULT, LAST_3]}
+ROUTES = [FULL, DEFAULT, LAST_3]  # on each file
 # The routes the benchmark itself ran at the compared seeds, read from its runs.
 FROM_BENCHMARK = {("stsb", FULL), ("stsb", DEFAULT)}
 
 
 def jobs() -> list:
-    return [(file, route, seed) for seed in study.COMPARED_SEEDS for file, routes in ROUTES.items()
-            for route in routes if (file, route) not in FROM_BENCHMARK]
+    return [(file, route, seed) for seed in study.COMPARED_SEEDS for file in FILES for route in ROUTES
+            if (file, route) not in FROM_BENCHMARK]
 
 
 def command(data: str, file: str, route: str, seed: int, out: str) -> list:
@@ -54,14 +54,14 @@ def table(runs: str, benchmark_runs: str) -> list:
     lines = ["| file | route | test Spearman (points), seeds 1-3 | vs full fine-tuning [95%] | "
              "share of its wall time [95%] | verdict (within 1 point at <= 40%) |", "|---|---|---|---|---|---|"]
     contended = []
-    for file, routes in ROUTES.items():
+    for file in FILES:
         facts = {route: [report.run_facts(benchmark_runs if (file, route) in FROM_BENCHMARK else runs, file, route,
-                                          seed) for seed in study.COMPARED_SEEDS] for route in routes}
+                                          seed) for seed in study.COMPARED_SEEDS] for route in ROUTES}
         if not all(all(found) for found in facts.values()):
             lines.append(f"| {file} | not every run has completed | | | | |")
             continue
         reference = facts[FULL]
-        for route in routes:
+        for route in ROUTES:
             scores = ", ".join(f"{f['score']:.1f}" for f in facts[route])
             if route == FULL:
                 lines.append(f"| {file} | {report.route_label(route)} | {scores} | reference | 100% | |")
@@ -71,7 +71,7 @@ def table(runs: str, benchmark_runs: str) -> list:
             lines.append(f"| {file} | {report.route_label(route)} | {scores} | {report._fmt(score)} | "
                          f"{report._fmt(share, 0, 100, pct=True).replace('+', '')} | "
                          f"{report.target_verdict(score, share)} |")
-        contended += [f"{file} {report.route_label(route)} seed {seed}" for route in routes
+        contended += [f"{file} {report.route_label(route)} seed {seed}" for route in ROUTES
                       for seed, f in zip(study.COMPARED_SEEDS, facts[route]) if f["contended"]]
     if contended:
         lines += ["", f"Contended runs (an epoch below {report.CONTENDED:.0%} CPU): {', '.join(contended)}."]

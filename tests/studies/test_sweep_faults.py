@@ -238,3 +238,19 @@ def test_every_trial_put_back_has_its_copy_queued_before_it_is_failed(tmp_path, 
     now = study.get_trials(deepcopy=False)
     assert sorted(sweep_storage.key_of(t) for t in now if t.state.name == "WAITING") == sorted(
         sweep_storage.key_of(t) for t in now[:queued])  # each put back once, none lost
+
+
+def test_a_trial_is_taken_with_its_first_heartbeat(tmp_path):
+    """A process of another machine killed right after it took a trial, before its heartbeat thread wrote: Optuna
+    never finds a trial stale that has no heartbeat at all, so the others waited for it for ever (a CI run hung so,
+    2026-11-29). `take` records the first beat: once it is older than the grace period the trial is queued again."""
+    study, _ = _study(tmp_path, [])
+    trial, _, _ = sweep_storage.take(study, sorted(sweep_fakes.CURVES))
+    trial.set_user_attr("host", "elsewhere")  # killed on another machine: only its heartbeat can tell
+    cached = getattr(study._storage, "inner", study._storage)  # the retrying wrapper's Optuna storage
+    getattr(cached, "_backend", cached).grace_period = -1  # every beat already late: no wait in the test
+    lines = []
+    sweep_storage.recover(study, lines.append)
+    again = [t for t in study.trials if sweep_storage.retried_from(t) == trial.number]
+    assert study.trials[trial.number].state.name == "FAIL" and len(again) == 1, lines
+    assert "its heartbeat stopped" in lines[0]

@@ -270,8 +270,13 @@ def take(study, candidates: list):
     processes both queued and another copy already runs or ran (the copy numbered lower is the one that runs; this
     one is failed, unnamed). A retried trial starts with nothing spent or reserved."""
     import optuna
+    from optuna.storages._heartbeat import is_heartbeat_enabled
 
     trial = _ask(study)
+    if is_heartbeat_enabled(study._storage):
+        # Its first beat at once: Optuna never finds a running trial stale that has none, so a process killed
+        # before its heartbeat thread wrote would leave the others waiting for it for ever (`recover`).
+        study._storage.record_heartbeat(trial._trial_id)
     frozen = study._storage.get_trial(trial._trial_id)
     key = key_of(frozen)
     # A trial being moved (`deferred`) or failed for its copy (`retry`) is still running while its copy waits.

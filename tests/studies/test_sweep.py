@@ -327,6 +327,34 @@ def test_the_seed_round_takes_each_setting_at_its_best_rate_once(tmp_path):
                                             + 5 * epoch)
 
 
+def test_a_setting_seeded_at_one_rate_is_not_seeded_again_at_another_that_ends_better(tmp_path):
+    """The seed round begun with the last 2 at 3e-4 while the same blocks at 1e-4 still trained at seed 0: when that
+    run ends above it, nothing joins (the setting has its seeds; a second rate's would take another setting's
+    minutes), while a new setting that ends among the best still does."""
+    import optuna
+
+    from tf_transfer.studies.sweep import sweep_seed_round
+
+    found = {"k2_fast": {"trainable_layers": 2, "cache_frozen": True, "lr": 3e-4},
+             "k2_slow": {"trainable_layers": 2, "cache_frozen": True, "lr": 1e-4},
+             "k3": {"trainable_layers": 3, "cache_frozen": True, "lr": 1e-4}}
+    study, _ = sweep.open_study(str(tmp_path), {"lr": 1.0}, lambda: found, 600.0)
+    taken = {}
+    for _ in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):
+        trial = study.ask()
+        trial.suggest_categorical("candidate", list(found)), trial.suggest_int("seed", 0, 1000)
+        taken[trial.params["candidate"]] = trial
+    study.tell(taken["k2_fast"], 0.84)
+    assert sweep_seed_round.queue(study, top=3, seeds=3, running=2) and study.user_attrs["seed_round"] == ["k2_fast"]
+    study.tell(taken["k2_slow"], 0.86)  # the same blocks at another rate, above it
+    assert not sweep_seed_round.join(study, top=3, seeds=3)
+    study.tell(taken["k3"], 0.85)
+    assert sweep_seed_round.join(study, top=3, seeds=3) and study.user_attrs["seed_round"] == ["k2_fast", "k3"]
+    # k3's seeds after the last 2's: that setting ranks first, at the rate that ended better.
+    assert [tuple(t.system_attrs["fixed_params"].values()) for t in study.get_trials(
+        states=(optuna.trial.TrialState.WAITING,))] == [("k2_fast", 1), ("k2_fast", 2), ("k3", 1), ("k3", 2)]
+
+
 def test_the_plan_counts_one_cache_build_per_depth_and_seed():
     """The runs of one seed that freeze as many blocks read one cache, built by the first (`_run_trial`): on the
     first-run files, the LoRA and last-2 runs after the first of that depth at seed 0 started in 9-12 s where the

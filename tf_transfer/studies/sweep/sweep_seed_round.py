@@ -62,7 +62,11 @@ def queue(study, top: int, seeds: int, running: int = 0) -> bool:
     best = [t.params["candidate"] for t in candidates(study, top)]
     slots = max(top - len(study.user_attrs.get("early") or []), 0)
     queued = study.user_attrs.get("seed_round") or []
-    chosen = [name for name in best[:max(slots - running, 0)] if name not in queued]
+    # One rate per setting here too: a setting already seeded at one rate is not seeded at another that ended better
+    # later (its seeds would take the place of another setting's, and minutes the budget may not have).
+    found = study.user_attrs.get("candidates") or {}
+    seeded = {configuration(name, found) for name in queued}
+    chosen = [name for name in best[:max(slots - running, 0)] if configuration(name, found) not in seeded]
     if not chosen:
         return False
     study.set_user_attr("seed_round", queued + chosen)
@@ -73,11 +77,12 @@ def queue(study, top: int, seeds: int, running: int = 0) -> bool:
                                 user_attrs={"queued": True, "seed_round": True, ahead: True})
     # A candidate that ended above every one whose seed-round runs still wait goes first: the budget may not reach
     # the end of the queue, and the best candidate's seeds matter most.
-    rank = {name: i for i, name in enumerate(best)}
-    waiting = {sweep_storage.key_of(t)[0] for t in study.get_trials(deepcopy=False)
+    # Ranked by setting: a setting's seeds, queued at the rate first seen, keep the place of its best rate.
+    rank = {configuration(name, found): i for i, name in enumerate(best)}
+    waiting = {configuration(sweep_storage.key_of(t)[0], found) for t in study.get_trials(deepcopy=False)
                if t.state.name == "WAITING" and t.user_attrs.get("seed_round") and not t.user_attrs.get("early")
                and not t.user_attrs.get(ahead)}
-    if waiting and all(rank[chosen[0]] < rank.get(name, len(best)) for name in waiting):
+    if waiting and all(rank[configuration(chosen[0], found)] < rank.get(setting, len(best)) for setting in waiting):
         sweep_storage.defer_waiting(study, until=ahead)
     return True
 

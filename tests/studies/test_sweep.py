@@ -511,9 +511,12 @@ class _Clock:
 
 
 def _timed_trial(clock, log):
-    """A fake trial on `clock`: one second per block pass per epoch, 2 s of start-up, 3 s of cache build; the
-    reference learns where its score beats the constant prediction (0.80) by a point; `log` collects `(candidate,
-    seed or "reference", epochs)`."""
+    """A fake trial on `clock`: one second per block pass per epoch, 2 s of start-up, 3 s of cache build (paid by
+    the first run of a seed over as many frozen blocks, as the sweep's shared cache is); the reference learns where
+    its score beats the constant prediction (0.80) by a point; `log` collects `(candidate, seed or "reference",
+    epochs)`."""
+    built = set()
+
     def train(url, trial_id, settings, folder, remaining_s, deadline=None):
         import optuna
 
@@ -525,8 +528,12 @@ def _timed_trial(clock, log):
         result = {"epoch_time_s": float(per_epoch), "startup_s": 2.0, "num_layers": 6,
                   "cache_build_s": 3.0 if settings.get("cache_frozen") else None}
 
+        cache = (settings["trainable_layers"], settings["seed"]) if settings.get("cache_frozen") else None
+        build_s = 3.0 if cache and cache not in built else 0.0
+        built.add(cache)
+
         def end(epoch, **facts):
-            clock.now += 2.0 + (3.0 if settings.get("cache_frozen") else 0.0) + epoch * per_epoch
+            clock.now += 2.0 + build_s + epoch * per_epoch
             log.append((name, "reference" if trial.user_attrs.get("reference") else settings["seed"], epoch))
             return {**result, "epochs": epoch, **facts}
 
@@ -659,16 +666,17 @@ def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_p
     import optuna
 
     log = []
-    # The reference costs 2 + 2 x 18 = 38 s; k1 2 + 3 + 3 x 3 = 14 s, k1b (pruned at the rung) 2 + 3 + 2 x 3 = 11 s.
+    # The reference costs 2 + 2 x 18 = 38 s; k1 2 + 3 + 3 x 3 = 14 s, k1b (pruned at the rung; k1 built its cache)
+    # 2 + 2 x 3 = 8 s.
     study, url, clock = _timed_study(tmp_path, monkeypatch, 100.0)
     assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=1, seeds=3,
                            log=lambda line: None) == "budget"
     spent = sweep.spent_s(study)
-    assert spent == 38 + 14 + 11 + 2 * 14
-    # With 37 s left after the reference, k1 and k1b, the next candidate (k2, never measured: 2 s of start-up, its
+    assert spent == 38 + 14 + 8 + 2 * 14
+    # With 40 s left after the reference, k1 and k1b, the next candidate (k2, never measured: 2 s of start-up, its
     # cache from k1's scaled by its 4 frozen blocks, 2 epochs of 6 s scaled from the others' work per step: 16.4 s)
     # and the seed round of k1 (2 x its seed-0 run's 14 s) did not both fit: the seed round ran first (28 s), and
-    # k2, which the 9 s left would not fit, waits behind it for a larger budget.
+    # k2, which the 12 s left would not fit, waits behind it for a larger budget.
     assert study.user_attrs["seed_round"] == ["k1"]
     assert [entry for entry in log if entry[0] == "k1"] == [("k1", 0, 3), ("k1", 1, 3), ("k1", 2, 3)]
     assert not any(entry[0] == "k2" for entry in log)
@@ -720,14 +728,42 @@ def test_the_seed_round_is_kept_beside_what_running_trials_will_still_spend(tmp_
     assert waiting == [("k1", 1), ("k1", 2), ("full", 0)]
 
 
+def test_a_trial_whose_cache_a_run_of_its_seed_built_is_priced_without_the_build(tmp_path):
+    """k1 at 1e-3 ran over 5 frozen blocks at seed 0: k1b (the same blocks at 1e-4) reads its cache, so its
+    estimate holds no build; k2 (4 frozen blocks) still builds its own, priced from k1's build."""
+    import optuna
+
+    from tf_transfer.studies.sweep import sweep_storage
+
+    found = {name: SHAPES[name] for name in ("k1", "k1b", "k2", "full")}
+    study, _ = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: found, 600.0, seeds=3,
+                                constant={"score": 0.80, "predicts": "1"})
+    facts = {"startup_s": 2.0, "num_layers": 6, "tail_s": 0.0, "train_s": 38.0, "reference": True,
+             "epoch_time_s": 18.0, "epochs": 1}
+    for key in ("reference", "k1"):
+        trial = sweep_storage.take(study, sorted(found))[0]
+        for name, fact in facts.items():
+            trial.set_user_attr(name, fact)
+        study.tell(trial, None if key == "reference" else 0.84, state=optuna.trial.TrialState.PRUNED
+                   if key == "reference" else optuna.trial.TrialState.COMPLETE)
+        if key == "reference":
+            sweep_rung.set_first_rung(study, "full", {"learned_at": 1, "epochs": 1, "value": 0.86}, 3,
+                                      lambda line: None)
+        facts = {**facts, "reference": False, "epoch_time_s": 3.0, "epochs": 3, "cache_build_s": 3.0,
+                 "train_s": 14.0}
+    waiting = {sweep_storage.key_of(t)[0]: t for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))}
+    assert sweep_estimate.estimate_s(study, found, waiting["k1b"]) == pytest.approx(2 + 3.0)  # to the first rung
+    assert sweep_estimate.estimate_s(study, found, waiting["k2"]) == pytest.approx(2 + 3.0 * 4 / 5 + 6.0)
+
+
 def test_a_worker_starts_no_trial_that_would_end_after_its_deadline(tmp_path, monkeypatch):
     log = []
     # The ledger holds plenty; the deadline does not: after the reference (38 s) and k1 (14 s) at 52 s, k1b's
-    # estimate (2 s of start-up, its cache's 3 s, 2 epochs of k1's 3 s: 11 s) would end at 63 s, after 60.
+    # estimate (2 s of start-up, 2 epochs of k1's 3 s; its cache k1's: 8 s) would end at 60 s, after 59.
     study, url, clock = _timed_study(tmp_path, monkeypatch, 10_000.0)
     assert sweep.run_sweep(study, url, str(tmp_path), _timed_trial(clock, log), top=1, seeds=3,
-                           log=lambda line: None, deadline=60.0) == "budget"
-    assert log == [("full", "reference", 2), ("k1", 0, 3)] and clock.now <= 60.0
+                           log=lambda line: None, deadline=59.0) == "budget"
+    assert log == [("full", "reference", 2), ("k1", 0, 3)] and clock.now <= 59.0
 
 
 def test_a_run_stops_after_its_last_epoch_that_ends_before_the_deadline(tmp_path):

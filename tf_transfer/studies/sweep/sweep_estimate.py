@@ -67,7 +67,8 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
 
     Per epoch, runs of the same method, depth and cache (the slowest of them); else any measured run scaled by its
     work per step (`relative_cost`). The cache's build, the same shape's; else a measured one scaled by the frozen
-    blocks; else one epoch's. Start-up, the longest measured."""
+    blocks; else one epoch's; none where a run of its seed over as many frozen blocks built it (`_cache_built`).
+    Start-up, the longest measured."""
     import optuna
 
     name = sweep_storage.key_of(trial)[0]
@@ -91,7 +92,7 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
         epoch = relative_cost(settings, layers) * max(
             t.user_attrs["epoch_time_s"] / relative_cost(found[t.params["candidate"]], layers) for t in measured)
     cache = 0.0
-    if settings.get("cache_frozen"):
+    if settings.get("cache_frozen") and not _cache_built(measured, found, trial, layers):
         built = [t for t in measured if t.user_attrs.get("cache_build_s")]
         same_built = [t.user_attrs["cache_build_s"] for t in built if t in same]
         frozen = max(layers - settings["trainable_layers"], 1) if layers else 1
@@ -102,6 +103,18 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
     startup = max(t.user_attrs.get("startup_s") or 0.0 for t in measured)
     tail = max(t.user_attrs.get("tail_s") or 0.0 for t in measured)  # its record after its last epoch
     return startup + cache + _epochs(study, trial, whole) * epoch + tail
+
+
+def _cache_built(measured: list, found: dict, trial, layers: int) -> bool:
+    """Whether a run that ended built `trial`'s frozen-prefix cache: one of its seed over as many frozen blocks (a
+    cache's key is its data, whose split the seed draws, its depth and preset: `sweep_search._run_trial`), whose
+    run reads it rather than building it again."""
+    name, seed, _ = sweep_storage.key_of(trial)
+    frozen = layers - int(found[name]["trainable_layers"])
+    return bool(layers) and any(
+        t.params.get("seed") == seed and found[t.params["candidate"]].get("cache_frozen")
+        and found[t.params["candidate"]]["trainable_layers"] != freezing.ALL
+        and layers - int(found[t.params["candidate"]]["trainable_layers"]) == frozen for t in measured)
 
 
 def _epochs(study, trial, whole: bool) -> int:

@@ -68,8 +68,8 @@ def table(runs: str, benchmark_runs: str) -> list:
                 continue
             score = stats.paired_difference([f["score"] for f in facts[route]], [f["score"] for f in reference])
             share = report.paired_share(facts[route], reference)
-            lines.append(f"| {file} | {report.route_label(route)} | {scores} | {report._fmt(score)} | "
-                         f"{report._fmt(share, 0, 100, pct=True).replace('+', '')} | "
+            lines.append(f"| {file} | {report.route_label(route)} | {scores} | {report.interval_text(score)} | "
+                         f"{report.share_text(share)} | "
                          f"{report.target_verdict(score, share)} |")
         contended += [f"{file} {report.route_label(route)} seed {seed}" for route in ROUTES
                       for seed, f in zip(study.COMPARED_SEEDS, facts[route]) if f["contended"]]

@@ -69,12 +69,18 @@ def compared(runs: str, file: str, routes: list) -> tuple:
     return found, mixed
 
 
-def _fmt(interval, digits=1, scale=1.0, pct=False) -> str:
+def interval_text(interval, digits=1, scale=1.0, pct=False) -> str:
+    """An estimate with its interval, signed (`+1.2 [-0.3, +2.7]`), or the estimate alone where there is none."""
     if np.isnan(interval.low):
         return f"{interval.estimate * scale:+.{digits}f}{'%' if pct else ''}"
     unit = "%" if pct else ""
     return (f"{interval.estimate * scale:+.{digits}f}{unit} [{interval.low * scale:+.{digits}f}{unit}, "
             f"{interval.high * scale:+.{digits}f}{unit}]")
+
+
+def share_text(share) -> str:
+    """A share of full fine-tuning's time with its interval, in percent (`39% [26%, 59%]`)."""
+    return interval_text(share, 0, 100, pct=True).replace("+", "")
 
 
 def paired_share(got: list, ref: list, key: str = "wall_s"):
@@ -122,8 +128,8 @@ def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
                          if len(got) > 1 else 0.0)
         is_ref = route == reference
         lines.append(f"| {route_label(route)}{' (reference)' if is_ref else ''} | {len(seeds)} | {mean('score'):.1f} | "
-                     f"{'reference' if is_ref else _fmt(score)} | {mean('wall_s'):.0f} | "
-                     f"{'100%' if is_ref else _fmt(share, 0, 100, pct=True).replace('+', '')} | {mean('cpu_s'):.0f} | "
+                     f"{'reference' if is_ref else interval_text(score)} | {mean('wall_s'):.0f} | "
+                     f"{'100%' if is_ref else share_text(share)} | {mean('cpu_s'):.0f} | "
                      f"{mean('to_best_s'):.0f} | {mean('peak_mb'):.0f} |")
         if not is_ref and not route.startswith("hf_"):
             alone = [s for s in seeds if not (pairs[s][route]["contended"] or pairs[s][reference]["contended"])]
@@ -267,10 +273,10 @@ def main() -> None:
                 for route, (score, share, cpu_share, uncontended, sd) in verdicts.items():
                     verdict = target_verdict(score, share)
                     out.append(f"- {route_label(route)}: {verdict} (within {TARGET_POINTS:g} point at no more than "
-                               f"{TARGET_SHARE:.0%} of full fine-tuning's wall time): {_fmt(score)} points at "
-                               f"{_fmt(share, 0, 100, pct=True).replace('+', '')} of its wall time "
-                               f"({_fmt(cpu_share, 0, 100, pct=True).replace('+', '')} of its CPU time"
-                               + (f"; {_fmt(uncontended, 0, 100, pct=True).replace('+', '')} of its wall time "
+                               f"{TARGET_SHARE:.0%} of full fine-tuning's wall time): {interval_text(score)} points at "
+                               f"{share_text(share)} of its wall time "
+                               f"({share_text(cpu_share)} of its CPU time"
+                               + (f"; {share_text(uncontended)} of its wall time "
                                   "without the contended pairs" if uncontended else "") + ")"
                                + (f"; {seeds_needed(sd)}" if verdict == "inconclusive" else ""))
                     if verdict != "target met" and route == choice:

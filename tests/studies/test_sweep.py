@@ -684,6 +684,19 @@ def test_the_budget_keeps_the_seed_round_and_starts_no_trial_it_cannot_fit(tmp_p
     assert sorted(t.system_attrs["fixed_params"]["candidate"] for t in waiting) == ["full", "k2"]  # neither fits
 
 
+def _ran(study, found: dict, facts: dict, value=None, state=None):
+    """Takes the next queued trial with what its run measured (`facts`, beside 2 s of start-up on 6 blocks) and
+    ends it in `state` (None: it still runs)."""
+    from tf_transfer.studies.sweep import sweep_storage
+
+    trial = sweep_storage.take(study, sorted(found))[0]
+    for key, fact in {"startup_s": 2.0, "num_layers": 6, "tail_s": 0.0, **facts}.items():
+        trial.set_user_attr(key, fact)
+    if state is not None:
+        study.tell(trial, value, state=state)
+    return trial
+
+
 def test_the_seed_round_is_kept_beside_what_running_trials_will_still_spend(tmp_path):
     """A Quora sweep (2026-11-29) started full fine-tuning's seed 0, which continues the reference's run, while the
     last 3 blocks' seed 0 trained: priced to the first rung, which the reference had passed, and with that run
@@ -699,12 +712,7 @@ def test_the_seed_round_is_kept_beside_what_running_trials_will_still_spend(tmp_
                                 constant={"score": 0.80, "predicts": "1"})
 
     def ran(facts: dict, value=None, state=optuna.trial.TrialState.COMPLETE):
-        trial = sweep_storage.take(study, sorted(found))[0]
-        for key, fact in {"startup_s": 2.0, "num_layers": 6, "tail_s": 0.0, **facts}.items():
-            trial.set_user_attr(key, fact)
-        if state is not None:
-            study.tell(trial, value, state=state)
-        return trial
+        return _ran(study, found, facts, value, state)
 
     # The reference: 2 s of start-up and 1 epoch of 18 s, where it learned; k1 ran its 3 epochs of 3 s after a 3-s
     # cache build (14 s); k2 trains, its first epoch done and its next reserved (11 s spent, 17.6 reserved).
@@ -738,19 +746,11 @@ def test_a_trial_whose_cache_a_run_of_its_seed_built_is_priced_without_the_build
     found = {name: SHAPES[name] for name in ("k1", "k1b", "k2", "full")}
     study, _ = sweep.open_study(str(tmp_path), {"max_epochs": 3}, lambda: found, 600.0, seeds=3,
                                 constant={"score": 0.80, "predicts": "1"})
-    facts = {"startup_s": 2.0, "num_layers": 6, "tail_s": 0.0, "train_s": 38.0, "reference": True,
-             "epoch_time_s": 18.0, "epochs": 1}
-    for key in ("reference", "k1"):
-        trial = sweep_storage.take(study, sorted(found))[0]
-        for name, fact in facts.items():
-            trial.set_user_attr(name, fact)
-        study.tell(trial, None if key == "reference" else 0.84, state=optuna.trial.TrialState.PRUNED
-                   if key == "reference" else optuna.trial.TrialState.COMPLETE)
-        if key == "reference":
-            sweep_rung.set_first_rung(study, "full", {"learned_at": 1, "epochs": 1, "value": 0.86}, 3,
-                                      lambda line: None)
-        facts = {**facts, "reference": False, "epoch_time_s": 3.0, "epochs": 3, "cache_build_s": 3.0,
-                 "train_s": 14.0}
+    _ran(study, found, {"epoch_time_s": 18.0, "epochs": 1, "train_s": 20.0, "reference": True}, None,
+         optuna.trial.TrialState.PRUNED)
+    sweep_rung.set_first_rung(study, "full", {"learned_at": 1, "epochs": 1, "value": 0.86}, 3, lambda line: None)
+    _ran(study, found, {"epoch_time_s": 3.0, "epochs": 3, "cache_build_s": 3.0, "train_s": 14.0}, 0.84,
+         optuna.trial.TrialState.COMPLETE)
     waiting = {sweep_storage.key_of(t)[0]: t for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))}
     assert sweep_estimate.estimate_s(study, found, waiting["k1b"]) == pytest.approx(2 + 3.0)  # to the first rung
     assert sweep_estimate.estimate_s(study, found, waiting["k2"]) == pytest.approx(2 + 3.0 * 4 / 5 + 6.0)

@@ -1,7 +1,7 @@
 """What a sweep's trials are expected to cost, from what its earlier trials measured: a queued trial before it starts
 (`estimate_s`, which the budget's check compares with what is left), and what the running ones will still spend
 beyond what they have reserved (`rest_s`). `sweep_search.run_sweep` reads both; `relative_cost` also orders the
-candidates and prices them in the plan (`sweep_plan`).
+candidates and prices them in the plan (`sweep_plan`), and `cache_of` names the cache a run reads, there and here.
 
 Example:
 
@@ -30,6 +30,13 @@ def relative_cost(settings: dict, num_layers: int) -> int:
     trained = num_layers if k == freezing.ALL else k
     forward = trained if settings.get("cache_frozen") else num_layers
     return forward + trained * methods.of(settings).backward_passes
+
+
+def cache_of(settings: dict, layers: int) -> Optional[int]:
+    """The frozen blocks whose cache a candidate's run reads, or None: the runs of one seed that freeze as many
+    share one cache, built by the first (`sweep_search._run_trial`), whatever their method or rate."""
+    k = settings["trainable_layers"]
+    return layers - int(k) if settings.get("cache_frozen") and k != freezing.ALL else None
 
 
 def next_rung(first_rung: int, done: int, max_epochs: int) -> int:
@@ -110,11 +117,9 @@ def _cache_built(measured: list, found: dict, trial, layers: int) -> bool:
     cache's key is its data, whose split the seed draws, its depth and preset: `sweep_search._run_trial`), whose
     run reads it rather than building it again."""
     name, seed, _ = sweep_storage.key_of(trial)
-    frozen = layers - int(found[name]["trainable_layers"])
-    return bool(layers) and any(
-        t.params.get("seed") == seed and found[t.params["candidate"]].get("cache_frozen")
-        and found[t.params["candidate"]]["trainable_layers"] != freezing.ALL
-        and layers - int(found[t.params["candidate"]]["trainable_layers"]) == frozen for t in measured)
+    frozen = cache_of(found[name], layers)
+    return bool(layers) and frozen is not None and any(
+        t.params.get("seed") == seed and cache_of(found[t.params["candidate"]], layers) == frozen for t in measured)
 
 
 def _epochs(study, trial, whole: bool) -> int:

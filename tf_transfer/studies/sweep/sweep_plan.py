@@ -141,22 +141,15 @@ def run_cost(settings: dict, speed: Speed) -> tuple:
 def build_s(settings: dict, speed: Speed) -> float:
     """Seconds of a candidate's frozen-prefix cache build (a forward pass of its frozen blocks over every split), 0
     without a cache."""
-    frozen = cache_of(settings, speed.num_layers)
+    frozen = sweep_estimate.cache_of(settings, speed.num_layers)
     return speed.block_s * (speed.train_examples + speed.scored_examples) * frozen if frozen else 0.0
-
-
-def cache_of(settings: dict, layers: int) -> Optional[int]:
-    """The frozen blocks whose cache a candidate's run reads, or None: the runs of one seed that freeze as many
-    share one cache, built by the first (`sweep_search._run_trial`), whatever their method or rate."""
-    k = settings["trainable_layers"]
-    return layers - int(k) if settings.get("cache_frozen") and k != freezing.ALL else None
 
 
 def _built_before(names: list, found: dict, layers: int) -> list:
     """Those of `names` (one seed's runs, in order) whose cache an earlier one of them built."""
     seen, shared = set(), []
     for name in names:
-        key = cache_of(found[name], layers)
+        key = sweep_estimate.cache_of(found[name], layers)
         if key is not None and key in seen:
             shared.append(name)
         seen.add(key)
@@ -174,7 +167,7 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest, the mean run to the stopping
     rule of the others weighted by how likely each gets there, one per setting (the seed round takes each at one
     rate: `sweep_seed_round.candidates`); a run whose cache a run of its seed built before it, without the build
-    (`cache_of`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
+    (`sweep_estimate.cache_of`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
     the second rung and so not in the seed round, the likely case (`STOPPED_BY`)."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
@@ -233,7 +226,8 @@ def _seed_round(full: list, others: list, found: dict, whole: Callable, goes_on:
     mean_build = sum(w * build_s(found[n], speed) for w, n in zip(weights, others)) / (sum(weights) or 1)
     settings = {sweep_seed_round.configuration(name, found): name for name in others}
     count = min(slots, len(settings))
-    caches = len({cache_of(found[name], speed.num_layers) or name for name in settings.values()})  # uncached apart
+    # Uncached settings count apart.
+    caches = len({sweep_estimate.cache_of(found[name], speed.num_layers) or name for name in settings.values()})
     sharing = max(count - caches, 0)
     chosen = full + [mean] * (count - sharing) + [mean - mean_build] * sharing
     return [run for run in chosen for _ in range(seeds - 1)]

@@ -175,6 +175,24 @@ def test_list_says_which_jobs_run_where_and_which_failed(tmp_path, monkeypatch, 
                          "sst2   full_lr5e-05   seed 0: failed: read its log.txt", "sst2   full_lr1e-04   seed 0: to run"]
 
 
+@pytest.mark.parametrize("script", ["study.py", "regression_check.py"])
+def test_run_without_the_benchmarks_files_is_one_error_line_and_starts_no_job(tmp_path, script):
+    """No folder of this machine's is a default: `run` without `--data`, or with a folder lacking a file, stops
+    before any job (each would otherwise fail on its own and be recorded as failed)."""
+    import subprocess
+
+    path = os.path.join(os.path.dirname(study.__file__), script)
+    runs, data = tmp_path / "runs", tmp_path / "data"
+    data.mkdir()
+    (data / "sst5_train.csv").write_text("sentence,sentiment\na,1\n")
+    for flags, said in ([], "run needs --data=FOLDER"), ([f"--data={data}"], f"--data={data} has no "):
+        done = subprocess.run([sys.executable, path, "run", f"--runs={runs}", *flags], capture_output=True,
+                              text=True, timeout=60)
+        error = done.stderr.splitlines()[-1]
+        assert done.returncode == 2 and said in error and "make_files.py --shared_data=" in error, done.stderr
+    assert not runs.exists()
+
+
 def test_an_inconclusive_verdict_says_how_many_seeds_would_decide_it():
     assert report.seeds_needed(0.59) == ("at the paired differences' SD so far (0.6 points), an interval of +-1 point "
                                          "needs about 4 seeds")

@@ -81,11 +81,12 @@ def table(runs: str, benchmark_runs: str) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "report"))
-    parser.add_argument("--data", default="/work/first_run/data")
+    parser.add_argument("--data", help="the folder make_files.py wrote (run only)")
     parser.add_argument("--runs", default=RUNS)
     parser.add_argument("--benchmark_runs", default=os.path.join(study.ROOT, "reports/first_run/runs"))
     args = parser.parse_args()
     if args.action == "run":
+        study.check_data(parser, args.data, {source for source, _, _ in FILES.values()})
         for file, route, seed in jobs():
             study.run_job(args.data, args.runs, file, route, seed, make_command=command)
     else:

@@ -281,6 +281,18 @@ def run_job(data: str, runs: str, file: str, route: str, seed: int, make_command
           f"{record['cpu_s']:.0f} s CPU", flush=True)
 
 
+def check_data(parser: argparse.ArgumentParser, data: Optional[str], sources) -> None:
+    """One error line and exit status 2 (argparse's) where `data` is not the folder `make_files.py` wrote: without
+    this every job would fail on its own missing file and be recorded as failed."""
+    made = "make them with `python benchmarks/first_run/make_files.py --shared_data=../shared/data --out=FOLDER`"
+    if not data:
+        parser.error(f"run needs --data=FOLDER, the folder of the benchmark's files: {made}")
+    missing = [name for source in sources for name in (f"{source}_train.csv", f"{source}_test.csv")
+               if not os.path.isfile(os.path.join(data, name))]
+    if missing:
+        parser.error(f"--data={data} has no {missing[0]}: {made.replace('FOLDER', data)}")
+
+
 def work(data: str, runs: str) -> None:
     while True:
         pending = [(f, r, s) for f, r, s in jobs(runs) if r is None or not (
@@ -300,10 +312,11 @@ def work(data: str, runs: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "list"))
-    parser.add_argument("--data", default="/work/first_run/data")
+    parser.add_argument("--data", help="the folder make_files.py wrote (run only)")
     parser.add_argument("--runs", default=os.path.join(ROOT, "reports/first_run/runs"))
     args = parser.parse_args()
     if args.action == "run":
+        check_data(parser, args.data, FILES)
         work(args.data, args.runs)
     else:
         for file, route, seed in jobs(args.runs):

@@ -34,3 +34,17 @@ def test_seeds_for_power_are_the_fewest_reaching_it_and_the_pilot_bound_asks_for
     assert planning.power(0.0, 1.0, sd, n - 1, planning.study_level(2, 3)) < 0.8
     assert n > planning.seeds_for_power(0.59, 1.0) > planning.seeds_for_margin(0.59, 1.0)
     assert planning.seeds_for_power(5.0, 1.0, most=12) is None
+
+
+def test_power_where_the_differences_hardly_vary_is_a_certain_decision_not_nan():
+    """Identical paired differences (sd 0) or nearly so: the statistic is (nearly) infinite and the claim decided
+    either way; scipy's noncentral t underflows to NaN in the far tail there, which is no chance at all."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by zero on the way
+        for sd in (0.0, 1e-3, 0.02):
+            assert planning.power(0.0, 1.0, sd, 3) == pytest.approx(1.0), sd
+            assert planning.power(-3.0, 1.0, sd, 3) == pytest.approx(1.0), sd  # shown not within the margin
+        assert planning.power(-1.0, 1.0, 0.0, 3) == 0.0  # exactly at the margin: never either way
+        assert planning.seeds_for_power(0.02, 1.0) == 2

@@ -79,6 +79,9 @@ def study_level(tasks: int, claims: int, alpha: float = 0.025) -> float:
     return alpha / (tasks * claims)
 
 
+FAR_SHIFT = 30.0  # beyond it the far tail of the noncentral t is below 1e-30 at 2 or more df
+
+
 def power(true_difference: float, margin: float, sd: float, n: int, level: float = 0.025) -> float:
     """The chance that a paired t test over `n` seeds decides the claim "as good as within `margin`" (either way:
     the interval's bound at one-sided `level` above -margin, or its other bound below it) when the seed-paired
@@ -93,9 +96,13 @@ def power(true_difference: float, margin: float, sd: float, n: int, level: float
 
     if n < 2:
         return float("nan")
+    if sd == 0:  # every paired difference the same: the statistic is infinite, decided whenever it is not 0
+        return float(true_difference + margin != 0)
     df, shift = n - 1, (true_difference + margin) * np.sqrt(n) / sd
     critical = stats.t.ppf(1 - level, df)
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    tails = stats.nct.sf(critical, df, shift), stats.nct.cdf(-critical, df, shift)
+    # scipy's noncentral t gives NaN for a tail that underflows (a shift of about 50 and beyond at 2 df): it is 0
+    return float(sum(0.0 if np.isnan(p) and abs(shift) > FAR_SHIFT else p for p in tails))
 
 
 def seeds_for_power(sd: float, margin: float, true_difference: float = 0.0, level: float = 0.025,

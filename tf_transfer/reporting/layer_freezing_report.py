@@ -182,7 +182,7 @@ def _figure(path: str, tasks: list, points: dict, results: dict) -> None:
     axis.set_title("dotted and band: full fine-tuning, mean ± std")
     axis.xaxis.get_major_locator().set_params(integer=True)
     axis.grid(alpha=0.3)
-    if tasks:
+    if any(points[task][0] for task in tasks):  # a task with only full fine-tuning has no labelled line
         axis.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,6 +1,7 @@
 """Metrics agree with scikit-learn and SciPy; early stopping stops when it should."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -39,6 +40,9 @@ def test_known_values():
     assert metrics.f1([1, 1, 0, 0], [1, 0, 1, 0]) == 0.5
     assert metrics.mcc([1, 0, 1, 0], [1, 0, 1, 0]) == 1.0
     assert metrics.mcc([1, 0, 1, 0], [0, 1, 0, 1]) == -1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # sklearn warns about the confusion matrix's shape on one label
+        assert metrics.mcc([1, 1, 1], [1, 1, 1]) == metrics.mcc(np.zeros(3, int), np.zeros(3, int)) == 0.0
     assert metrics.compute(["accuracy"], [0, 1], [0, 0]) == {"accuracy": 0.5}
 
 

@@ -30,6 +30,8 @@ def f1(labels, predictions) -> float:
 
 def mcc(labels, predictions) -> float:
     """Matthews correlation (CoLA); 0 when one side is constant."""
+    if len(set(map(int, labels)) | set(map(int, predictions))) < 2:
+        return 0.0  # one label on both sides: sklearn's answer too, without its confusion-matrix shape warning
     return float(skm.matthews_corrcoef(labels, predictions))
 
 

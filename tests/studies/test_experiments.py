@@ -566,6 +566,7 @@ def test_majority_baseline_and_relative_ninety_percent_point():
     assert smallest_reaching({1: 0.5}, 0.8, baseline=0.0) is None
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # matplotlib's: a legend with no labelled line
 def test_layer_freezing_report_of_two_backbones_is_one_report_each(tmp_path, glue_dir):
     study = load_grid("layer_freezing")
     presets = ["all_minilm_l6_v2_en", "distil_bert_base_en_uncased"]

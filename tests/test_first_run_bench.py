@@ -234,3 +234,37 @@ def test_the_regression_check_runs_the_scores_with_regression_and_pairs_stsb_wit
                                                                   "seed1"))]
     assert json.load(open(tmp_path / "run" / "sst5_score" / check.LAST_3 / "seed1" / "process.json"))[
         "exit_status"] == 0
+
+
+def test_the_sweep_check_records_what_the_sweep_said_took_and_recommended_and_judges_the_front(tmp_path):
+    """`sweep_check.py`: a sweep's first line, end and recommendation read from its output, its report kept beside
+    `check.json` per kind of machine, a file checked once; the table places the recommendation against the
+    benchmark's search (seed 0): on the front unless a search route scored at least as well in no more CPU time."""
+    import sweep_check
+
+    runs, checks = str(tmp_path / "runs"), str(tmp_path / "checks")
+    _search(runs, {study.cached(3, 1e-4): (0.90, 400.0), study.cached(2, 3e-4): (0.91, 300.0)})
+    script = ("import os, sys; folder = os.path.join(sys.argv[1], 'sweep', 'f-1'); os.makedirs(folder); "
+              "open(os.path.join(folder, 'README.md'), 'w').write('# Sweep'); "
+              "print('[sweep] an answer over all 5 candidates needs about 28m on 2 workers, one per core; "
+              "--budget=30m (29m left after timing this machine) is enough'); print('epoch 1: ...'); "
+              "print('sweep done; 50.0 min of training on 2 workers in 27.0 min (--budget=30m); report in x'); "
+              "print('Recommended: freeze_k3_lr0.0001: validation accuracy 0.9 over seeds 0, 1, 2; the best mean')")
+    for file in ("sst2", "sst5"):
+        sweep_check.check("/data", file, str(tmp_path / "work"), checks,
+                          make_command=lambda data, f, work: [sys.executable, "-c", script, work])
+    kind = sweep_check.kind()
+    with open(os.path.join(checks, f"sst2-{kind}", "check.json")) as f:
+        record = json.load(f)
+    assert record["fits_said"] == "yes" and record["exit_status"] == 0 and record["recommended"] == "freeze_k3_lr0.0001"
+    assert record["ended"].startswith("sweep done") and record["said"].endswith("is enough")
+    assert os.path.exists(os.path.join(checks, f"sst2-{kind}", "README.md"))
+    sweep_check.check("/data", "sst2", str(tmp_path / "work"), checks, make_command=lambda *a: ["false"])  # kept
+    lines = sweep_check.table(checks, runs)
+    assert len(lines) == 4 and lines[2].startswith(f"| sst2 | {record['machine']['cpu']} ({kind}) |")
+    assert "| 28m | yes |" in lines[2] and "| sweep done | freeze_k3_lr0.0001 | no: last 2 over the cache" in lines[2]
+    assert sweep_check.said("[sweep] an answer over all 5 candidates needs about 33m on 2 workers, one per core, if "
+                            "...; --budget=30m is enough in the first case, in the second ...")["fits_said"] == "likely"
+    assert sweep_check.benchmark_route("freeze_kall_lr5e-05") == study.full(5e-5)
+    assert sweep_check.benchmark_route("lora_r8_k2_lr0.002") is None
+    assert sweep_check.on_front(runs, "sst2", "freeze_k2_lr0.0003").startswith("yes (91.0 points")

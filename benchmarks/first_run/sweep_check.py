@@ -1,0 +1,164 @@
+"""The sweep on the first-run benchmark's files: `python -m tf_transfer.sweep --budget=30m` on each 6,000-row file
+(`make_files.py`), run alone on the machine, one file after another. For each: what it said before training (does
+an answer over all its candidates fit the budget?), what it took (wall time; the target is an end within 33
+minutes), how it ended, what it recommended, and whether that recommendation is on the front the benchmark's
+search drew on the same file (seed 0: best validation score against CPU seconds; `report.search_points`).
+
+    python benchmarks/first_run/sweep_check.py run --data=DATA     # about 30 minutes a file, 2 hours for all four
+    python benchmarks/first_run/sweep_check.py report              # the table, every kind of machine it ran on
+
+A file's check is kept per kind of machine (`avx512` or `avx2`, by the CPU's features) in
+`reports/first_run/sweeps/<file>-<kind>/`: `check.json` (the sweep's first line, wall and CPU seconds, how it
+ended, the commit, the machine) beside the sweep's own report (`README.md`, `candidates.csv`); the sweep's runs stay
+in `--work` (default: `sweeps/` beside `DATA`). A file already checked on this kind of machine is not run again.
+Nothing else should run meanwhile: the sweep plans for, and uses, every core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402  (the benchmark's search runs, the front)
+import study  # noqa: E402  (the files, their columns, the route names)
+
+CHECKS = os.path.join(study.ROOT, "reports/first_run/sweeps")
+BUDGET = "30m"
+ENDS_WITHIN_S = 33 * 60  # the issue's mark: the 30-minute budget and 10% for start-up and the last epoch's scores
+KEPT = ("README.md", "candidates.csv")  # of the sweep's report folder, committed beside check.json
+
+
+def kind() -> str:
+    from tf_transfer.core import machine
+
+    return "avx512" if "avx512f" in machine.describe()["isa"] else "avx2"
+
+
+def command(data: str, file: str, work: str) -> list:
+    columns, label, regression = study.FILES[file]
+    return [sys.executable, "-m", "tf_transfer.sweep", f"--train_file={os.path.join(data, f'{file}_train.csv')}",
+            f"--text_column_names={','.join(columns)}", f"--label_column_name={label}",
+            *(["--regression"] if regression else []), f"--budget={BUDGET}", f"--runs_dir={work}"]
+
+
+def said(output: str) -> dict:
+    """The sweep's first line and how it ended, read from its output."""
+    first = next((line for line in output.splitlines() if line.startswith("[sweep] an answer over all")), None)
+    fits = None if first is None else ("yes" if first.endswith("is enough") else
+                                       "likely" if "is enough in the first case" in first else "no")
+    ended = next((line for line in output.splitlines() if line.startswith("sweep done")
+                  or line.startswith("sweep stopped")), None)
+    recommended = next((line for line in output.splitlines() if line.startswith("Recommended: ")), None)
+    return {"said": first, "fits_said": fits, "ended": ended,
+            "recommended": recommended and recommended.split(": ")[1]}
+
+
+def check(data: str, file: str, work: str, checks: str, make_command=command) -> None:
+    out = os.path.join(checks, f"{file}-{kind()}")
+    if os.path.exists(os.path.join(out, "check.json")):
+        return
+    work = os.path.join(work, file)
+    shutil.rmtree(work, ignore_errors=True)  # an unfinished check starts afresh: its time is the whole sweep's
+    os.makedirs(work)
+    print(f"{time.strftime('%H:%M:%S')} {file}: the sweep starts (log: {work}/log.txt)", flush=True)
+    before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    with open(os.path.join(work, "log.txt"), "w") as log:
+        status = subprocess.call(make_command(data, file, work), stdout=log, stderr=subprocess.STDOUT,
+                                 cwd=study.ROOT)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    from tf_transfer.core import machine
+
+    with open(os.path.join(work, "log.txt")) as f:
+        record = said(f.read())
+    record.update(file=file, exit_status=status, wall_s=time.perf_counter() - wall, budget=BUDGET,
+                  cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+                  commit=_commit(), machine=machine.describe(), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    os.makedirs(out, exist_ok=True)
+    for folder in glob.glob(os.path.join(work, "sweep", "*")):
+        for name in KEPT:
+            if os.path.exists(os.path.join(folder, name)):
+                shutil.copy(os.path.join(folder, name), out)
+    with open(os.path.join(out, "check.json" if status == 0 else "failed.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"{time.strftime('%H:%M:%S')} {file}: exit {status}, {record['wall_s'] / 60:.1f} min; "
+          f"{record['said']}; {record['ended']}", flush=True)
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=study.ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def benchmark_route(candidate: str):
+    """The benchmark's route of a sweep candidate (`freeze_k3_lr0.0001` -> `k3c_lr1e-04`); None for one it never
+    ran (LoRA, BitFit)."""
+    found = re.fullmatch(r"freeze_k(all|\d+)_lr([0-9.e-]+)", candidate or "")
+    if not found:
+        return None
+    rate = float(found.group(2))
+    return study.full(rate) if found.group(1) == "all" else study.cached(int(found.group(1)), rate)
+
+
+def on_front(runs: str, file: str, candidate: str) -> str:
+    """Whether the benchmark's search (seed 0) has a route at least as good at no more CPU time, one of them
+    strictly (then the candidate is off its front), in words."""
+    route, points = benchmark_route(candidate), report.search_points(runs, file)
+    if route not in points:
+        return f"not among the benchmark's routes ({candidate})" if candidate else "nothing recommended"
+    cpu, score, _ = points[route]
+    better = [r for r, (c, s, _) in points.items()
+              if r != route and c <= cpu and s >= score and (c, s) != (cpu, score)]
+    if better:
+        return f"no: {report.route_label(better[0])} scored {points[better[0]][1]:.1f} in {points[better[0]][0]:.0f} s"
+    return f"yes ({score:.1f} points in {cpu:.0f} CPU s)"
+
+
+def table(checks: str, runs: str) -> list:
+    lines = ["| file | machine | commit | said before training | all fit said | took | within 33 min | ended | "
+             "recommended | on the search's front |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(checks, "*", "check.json"))):
+        with open(path) as f:
+            c = json.load(f)
+        needs = re.search(r"needs about ([^;]*?)(?: on \d+ workers| on 1 worker)", c["said"] or "")
+        lines.append(
+            f"| {c['file']} | {c['machine']['cpu']} ({os.path.basename(os.path.dirname(path)).split('-')[-1]}) | "
+            f"{c['commit']} | {needs.group(1) if needs else c['said']} | {c['fits_said']} | "
+            f"{int(c['wall_s'] // 60)}:{int(c['wall_s'] % 60):02d} | {'yes' if c['wall_s'] <= ENDS_WITHIN_S else 'no'} "
+            f"| {(c['ended'] or '').split(';')[0]} | {c['recommended']} | "
+            f"{on_front(runs, c['file'], c['recommended'])} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("run", "report"))
+    parser.add_argument("--data", help="the folder make_files.py wrote (run only)")
+    parser.add_argument("--files", default=",".join(study.FILES), help="comma-separated, of " + ",".join(study.FILES))
+    parser.add_argument("--work", help="where the sweeps' runs go (default: sweeps/ beside --data)")
+    parser.add_argument("--checks", default=CHECKS)
+    parser.add_argument("--benchmark_runs", default=os.path.join(study.ROOT, "reports/first_run/runs"))
+    args = parser.parse_args()
+    files = args.files.split(",")
+    if set(files) - set(study.FILES):
+        parser.error(f"--files: no file {sorted(set(files) - set(study.FILES))[0]!r}; give some of "
+                     f"{','.join(study.FILES)}")
+    if args.action == "run":
+        study.check_data(parser, args.data, files)
+        for file in files:
+            work = args.work or os.path.join(os.path.dirname(os.path.abspath(args.data)), "sweeps")
+            check(args.data, file, work, args.checks)
+    else:
+        print("\n".join(table(args.checks, args.benchmark_runs)))
+
+
+if __name__ == "__main__":
+    main()

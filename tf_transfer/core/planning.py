@@ -79,7 +79,8 @@ def study_level(tasks: int, claims: int, alpha: float = 0.025) -> float:
     return alpha / (tasks * claims)
 
 
-FAR_SHIFT = 30.0  # beyond it the far tail of the noncentral t is below 1e-30 at 2 or more df
+# Beyond it the tail on the far side needs a normal draw 30 SDs out: below 1e-190, whatever the df.
+FAR_SHIFT = 30.0
 
 
 def power(true_difference: float, margin: float, sd: float, n: int, level: float = 0.025) -> float:
@@ -96,7 +97,7 @@ def power(true_difference: float, margin: float, sd: float, n: int, level: float
 
     if n < 2:
         return float("nan")
-    if sd == 0:  # every paired difference the same: the statistic is infinite, decided whenever it is not 0
+    if sd == 0:  # every paired difference the same: an infinite statistic, decided unless the mean is on the margin
         return float(true_difference + margin != 0)
     df, shift = n - 1, (true_difference + margin) * np.sqrt(n) / sd
     critical = stats.t.ppf(1 - level, df)

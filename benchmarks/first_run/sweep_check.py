@@ -94,7 +94,11 @@ def check(data: str, file: str, work: str, checks: str, make_command=command) ->
 
 
 def _commit() -> str:
-    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=study.ROOT, capture_output=True, text=True)
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=study.ROOT, capture_output=True,
+                              text=True)
+    except OSError:  # no git: a copy of the tree
+        return "unknown"
     return done.stdout.strip() or "unknown"
 
 

@@ -260,11 +260,25 @@ def test_the_sweep_check_records_what_the_sweep_said_took_and_recommended_and_ju
     assert record["ended"].startswith("sweep done") and record["said"].endswith("is enough")
     assert os.path.exists(os.path.join(checks, f"sst2-{kind}", "README.md"))
     sweep_check.check("/data", "sst2", str(tmp_path / "work"), checks, make_command=lambda *a: ["false"])  # kept
-    lines = sweep_check.table(checks, runs)
+    lines = sweep_check.table(checks, [runs])
     assert len(lines) == 4 and lines[2].startswith(f"| sst2 | {record['machine']['cpu']} ({kind}) |")
-    assert "| 28m | yes |" in lines[2] and "| sweep done | freeze_k3_lr0.0001 | no: last 2 over the cache" in lines[2]
+    assert "| 28m | yes |" in lines[2]
+    assert "| sweep done | freeze_k3_lr0.0001 | search: no: last 2 over the cache" in lines[2]
+    assert lines[2].endswith("compared seeds: not run there |")
     assert sweep_check.said("[sweep] an answer over all 5 candidates needs about 33m on 2 workers, one per core, if "
                             "...; --budget=30m is enough in the first case, in the second ...")["fits_said"] == "likely"
     assert sweep_check.benchmark_route("freeze_kall_lr5e-05") == study.full(5e-5)
     assert sweep_check.benchmark_route("lora_r8_k2_lr0.002") is None
-    assert sweep_check.on_front(runs, "sst2", "freeze_k2_lr0.0003").startswith("yes (91.0 points")
+    assert sweep_check.on_front([runs], "sst2", "freeze_k2_lr0.0003").startswith("search: yes (91.0 in 300 CPU s)")
+    # The compared seeds' front: mean test score against mean wall time over seeds 1-3, from any runs folder.
+    other = str(tmp_path / "other")
+    for seed in study.COMPARED_SEEDS:
+        _run(runs, "sst2", study.full(1e-4), 0.90, 1000.0, seed=seed, test=0.86)
+        _run(other, "sst2", study.cached(3, 1e-4), 0.90, 400.0, seed=seed, test=0.85)
+        _run(runs, "sst2", study.cached(2, 3e-4), 0.90, 300.0, seed=seed, test=0.84 + 0.01 * (seed == 2))
+    assert sweep_check.on_front([runs, other], "sst2", "freeze_k3_lr0.0001").endswith(
+        "compared seeds: yes (85.0 in 408 s)")
+    assert sweep_check.on_front([runs, other], "sst2", "freeze_kall_lr0.0001").endswith(
+        "compared seeds: yes (86.0 in 1020 s)")
+    assert sweep_check.on_front([runs, other], "lora", "lora_r8_k2_lr0.002") == (
+        "not among the benchmark's routes (lora_r8_k2_lr0.002)")

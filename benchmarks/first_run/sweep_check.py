@@ -1,8 +1,9 @@
 """The sweep on the first-run benchmark's files: `python -m tf_transfer.sweep --budget=30m` on each 6,000-row file
 (`make_files.py`), run alone on the machine, one file after another. For each: what it said before training (does
 an answer over all its candidates fit the budget?), what it took (wall time; the target is an end within 33
-minutes), how it ended, what it recommended, and whether that recommendation is on the front the benchmark's
-search drew on the same file (seed 0: best validation score against CPU seconds; `report.search_points`).
+minutes), how it ended, what it recommended, and whether that recommendation is on the benchmark's front on the
+same file: the search's (seed 0: best validation score against CPU seconds) and the compared seeds' (1-3: mean test
+score against mean wall seconds, where the route ran at them; the regression check's runs included).
 
     python benchmarks/first_run/sweep_check.py run --data=DATA     # about 30 minutes a file, 2 hours for all four
     python benchmarks/first_run/sweep_check.py report              # the table, every kind of machine it ran on
@@ -112,23 +113,48 @@ def benchmark_route(candidate: str):
     return study.full(rate) if found.group(1) == "all" else study.cached(int(found.group(1)), rate)
 
 
-def on_front(runs: str, file: str, candidate: str) -> str:
-    """Whether the benchmark's search (seed 0) has a route at least as good at no more CPU time, one of them
-    strictly (then the candidate is off its front), in words."""
-    route, points = benchmark_route(candidate), report.search_points(runs, file)
-    if route not in points:
-        return f"not among the benchmark's routes ({candidate})" if candidate else "nothing recommended"
-    cpu, score, _ = points[route]
-    better = [r for r, (c, s, _) in points.items()
-              if r != route and c <= cpu and s >= score and (c, s) != (cpu, score)]
+def compared_points(runs_folders: list, file: str) -> dict:
+    """`{route: (mean wall seconds, mean test score)}` of the routes run at every compared seed on `file`, in any of
+    `runs_folders` (the benchmark's runs, the regression check's)."""
+    points = {}
+    for runs in runs_folders:
+        for route in sorted(os.listdir(os.path.join(runs, file))) if os.path.isdir(os.path.join(runs, file)) else []:
+            facts = [report.run_facts(runs, file, route, seed) for seed in study.COMPARED_SEEDS]
+            if all(facts):
+                points[route] = (sum(f["wall_s"] for f in facts) / len(facts),
+                                 sum(f["score"] for f in facts) / len(facts))
+    return points
+
+
+def _placed(route: str, points: dict, seconds: str) -> str:
+    """"yes" where no other route of `points` (`{route: (seconds, score)}`) scored at least as well in no more
+    time, one of them strictly; else "no" and the one that did."""
+    cost, score = points[route][:2]
+    better = [r for r, (c, s, *_) in points.items()
+              if r != route and c <= cost and s >= score and (c, s) != (cost, score)]
     if better:
-        return f"no: {report.route_label(better[0])} scored {points[better[0]][1]:.1f} in {points[better[0]][0]:.0f} s"
-    return f"yes ({score:.1f} points in {cpu:.0f} CPU s)"
+        c, s = points[better[0]][:2]
+        return f"no: {report.route_label(better[0])} {s:.1f} in {c:.0f} {seconds}"
+    return f"yes ({score:.1f} in {cost:.0f} {seconds})"
 
 
-def table(checks: str, runs: str) -> list:
+def on_front(runs_folders: list, file: str, candidate: str) -> str:
+    """Where a recommendation sits against the benchmark's routes on `file`, on two fronts: the search's (seed 0,
+    best validation score against CPU seconds, every route searched) and the compared seeds' (1-3, mean test score
+    against mean wall seconds, the routes run there), in words."""
+    route = benchmark_route(candidate)
+    search = report.search_points(runs_folders[0], file)
+    if route not in search:
+        return f"not among the benchmark's routes ({candidate})" if candidate else "nothing recommended"
+    compared = compared_points(runs_folders, file)
+    return (f"search: {_placed(route, search, 'CPU s')}; compared seeds: "
+            f"{_placed(route, compared, 's') if route in compared else 'not run there'}")
+
+
+def table(checks: str, runs_folders: list) -> list:
     lines = ["| file | machine | commit | said before training | all fit said | took | within 33 min | ended | "
-             "recommended | on the search's front |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "recommended | on the benchmark's front (points in seconds) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(glob.glob(os.path.join(checks, "*", "check.json"))):
         with open(path) as f:
             c = json.load(f)
@@ -138,7 +164,7 @@ def table(checks: str, runs: str) -> list:
             f"{c['commit']} | {needs.group(1) if needs else c['said']} | {c['fits_said']} | "
             f"{int(c['wall_s'] // 60)}:{int(c['wall_s'] % 60):02d} | {'yes' if c['wall_s'] <= ENDS_WITHIN_S else 'no'} "
             f"| {(c['ended'] or '').split(';')[0]} | {c['recommended']} | "
-            f"{on_front(runs, c['file'], c['recommended'])} |")
+            f"{on_front(runs_folders, c['file'], c['recommended'])} |")
     return lines
 
 
@@ -150,6 +176,7 @@ def main() -> None:
     parser.add_argument("--work", help="where the sweeps' runs go (default: sweeps/ beside --data)")
     parser.add_argument("--checks", default=CHECKS)
     parser.add_argument("--benchmark_runs", default=os.path.join(study.ROOT, "reports/first_run/runs"))
+    parser.add_argument("--regression_runs", default=os.path.join(study.ROOT, "reports/first_run/regression_check"))
     args = parser.parse_args()
     files = args.files.split(",")
     if set(files) - set(study.FILES):
@@ -161,7 +188,7 @@ def main() -> None:
             work = args.work or os.path.join(os.path.dirname(os.path.abspath(args.data)), "sweeps")
             check(args.data, file, work, args.checks)
     else:
-        print("\n".join(table(args.checks, args.benchmark_runs)))
+        print("\n".join(table(args.checks, [args.benchmark_runs, args.regression_runs])))
 
 
 if __name__ == "__main__":

@@ -260,11 +260,18 @@ def test_the_sweep_check_records_what_the_sweep_said_took_and_recommended_and_ju
     assert record["ended"].startswith("sweep done") and record["said"].endswith("is enough")
     assert os.path.exists(os.path.join(checks, f"sst2-{kind}", "README.md"))
     sweep_check.check("/data", "sst2", str(tmp_path / "work"), checks, make_command=lambda *a: ["false"])  # kept
+    assert not os.path.exists(os.path.join(checks, f"sst2-{kind}", "failed.json"))
+    sweep_check.check("/data", "quora", str(tmp_path / "work"), checks, make_command=lambda *a: ["false"])
+    with open(os.path.join(checks, f"quora-{kind}", "failed.json")) as f:
+        assert json.load(f)["exit_status"] == 1  # and not in the table; the next run tries it again
+    sweep_check.check("/data", "quora", str(tmp_path / "work"), checks,
+                      make_command=lambda data, f, work: [sys.executable, "-c", script, work])
+    assert sorted(os.listdir(os.path.join(checks, f"quora-{kind}"))) == ["README.md", "check.json"]
     lines = sweep_check.table(checks, [runs])
-    assert len(lines) == 4 and lines[2].startswith(f"| sst2 | {record['machine']['cpu']} ({kind}) |")
-    assert "| 28m | yes |" in lines[2]
-    assert "| sweep done | freeze_k3_lr0.0001 | search: no: last 2 over the cache" in lines[2]
-    assert lines[2].endswith("compared seeds: not run there |")
+    assert len(lines) == 5 and lines[3].startswith(f"| sst2 | {record['machine']['cpu']} ({kind}) |")
+    assert "| 28m | yes |" in lines[3]
+    assert "| sweep done | freeze_k3_lr0.0001 | search: no: last 2 over the cache" in lines[3]
+    assert lines[3].endswith("compared seeds: not run there |")
     assert sweep_check.said("[sweep] an answer over all 5 candidates needs about 33m on 2 workers, one per core, if "
                             "...; --budget=30m is enough in the first case, in the second ...")["fits_said"] == "likely"
     assert sweep_check.benchmark_route("freeze_kall_lr5e-05") == study.full(5e-5)

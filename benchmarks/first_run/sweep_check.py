@@ -89,7 +89,9 @@ def check(data: str, file: str, work: str, checks: str, make_command=command) ->
             if os.path.exists(os.path.join(folder, name)):
                 shutil.copy(os.path.join(folder, name), out)
     with open(os.path.join(out, "check.json" if status == 0 else "failed.json"), "w") as f:
-        json.dump(record, f, indent=1)
+        json.dump(record, f, indent=1)  # a failed check is run again by the next `run`: its log says why
+    if status == 0 and os.path.exists(os.path.join(out, "failed.json")):
+        os.remove(os.path.join(out, "failed.json"))  # an earlier attempt's
     print(f"{time.strftime('%H:%M:%S')} {file}: exit {status}, {record['wall_s'] / 60:.1f} min; "
           f"{record['said']}; {record['ended']}", flush=True)
 

@@ -8,7 +8,7 @@ score against mean wall seconds, where the route ran at them; the regression che
     python benchmarks/first_run/sweep_check.py run --data=DATA     # about 30 minutes a file, 2 hours for all four
     python benchmarks/first_run/sweep_check.py report              # the table, every kind of machine it ran on
 
-A file's check is kept per kind of machine (`avx512` or `avx2`, by the CPU's features) in
+A file's check is kept per kind of machine (`avx512`, `avx2` or `other`, by the CPU's features) in
 `reports/first_run/sweeps/<file>-<kind>/`: `check.json` (the sweep's first line, wall and CPU seconds, how it
 ended, the commit, the machine) beside the sweep's own report (`README.md`, `candidates.csv`); the sweep's runs stay
 in `--work` (default: `sweeps/` beside `DATA`). A file already checked on this kind of machine is not run again.
@@ -39,9 +39,11 @@ KEPT = ("README.md", "candidates.csv")  # of the sweep's report folder, committe
 
 
 def kind() -> str:
+    """`avx512`, `avx2` or `other`: the vector units the sweep's speed follows (a check names its CPU too)."""
     from tf_transfer.core import machine
 
-    return "avx512" if "avx512f" in machine.describe()["isa"] else "avx2"
+    isa = machine.describe()["isa"]
+    return "avx512" if "avx512f" in isa else "avx2" if "avx2" in isa else "other"
 
 
 def command(data: str, file: str, work: str) -> list:

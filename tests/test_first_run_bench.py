@@ -289,3 +289,16 @@ def test_the_sweep_check_records_what_the_sweep_said_took_and_recommended_and_ju
         "compared seeds: yes (86.0 in 1020 s)")
     assert sweep_check.on_front([runs, other], "lora", "lora_r8_k2_lr0.002") == (
         "not among the benchmark's routes (lora_r8_k2_lr0.002)")
+    # Times compare on one kind of machine: a faster CPU's better run does not push a route off the front, and a
+    # route whose seeds ran on several kinds has no one machine's mean time.
+    faster, mixed = str(tmp_path / "faster"), str(tmp_path / "mixed")
+    _run(runs, "sst2", study.cached(2, 1e-4), 0.89, 250.0)  # searched at seed 0
+    for seed in study.COMPARED_SEEDS:
+        _run(faster, "sst2", study.cached(2, 1e-4), 0.90, 200.0, seed=seed, test=0.87, cpu="Intel Xeon")
+        _run(mixed, "sst2", study.full(5e-5), 0.90, 900.0, seed=seed, cpu="Intel Xeon" if seed == 1 else "AMD EPYC")
+    assert sweep_check.on_front([runs, other, faster], "sst2", "freeze_k3_lr0.0001").endswith(
+        "compared seeds: yes (85.0 in 408 s)")
+    assert sweep_check.on_front([runs, other, faster], "sst2", "freeze_k2_lr0.0001").endswith(
+        "compared seeds: yes (87.0 in 204 s)")
+    assert sweep_check.on_front([runs, mixed], "sst2", "freeze_kall_lr5e-05").endswith(
+        "compared seeds: its seeds ran on several kinds of machine")

@@ -118,20 +118,22 @@ def benchmark_route(candidate: str):
 
 
 def compared_points(runs_folders: list, file: str) -> dict:
-    """`{route: (mean wall seconds, mean test score)}` of the routes run at every compared seed on `file`, in any of
-    `runs_folders` (the benchmark's runs, the regression check's)."""
+    """`{route: (mean wall seconds, mean test score, kind of machine)}` of the routes run at every compared seed on
+    `file`, in any of `runs_folders` (the benchmark's runs, the regression check's); `None` for a route whose seeds ran
+    on several kinds of machine (`study.machine_kind`): its mean time is no one machine's."""
     points = {}
     for runs in runs_folders:
         for route in sorted(os.listdir(os.path.join(runs, file))) if os.path.isdir(os.path.join(runs, file)) else []:
             facts = [report.run_facts(runs, file, route, seed) for seed in study.COMPARED_SEEDS]
             if all(facts):
+                kinds = {study.machine_kind(runs, file, route, seed) for seed in study.COMPARED_SEEDS}
                 points[route] = (sum(f["wall_s"] for f in facts) / len(facts),
-                                 sum(f["score"] for f in facts) / len(facts))
+                                 sum(f["score"] for f in facts) / len(facts), kinds.pop()) if len(kinds) == 1 else None
     return points
 
 
 def _placed(route: str, points: dict, seconds: str) -> str:
-    """"yes" where no other route of `points` (`{route: (seconds, score)}`) scored at least as well in no more
+    """"yes" where no other route of `points` (`{route: (seconds, score, ...)}`) scored at least as well in no more
     time, one of them strictly; else "no" and the one that did."""
     cost, score = points[route][:2]
     better = [r for r, (c, s, *_) in points.items()
@@ -145,14 +147,19 @@ def _placed(route: str, points: dict, seconds: str) -> str:
 def on_front(runs_folders: list, file: str, candidate: str) -> str:
     """Where a recommendation sits against the benchmark's routes on `file`, on two fronts: the search's (seed 0,
     best validation score against CPU seconds, every route searched) and the compared seeds' (1-3, mean test score
-    against mean wall seconds, the routes run there), in words."""
+    against mean wall seconds, the routes run there on the same kind of machine as it), in words."""
     route = benchmark_route(candidate)
     search = report.search_points(runs_folders[0], file)
     if route not in search:
         return f"not among the benchmark's routes ({candidate})" if candidate else "nothing recommended"
     compared = compared_points(runs_folders, file)
-    return (f"search: {_placed(route, search, 'CPU s')}; compared seeds: "
-            f"{_placed(route, compared, 's') if route in compared else 'not run there'}")
+    if route not in compared:
+        placed = "not run there"
+    elif compared[route] is None:
+        placed = "its seeds ran on several kinds of machine"
+    else:  # times compare on one kind of machine only
+        placed = _placed(route, {r: p for r, p in compared.items() if p and p[2] == compared[route][2]}, "s")
+    return f"search: {_placed(route, search, 'CPU s')}; compared seeds: {placed}"
 
 
 def table(checks: str, runs_folders: list) -> list:

@@ -226,6 +226,17 @@ def test_the_regression_check_runs_the_scores_with_regression_and_pairs_stsb_wit
     assert "| 83.0, 84.0, 82.0 | -2.0 [-2.0, -2.0] | 40% [40%, 40%] | target missed |" in last_3
     assert len([row for row in lines if row.startswith("| sst5_score")]) == 3
     assert not any("Contended" in row for row in lines)
+    # A pair's times compare on one kind of machine: STS-B's last 3 at seed 2 on another CPU leaves STS-B unpaired.
+    moved = os.path.join(ours, "stsb", check.LAST_3, "seed2", "process.json")
+    with open(moved) as f:
+        process = json.load(f)
+    with open(moved, "w") as f:
+        json.dump({**process, "machine": {"cpu": "Intel Xeon", "isa": ["avx512f"]}}, f)
+    lines = check.table(ours, benchmark)
+    assert [row for row in lines if row.startswith("| stsb")] == [
+        "| stsb | seeds 2 ran on several kinds of machine: AMD EPYC (avx2); Intel Xeon (avx512f) | | | | |",
+        "| stsb | not every run has completed on one kind of machine | | | | |"]
+    assert len([row for row in lines if row.startswith("| sst5_score")]) == 3
     # `run` hands the benchmark's runner its own command: the job runs it and records its process.
     made = []
     study.run_job("/data", str(tmp_path / "run"), "sst5_score", check.LAST_3, 1,

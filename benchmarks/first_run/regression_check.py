@@ -55,11 +55,15 @@ def table(runs: str, benchmark_runs: str) -> list:
              "share of its wall time [95%] | verdict (within 1 point at <= 40%) |", "|---|---|---|---|---|---|"]
     contended = []
     for file in FILES:
-        facts = {route: [report.run_facts(benchmark_runs if (file, route) in FROM_BENCHMARK else runs, file, route,
-                                          seed) for seed in study.COMPARED_SEEDS] for route in ROUTES}
-        if not all(all(found) for found in facts.values()):
-            lines.append(f"| {file} | not every run has completed | | | | |")
+        folders = {route: benchmark_runs for name, route in FROM_BENCHMARK if name == file}
+        pairs, mixed = report.compared(runs, file, ROUTES, folders)  # every route at a seed, on one kind of machine
+        if mixed:
+            lines.append(f"| {file} | seeds {', '.join(map(str, sorted(mixed)))} ran on several kinds of machine: "
+                         f"{'; '.join(sorted({k for kinds in mixed.values() for k in kinds}))} | | | | |")
+        if len(pairs) < len(study.COMPARED_SEEDS):
+            lines.append(f"| {file} | not every run has completed on one kind of machine | | | | |")
             continue
+        facts = {route: [pairs[seed][route] for seed in study.COMPARED_SEEDS] for route in ROUTES}
         reference = facts[FULL]
         for route in ROUTES:
             scores = ", ".join(f"{f['score']:.1f}" for f in facts[route])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Optional
 
 import numpy as np
 
@@ -54,14 +55,16 @@ def run_facts(runs: str, file: str, route: str, seed: int):
             "contended": min(ratios) < CONTENDED if ratios else False}
 
 
-def compared(runs: str, file: str, routes: list) -> tuple:
+def compared(runs: str, file: str, routes: list, folders: Optional[dict] = None) -> tuple:
     """`({seed: {route: facts}}, mixed)`: the compared seeds whose every route completed on one kind of machine, and
-    `{seed: kinds}` of those whose routes completed on several (a pair's times compare only on one)."""
+    `{seed: kinds}` of those whose routes completed on several (a pair's times compare only on one). A route's runs
+    are in `runs`, or in `folders[route]` (another study's runs paired with these)."""
     found, mixed = {}, {}
+    folder = lambda route: (folders or {}).get(route, runs)  # noqa: E731
     for seed in study.COMPARED_SEEDS:
-        facts = {route: run_facts(runs, file, route, seed) for route in routes}
+        facts = {route: run_facts(folder(route), file, route, seed) for route in routes}
         if all(facts.values()):
-            kinds = sorted({study.machine_kind(runs, file, route, seed) for route in routes})
+            kinds = sorted({study.machine_kind(folder(route), file, route, seed) for route in routes})
             if len(kinds) > 1:
                 mixed[seed] = kinds
             else:

@@ -872,8 +872,9 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     # The budget it suggests adds what the probe took of the one given (here 60 s of 1,560).
     assert sweep_plan.first_line(short, 1500, "26m", timing_s=60).endswith(
         f"give --budget={sweep_plan._minutes(short.needed_s + 60, up=True)} for all")
-    assert (f"decides among the {short.reached} cheapest of them, full fine-tuning not among them (about "
-            in sweep_plan.first_line(short, 1500))
+    assert (f"decides among the {short.reached} cheapest of them (about " in sweep_plan.first_line(short, 1500))
+    assert ("), more where successive halving stops some early (full fine-tuning, queued last, only then): give "
+            "--budget=") in sweep_plan.first_line(short, 1500)
     # Queued cheapest first, full fine-tuning meets the others at the rungs: the line says first what an answer
     # needs where successive halving stops it by epoch 3 (its later epochs and further seeds not trained), then the
     # bound; with a budget between the two, that the budget is enough in the first case.

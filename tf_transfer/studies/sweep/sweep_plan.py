@@ -326,10 +326,13 @@ def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Op
         return (f"[sweep] {needed}; {budget} is enough in the first case, in the second decides among the "
                 f"{p.reached} cheapest (about {_minutes(p.spent_s)}): give --budget={give} for all in "
                 f"either")
-    among = (f"full fine-tuning and the {p.reached - 1} cheapest of the others" if p.full_first else
-             f"the {p.reached} cheapest of them" + ("" if p.reached == p.candidates else
-                                                   ", full fine-tuning not among them"))
-    return (f"[sweep] {needed}; {budget} decides among {among} (about {_minutes(p.spent_s)}): "
+    if p.full_first:
+        among, rest = f"full fine-tuning and the {p.reached - 1} cheapest of the others", ""
+    else:  # a run stopped early frees its time: sweeps on the benchmark's files reached more, full fine-tuning too
+        among = f"the {p.reached} cheapest of them"
+        rest = "" if p.reached == p.candidates else \
+            ", more where successive halving stops some early (full fine-tuning, queued last, only then)"
+    return (f"[sweep] {needed}; {budget} decides among {among} (about {_minutes(p.spent_s)}){rest}: "
             f"give --budget={give} for all")
 
 

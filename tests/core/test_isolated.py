@@ -20,6 +20,23 @@ def test_an_error_in_the_child_is_raised_here_with_its_type_and_message():
         isolated.call(_fail, "no RTE/ folder")
 
 
+def _log_a_line(text):
+    from absl import logging
+
+    from tf_transfer.core import cli
+
+    cli.log_like_a_command()
+    logging.info(text)
+
+
+def test_a_child_logs_at_info_without_absls_warning_about_unparsed_flags(capfd):
+    """A grid's run or a sweep's trial in its child: its first log line is its own, not absl's "WARNING: Logging
+    before flag parsing goes to stderr." (printed before every trial of a sweep, 2026-11-30)."""
+    isolated.call(_log_a_line, "epoch 1: 2.0 s")
+    err = capfd.readouterr().err
+    assert "] epoch 1: 2.0 s" in err and "flag parsing" not in err, err
+
+
 _SLEEPER = '''
 import os, time
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 
 import pytest
@@ -417,6 +418,12 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     assert done.returncode == 0, done.stderr[-3000:]
     final = done.stdout.strip().splitlines()[-1]
     assert final.startswith(("Recommended: ", "Nothing to recommend: ")) and done.stdout.count(final) == 1
+    # Each line a run logs or prints says whose it is (two workers' runs write into one terminal at once).
+    epochs = re.findall(r"\] \[(\S+) seed (\d)\] epoch \d: ", done.stderr)
+    assert {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01"} <= {name for name, _ in epochs}, done.stderr[-3000:]
+    assert not re.search(r"\.py:\d+\] epoch \d: ", done.stderr), done.stderr[-3000:]  # untagged
+    assert "[lora_r2_kall_lr0.01 seed 0] trainable parameters per block" in done.stdout
+    assert "\n[lora_r2_kall_lr0.01 seed 0] block_0 " in done.stdout, done.stdout[-3000:]
     # Before it trains, it says what an answer needs, measured on this machine and these data.
     first = done.stdout.splitlines()[0]
     assert first.startswith("[sweep] an answer over all 2 candidates needs about ") and "--budget=10m" in first, first

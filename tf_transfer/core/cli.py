@@ -25,6 +25,19 @@ def fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
+def log_like_a_command() -> None:
+    """In a child process a command started (`tf_transfer.core.isolated`: a grid's run, a sweep's trial): absl's
+    log lines at INFO, as the command's own process prints them. The child never parses a command line, so absl's
+    flags are marked parsed: otherwise its first log line is preceded by absl's "WARNING: Logging before flag
+    parsing goes to stderr." (once per run of a grid, per trial of a sweep)."""
+    from absl import logging
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    logging.use_absl_handler()
+    logging.set_verbosity(logging.INFO)
+
+
 # The command line last parsed (a command asks whether it named a --flagfile: absl keeps no record of one).
 ARGV: list = []
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 from absl import logging
 
-from tf_transfer.core import isolated
+from tf_transfer.core import cli, isolated
 from tf_transfer.core.errors import TransferError
 from tf_transfer.studies import grid
 from tf_transfer.studies.glue.glue_settings import GlueSettings
@@ -129,7 +129,6 @@ def _run(study, name: str, selected: list, options: GridOptions) -> dict:
 def _train_run(study, settings: dict, folder: str) -> None:
     import keras
 
-    logging.use_absl_handler()  # a child process logs as its parent does
-    logging.set_verbosity(logging.INFO)
+    cli.log_like_a_command()
     keras.backend.clear_session()  # with --noisolate_runs one process runs many models: drop the previous one
     grid.train_run(study, settings, folder)

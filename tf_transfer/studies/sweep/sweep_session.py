@@ -18,6 +18,7 @@ tf_transfer.core.errors.TransferError: the sweep needs --budget: the wall time i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -28,7 +29,7 @@ from typing import Callable, Optional
 
 from absl import logging
 
-from tf_transfer.core import isolated
+from tf_transfer.core import cli, isolated
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import methods as methods_lib
 from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
@@ -316,9 +317,57 @@ def _sweep_place(options: SweepOptions, dataset: str, identity: dict) -> tuple:
     return os.path.join(options.runs_dir, "sweep", name), name
 
 
-def _train_trial(*args, **kwargs) -> dict:
+def _train_trial(where: tuple, trial_id: int, settings: dict, folder: str, *args, **kwargs) -> dict:
     from tf_transfer.studies.sweep import sweep_trial
 
-    logging.use_absl_handler()
-    logging.set_verbosity(logging.INFO)
-    return sweep_trial.train_trial(*args, **kwargs)
+    cli.log_like_a_command()
+    # The run's lines name it as the sweep's own line that started it does: "<candidate> seed <n>".
+    tag = f"{os.path.basename(os.path.dirname(folder))} seed {os.path.basename(folder).removeprefix('seed')}"
+    with tagged_lines(tag):
+        return sweep_trial.train_trial(where, trial_id, settings, folder, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def tagged_lines(tag: str):
+    """Each line a trial's run logs (its epochs, its cache, its compilation) or prints (its parameter table)
+    begins with `[tag] `: on two workers, two runs write into one terminal at once, and each line must say whose it
+    is. A line that already names its source (`[sweep] ...`) is left as it is.
+
+    >>> with tagged_lines("lora_r8_k2_lr0.002 seed 1"):
+    ...     print("part  trainable")
+    [lora_r8_k2_lr0.002 seed 1] part  trainable
+    """
+    prefix = f"[{tag}] "
+
+    def tag_record(record) -> bool:
+        if not str(record.msg).startswith("["):
+            record.msg = prefix + str(record.msg)
+        return True
+
+    logger = logging.get_absl_logger()
+    logger.addFilter(tag_record)
+    try:
+        with contextlib.redirect_stdout(_TaggedStream(sys.stdout, prefix)):
+            yield
+    finally:
+        logger.removeFilter(tag_record)
+
+
+class _TaggedStream:
+    """A text stream that writes `prefix` before each line to `stream` (lines starting "[" as they are)."""
+
+    def __init__(self, stream, prefix: str):
+        self._stream, self._prefix, self._at_line_start = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines(keepends=True):
+            tagged = self._at_line_start and not line.startswith("[") and line.strip()
+            self._stream.write(self._prefix + line if tagged else line)
+            self._at_line_start = line.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str):  # isatty, encoding, fileno...: the stream's
+        return getattr(self._stream, name)

@@ -10,6 +10,7 @@ Only training steps are timed, after --warmup_steps (which include compilation).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 
@@ -20,10 +21,12 @@ from tf_transfer import glue  # noqa: F401  (defines the trainer's flags, which 
 
 FLAGS = flags.FLAGS
 # The trainer's flags, with its defaults but for packed batches (the same model on fewer tokens; padded batches:
-# --padding=bucket, and with --jit_compile=true, whose one program per row count packing does not suit).
-COMMAND_FLAGS = {**glue.COMMAND_FLAGS,
-                 "padding": ("pack", glue.COMMAND_FLAGS["padding"][1] + " The benchmark's default: pack (bucket "
-                                                                         "with --jit_compile=true).")}
+# --padding=bucket, and with --jit_compile=true, whose one program per row count packing does not suit). A view of
+# the trainer's, not a copy: a training method registered later brings its flags to both, and takes them out of both.
+COMMAND_FLAGS = collections.ChainMap(
+    {"padding": ("pack", glue.COMMAND_FLAGS["padding"][1] + " The benchmark's default: pack (bucket with "
+                                                            "--jit_compile=true).")},
+    glue.COMMAND_FLAGS)
 
 flags.DEFINE_integer("steps", 16, "Training steps to time.")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed training steps first (compilation happens here).")

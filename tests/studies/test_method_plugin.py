@@ -168,6 +168,7 @@ def test_a_method_registered_outside_the_package_brings_its_setting_to_the_glue_
         tmp_path, glue_dir, one_block_preset):
     from absl import flags
 
+    import tf_transfer.bench as bench
     import tf_transfer.glue as glue
     import tf_transfer.stack as stack
     from tf_transfer.studies.glue.glue_settings import GlueSettings
@@ -178,6 +179,7 @@ def test_a_method_registered_outside_the_package_brings_its_setting_to_the_glue_
     try:
         for settings_class, command in ((GlueSettings, glue), (StackSettings, stack)):  # stack: trained before it
             assert "betas_only" in settings_class.__dataclass_fields__ and "betas_only" in command.COMMAND_FLAGS
+        assert "betas_only" in bench.COMMAND_FLAGS  # the benchmark takes the trainer's flags
         result = run_module("tf_transfer.glue", "--task=rte", f"--data_dir={glue_dir}", f"--preset={one_block_preset}",
                             "--method=layernorm_parts", "--betas_only", "--lr=1e-2", "--max_epochs=1",
                             "--batch_size=8", "--max_seq_length=16", "--max_train_examples=16",
@@ -194,5 +196,5 @@ def test_a_method_registered_outside_the_package_brings_its_setting_to_the_glue_
     # Taken out again: no flag, setting or `config` entry of later runs in this process has it.
     for settings_class, command in ((GlueSettings, glue), (StackSettings, stack)):
         assert "betas_only" not in settings_class.__dataclass_fields__ and "betas_only" not in command.COMMAND_FLAGS
-    assert "betas_only" not in flags.FLAGS
+    assert "betas_only" not in flags.FLAGS and "betas_only" not in bench.COMMAND_FLAGS
     assert list(GlueSettings(task="rte").to_dict().items()) == before

@@ -424,6 +424,10 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     assert not re.search(r"\.py:\d+\] epoch \d: ", done.stderr), done.stderr[-3000:]  # untagged
     assert "[lora_r2_kall_lr0.01 seed 0] trainable parameters per block" in done.stdout
     assert "\n[lora_r2_kall_lr0.01 seed 0] block_0 " in done.stdout, done.stdout[-3000:]
+    # And the sweep says how each candidate's run ended, as its trial was told.
+    ends = dict(re.findall(r"^\[sweep\] (\S+) seed 0: (done|stopped by successive halving) after \d epochs? \(best "
+                           r"validation accuracy \d\.\d{3}\), \d+\.\d min$", done.stdout, flags=re.M))
+    assert set(ends) == {"freeze_kall_lr0.01", "lora_r2_kall_lr0.01"}, done.stdout[-3000:]
     # Before it trains, it says what an answer needs, measured on this machine and these data.
     first = done.stdout.splitlines()[0]
     assert first.startswith("[sweep] an answer over all 2 candidates needs about ") and "--budget=10m" in first, first
@@ -450,6 +454,8 @@ def test_sweep_command_runs_every_candidate_recommends_and_a_rerun_goes_on_after
     ran = [t for t in by_state.get("COMPLETE", []) + by_state.get("PRUNED", [])
            if t.params["seed"] == 0 and not t.user_attrs.get("reference")]
     assert sorted(t.params["candidate"] for t in ran) == sorted(names)  # every candidate once, the killed one too
+    assert {t.params["candidate"]: t.state.name for t in ran} == {
+        name: "PRUNED" if how.startswith("stopped") else "COMPLETE" for name, how in ends.items()}
     for name in study.user_attrs.get("seed_round") or []:  # those that beat the constant prediction at seed 0
         assert any(t.params == {"candidate": name, "seed": 1} for t in by_state["COMPLETE"])
     report = (sweep_dir / "README.md").read_text()

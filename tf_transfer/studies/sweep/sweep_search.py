@@ -328,9 +328,28 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
                 return
             _keep_run(trial, folder, result.get("pruned_at"))
             _tell(study, trial, name, result, start, ended, max_epochs, log)
+            if not is_reference:  # the reference's end is the first rung's line (`sweep_rung.set_first_rung`)
+                log(ended_line(name, seed, result, (trial.user_attrs.get("run") or {}).get("metric"), ended - start))
     except optuna.exceptions.UpdateFinishedTrialError:
         log(f"[sweep] {name} seed {seed}: another process took this one for dead (no heartbeat for "
             f"{sweep_storage.GRACE_BEATS} beats) and queued its trial again; its run stays in {folder}")
+
+
+def ended_line(name: str, seed: int, result: dict, metric: Optional[str], took_s: float) -> str:
+    """The sweep's line when a candidate's run has ended: how (done by its own stopping rule, stopped by successive
+    halving, cut by the budget), after how many epochs, its best validation score and the wall time it took.
+
+    >>> ended = {"pruned": True, "epochs": 1, "value": 0.468}
+    >>> print(ended_line("freeze_k2_lr0.0003", 0, ended, "accuracy", 82.3))  # doctest: +NORMALIZE_WHITESPACE
+    [sweep] freeze_k2_lr0.0003 seed 0: stopped by successive halving after 1 epoch (best validation accuracy 0.468),
+    1.4 min
+    """
+    how = "stopped by successive halving" if result.get("pruned") else \
+        "cut by the budget" if result.get("cut") == "budget" else "done"
+    epochs = result.get("epochs") or 0
+    score = "no score" if result.get("value") is None else f"best validation {metric or 'score'} {result['value']:.3f}"
+    return (f"[sweep] {name} seed {seed}: {how} after {epochs} epoch{'s' * (epochs != 1)} ({score}), "
+            f"{took_s / 60:.1f} min")
 
 
 def _stop_sweep_on(error: Exception, folder: str) -> None:

@@ -4,6 +4,7 @@ report's target verdict on interval bounds. Fabricated run records, no training.
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -313,3 +314,8 @@ def test_the_sweep_check_records_what_the_sweep_said_took_and_recommended_and_ju
         "compared seeds: yes (87.0 in 204 s)")
     assert sweep_check.on_front([runs, mixed], "sst2", "freeze_kall_lr5e-05").endswith(
         "compared seeds: its seeds ran on several kinds of machine")
+    # A route with its compared seeds in two folders stands for neither silently.
+    again = str(tmp_path / "again")
+    shutil.copytree(other, again)
+    with pytest.raises(ValueError, match=r"sst2: .* in both .*/other and .*/again: keep one"):
+        sweep_check.compared_points([runs, other, again], "sst2")

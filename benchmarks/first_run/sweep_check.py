@@ -120,12 +120,17 @@ def benchmark_route(candidate: str):
 def compared_points(runs_folders: list, file: str) -> dict:
     """`{route: (mean wall seconds, mean test score, kind of machine)}` of the routes run at every compared seed on
     `file`, in any of `runs_folders` (the benchmark's runs, the regression check's); `None` for a route whose seeds ran
-    on several kinds of machine (`study.machine_kind`): its mean time is no one machine's."""
-    points = {}
+    on several kinds of machine (`study.machine_kind`): its mean time is no one machine's. A route run at those
+    seeds in two of the folders is refused (`ValueError`): which one's runs it stands for is the user's choice."""
+    points, found_in = {}, {}
     for runs in runs_folders:
         for route in sorted(os.listdir(os.path.join(runs, file))) if os.path.isdir(os.path.join(runs, file)) else []:
             facts = [report.run_facts(runs, file, route, seed) for seed in study.COMPARED_SEEDS]
             if all(facts):
+                if route in found_in:
+                    raise ValueError(f"{file}: {route} has runs at seeds {study.COMPARED_SEEDS} in both "
+                                     f"{found_in[route]} and {runs}: keep one (move the other aside)")
+                found_in[route] = runs
                 kinds = {study.machine_kind(runs, file, route, seed) for seed in study.COMPARED_SEEDS}
                 points[route] = (sum(f["wall_s"] for f in facts) / len(facts),
                                  sum(f["score"] for f in facts) / len(facts), kinds.pop()) if len(kinds) == 1 else None

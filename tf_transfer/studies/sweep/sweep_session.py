@@ -321,9 +321,9 @@ def _train_trial(where: tuple, trial_id: int, settings: dict, folder: str, *args
     from tf_transfer.studies.sweep import sweep_trial
 
     cli.log_like_a_command()
-    # The run's lines name it as the sweep's own line that started it does: "<candidate> seed <n>".
-    tag = f"{os.path.basename(os.path.dirname(folder))} seed {os.path.basename(folder).removeprefix('seed')}"
-    with tagged_lines(tag):
+    # The run's lines name it as the sweep's line that started it does: "<candidate> seed <n>" (its folder is
+    # `sweep_search.run_folder`'s, named after the candidate).
+    with tagged_lines(f"{os.path.basename(os.path.dirname(folder))} seed {settings['seed']}"):
         return sweep_trial.train_trial(where, trial_id, settings, folder, *args, **kwargs)
 
 

@@ -54,6 +54,9 @@ class Task:
     # Called with each epoch's record after it is scored; True ends the run there (a sweep's pruner, its budget),
     # `engine.PAUSE` ends it unfinished, to resume later (a sweep's reference).
     after_epoch: Optional[Callable] = None
+    # Whether `parameter_table` prints the table (it is in `summary.json` either way): a sweep's trials do not, its
+    # report has each candidate's trainable parameters and a table per trial buried its own lines.
+    print_table: bool = True
     # Settings introduced after runs were made, with the value those runs had (`RunFolder`).
     added_settings: Optional[dict] = None
     # The kind of its `summary.json` in `tf_transfer.training.run_record` (every write is checked against it); None:
@@ -87,13 +90,14 @@ class Task:
         raise NotImplementedError
 
     def parameter_table(self) -> Optional[list]:
-        """The trainable and total parameters per block (`freezing.parameter_table`), printed by the runner and
+        """The trainable and total parameters per block (`freezing.parameter_table`), printed (`print_table`) and
         given to `fresh_summary`; None where it is the stages' to say."""
         from tf_transfer.models import freezing
 
         table = freezing.parameter_table(self.model, self.backbone)
-        print(f"trainable parameters per block ({self.describe()}):")
-        print(freezing.format_table(table), flush=True)
+        if self.print_table:
+            print(f"trainable parameters per block ({self.describe()}):")
+            print(freezing.format_table(table), flush=True)
         return table
 
     def describe(self) -> str:

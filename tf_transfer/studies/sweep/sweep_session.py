@@ -329,7 +329,7 @@ def _train_trial(where: tuple, trial_id: int, settings: dict, folder: str, *args
 
 @contextlib.contextmanager
 def tagged_lines(tag: str):
-    """Each line a trial's run logs (its epochs, its cache, its compilation) or prints (its parameter table)
+    """Each line a trial's run logs (its epochs, its cache, its compilation) or prints (an AutoFreeze run's freezes)
     begins with `[tag] `: on two workers, two runs write into one terminal at once, and each line must say whose it
     is. A line that already names its source (`[sweep] ...`) is left as it is.
 

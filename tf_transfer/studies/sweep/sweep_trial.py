@@ -73,7 +73,7 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
             epoch_record["sweep"] = "budget"
         return PAUSE if state.get("paused") else epoch_record.get("sweep") is not None
 
-    task.after_epoch = after_epoch
+    task.after_epoch, task.print_table = after_epoch, False  # its table: in its summary.json and the sweep's report
     summary = runner.run(task, folder)
     state["pruned"] = state["pruned"] or held.await_rung(trial)  # ended before the first rung was known
     return _trial_result(summary, metric, state, len(before), start)

@@ -150,18 +150,19 @@ def test_every_study_on_two_workers_matches_default_writes_only_on_the_chief_and
 
 
 @pytest.mark.parametrize("module, flags", [
+    ("tf_transfer.glue", ["--task=mrpc", "--data_dir={glue}"]),
     ("tf_transfer.stack", ["--task=quora", "--head=linear", "--data={quora}"]),
     ("tf_transfer.multitask", ["--data_dir={quora}"]),
     ("tf_transfer.sentiment", ["--approach=bert", "--data={kaggle}"]),
 ])
-def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_preset, module, flags):
-    """In this process: the peers are waited for before TensorFlow joins a cluster, so nothing is left behind.
-    tests/training/test_multi_worker.py checks the same for GLUE in a process of its own. A timeout of 0.2 s: the
-    wait is all this test's time, and an absent peer on loopback is refused at once, so a shorter wait shows the
-    same line (the loop polls every 0.1 s, so it still knocks more than once)."""
+def test_unreachable_peer_is_one_error_line_within_the_timeout(tmp_path, tiny_preset, glue_dir, module, flags):
+    """In this process, every command: the peers are waited for before TensorFlow joins a cluster, so nothing is
+    left behind (a process of its own would add only TensorFlow's import, about 8 CPU seconds). A timeout of 0.2 s:
+    the wait is all this test's time, and an absent peer on loopback is refused at once, so a shorter wait shows
+    the same line (the loop polls every 0.1 s, so it still knocks more than once)."""
     from tf_transfer.core import strategies
 
-    data = {"quora": tmp_path / "quora-dev.csv",
+    data = {"quora": tmp_path / "quora-dev.csv", "glue": glue_dir,
             "kaggle": from_study_tests("test_sentiment", "write_kaggle_csv")(tmp_path / "train.csv", rows_per_class=10)}
     data["quora"].write_text(quora_rows(24, empty_label=False), encoding="utf-8")
     own, absent = _free_ports(2)

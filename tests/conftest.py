@@ -71,6 +71,7 @@ OUTSIDE_ENVIRONMENT = (
     "TF_CONFIG",  # --distribution=multi_worker's cluster
     "TF_TRANSFER_WORKER_TIMEOUT",  # how long multi-worker training waits for its peers
     "TF_TRANSFER_QUIET",  # the quiet start's marker
+    "TF_TRANSFER_HUB_UNREACHABLE",  # presets the process that started this one found unreachable on the hub
     "TF_TRANSFER_SWEEP_WORKER",  # a worker the sweep started: its number and deadline
     "SWEEP_FAKE_EPOCH_S",  # tests/sweep_fakes.py's epoch
     "SWEEP_FAKE_HOST",  # tests/sweep_fakes.py: the host its trials record, another machine's
@@ -87,6 +88,13 @@ def _no_outside_environment():
         for name in OUTSIDE_ENVIRONMENT:
             patch.delenv(name, raising=False)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _hub_unreachable_per_test(monkeypatch):
+    """A test that loads the offline preset by its hub name marks it unreachable for the processes it starts
+    (`backbones.HUB_UNREACHABLE_ENV`); the next test starts as a fresh process would."""
+    monkeypatch.delenv("TF_TRANSFER_HUB_UNREACHABLE", raising=False)
 
 
 def pytest_collection_finish(session):

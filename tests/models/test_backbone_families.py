@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -369,6 +371,7 @@ def test_an_unreachable_hub_is_one_short_line(monkeypatch, tmp_path):
         return backbone, "tokenizer"
 
     said = []
+    monkeypatch.delenv(backbones.HUB_UNREACHABLE_ENV, raising=False)
     monkeypatch.setattr(backbones, "_from_preset", from_preset)
     monkeypatch.setattr(backbones, "offline_folder", lambda preset: str(tmp_path))
     monkeypatch.setattr(backbones, "preset_depth", lambda preset: None)
@@ -381,7 +384,23 @@ def test_an_unreachable_hub_is_one_short_line(monkeypatch, tmp_path):
                        f"{tmp_path}")
     assert said[1].startswith("debug: ") and "name resolution" in said[1]  # the detail kept for --verbosity=1
     assert len(said) == 2
+    # The processes this one starts (a sweep's trials) load the package's weights at once, saying so at
+    # --verbosity=1 only: a sweep's terminal had its parent's line again from every trial.
+    script = f"import os; print(os.environ.get({backbones.HUB_UNREACHABLE_ENV!r}))"
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert child.stdout.strip() == "all_minilm_l6_v2_en"
+    said.clear()
+
+    def offline_only(location, *args):
+        assert location != "all_minilm_l6_v2_en", "the hub asked again"
+        return backbone, "tokenizer"
+
+    monkeypatch.setattr(backbones, "_from_preset", offline_only)
+    again = loader.load_model(ModelSettings(preset="all_minilm_l6_v2_en", trainable_layers=2))
+    assert again.backbone is backbone and again.source == loaded.source
+    assert said and all(line.startswith("debug: ") for line in said), said
     # Where the hub answers, the loader's line is the one that says where the weights came from.
+    monkeypatch.delenv(backbones.HUB_UNREACHABLE_ENV)
     said.clear()
     monkeypatch.setattr(backbones, "_from_preset", lambda location, *args: (backbone, "tokenizer"))
     loader.load_model(ModelSettings(preset="all_minilm_l6_v2_en", trainable_layers=2))

@@ -32,6 +32,12 @@ OFFLINE_PACKAGES = {
 }
 
 
+# The presets a process found unreachable on the hub, comma-separated, for the processes it starts after (a new
+# sweep's trials): they load them from the installed package at once and say so only at --verbosity=1, where each
+# would otherwise knock on the hub again and repeat its parent's line, and every one loads the same weights.
+HUB_UNREACHABLE_ENV = "TF_TRANSFER_HUB_UNREACHABLE"
+
+
 @dataclasses.dataclass
 class LoadedPreset:
     """A backbone and its tokenizer, `source` naming where they came from; `announced`: that source already said
@@ -133,21 +139,27 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         return LoadedPreset(backbone, tokenizer, source)
     if os.sep in preset and "://" not in preset:
         raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
-    try:
-        backbone, tokenizer = _from_preset(preset, kwargs, preset, supported, purpose)
-        return LoadedPreset(backbone, tokenizer, f"hub preset {preset}")
-    except TransferError:
-        raise
-    except Exception as e:  # keras-hub raises ConnectionError, ValueError, FileNotFoundError, kagglehub errors...
-        hub_error = f"{type(e).__name__}: {_first_line(e)}"
+    known = preset in _unreachable() and offline_folder(preset) is not None
+    hub_error = "unreachable for the process that started this one"
+    if not known:
+        try:
+            backbone, tokenizer = _from_preset(preset, kwargs, preset, supported, purpose)
+            return LoadedPreset(backbone, tokenizer, f"hub preset {preset}")
+        except TransferError:
+            raise
+        except Exception as e:  # keras-hub raises ConnectionError, ValueError, FileNotFoundError, kagglehub errors...
+            hub_error = f"{type(e).__name__}: {_first_line(e)}"
     folder = offline_folder(preset)
     if folder is None:
         raise TransferError(f"could not load preset {preset!r} ({hub_error}); {_offline_options(preset)}")
     pip_name = OFFLINE_PACKAGES[preset][2]
     source = f"installed package {pip_name} ({folder}); the hub was unreachable"
-    # One short line on every start offline; the hub's own error (hundreds of characters) only at --verbosity=1.
-    logging.info("preset %s: the model hub is unreachable; loading the same weights from %s", preset, folder)
+    # One short line on every start offline (at --verbosity=1 only in a process started by one that said it); the
+    # hub's own error (hundreds of characters) only at --verbosity=1.
+    (logging.debug if known else logging.info)(
+        "preset %s: the model hub is unreachable; loading the same weights from %s", preset, folder)
     logging.debug("preset %s: the hub said %s", preset, hub_error)
+    os.environ[HUB_UNREACHABLE_ENV] = ",".join(sorted(_unreachable() | {preset}))
     try:
         backbone, tokenizer = _from_preset(folder, kwargs, preset, supported, purpose)
     except TransferError:
@@ -158,6 +170,10 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
             f"({type(e).__name__}: {_first_line(e)}; loading a Hugging Face folder needs `safetensors`)"
         ) from None
     return LoadedPreset(backbone, tokenizer, source, announced=True)
+
+
+def _unreachable() -> set:
+    return set(filter(None, os.environ.get(HUB_UNREACHABLE_ENV, "").split(",")))
 
 
 def _first_line(error: Exception) -> str:

@@ -297,6 +297,45 @@ def test_an_idle_worker_starts_the_seed_round_of_the_candidates_the_running_runs
     assert not sweep_seed_round.join(study, top=3, seeds=3)  # nothing new
 
 
+def test_the_probes_start_up_counts_the_imports_a_trials_process_pays(monkeypatch):
+    """Each trial runs in a process of its own and imports TensorFlow there; so does the probe, which counts the
+    import in a run's start-up (a stand-in for glue_benchmark whose import takes 0.3 s, its steps none)."""
+    import importlib.abc
+    import importlib.machinery
+    import sys
+    import time
+
+    import tf_transfer.studies.glue as package
+    from tf_transfer.studies.glue import glue_benchmark  # noqa: F401  (so that monkeypatch puts it back)
+    from tf_transfer.studies.glue.glue_settings import GlueSettings
+    from tf_transfer.studies.sweep import sweep_plan
+
+    name = "tf_transfer.studies.glue.glue_benchmark"
+
+    def timed_steps(settings, steps, warmup_steps):
+        return {"step_time_s": 0.0, "timed_steps": steps, "num_layers": 6, "train_examples_per_s": 100.0,
+                "split_examples": {"train": 90, "validation": 10}}
+
+    class SlowImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, fullname, path, target=None):
+            return importlib.machinery.ModuleSpec(fullname, self) if fullname == name else None
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            time.sleep(0.3)
+            module.measure = timed_steps
+
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(package, "glue_benchmark")
+    monkeypatch.setattr(sys, "meta_path", [SlowImport(), *sys.meta_path])
+    monkeypatch.setattr(GlueSettings, "from_dict", staticmethod(lambda settings: settings))
+    speed = sweep_plan.measure({"batch_size": 32}, steps=4, warmup_steps=1)
+    assert 0.3 <= speed.startup_s < 5, speed
+    assert (speed.train_examples, speed.scored_examples, speed.steps_per_epoch) == (90, 10, 3)
+
+
 def test_the_seed_round_takes_each_setting_at_its_best_rate_once(tmp_path):
     """Two rates of one setting (the last 2 over the cache at 3e-4 and 1e-4) ended first and second at seed 0: the
     seed round takes the better rate and then the next setting, not the second rate, and its plan counts settings."""

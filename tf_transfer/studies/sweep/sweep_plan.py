@@ -98,11 +98,14 @@ class Plan:
 def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
     """Times `steps` training steps of full fine-tuning at `settings` (the sweep's base: its data, preset, padding
     and batch) after `warmup_steps`, then as many training the last block alone, in this process: its start-up is
-    this call's time before the first timed steps."""
+    this call's time before the first timed steps, TensorFlow's import included where this process had not made it
+    (in a process of its own, as each of the sweep's trials runs)."""
+    # Before the imports: a trial's process pays TensorFlow's (5-9 s here), which a plan that left it out did not
+    # price (a 300-row sweep, whose runs take 20-65 s, planned 5.2 minutes of training and spent 5.7).
+    start = time.perf_counter()
     from tf_transfer.studies.glue import glue_benchmark
     from tf_transfer.studies.glue.glue_settings import GlueSettings
 
-    start = time.perf_counter()
 
     def timed(trainable_layers) -> dict:
         one = {**settings, "trainable_layers": trainable_layers, "cache_frozen": False, "seed": 0}

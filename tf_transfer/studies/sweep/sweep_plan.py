@@ -106,7 +106,6 @@ def measure(settings: dict, steps: int = 8, warmup_steps: int = 2) -> Speed:
     from tf_transfer.studies.glue import glue_benchmark
     from tf_transfer.studies.glue.glue_settings import GlueSettings
 
-
     def timed(trainable_layers) -> dict:
         one = {**settings, "trainable_layers": trainable_layers, "cache_frozen": False, "seed": 0}
         return glue_benchmark.measure(GlueSettings.from_dict(one), steps=steps, warmup_steps=warmup_steps)

@@ -20,7 +20,6 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.data import inputs
 
 
-
 def _free_ports(n):
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:

@@ -139,7 +139,8 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         return LoadedPreset(backbone, tokenizer, source)
     if os.sep in preset and "://" not in preset:
         raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
-    known = preset in _unreachable() and offline_folder(preset) is not None
+    folder = offline_folder(preset)
+    known = folder is not None and preset in _unreachable()
     hub_error = "unreachable for the process that started this one"
     if not known:
         try:
@@ -149,7 +150,6 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
             raise
         except Exception as e:  # keras-hub raises ConnectionError, ValueError, FileNotFoundError, kagglehub errors...
             hub_error = f"{type(e).__name__}: {_first_line(e)}"
-    folder = offline_folder(preset)
     if folder is None:
         raise TransferError(f"could not load preset {preset!r} ({hub_error}); {_offline_options(preset)}")
     pip_name = OFFLINE_PACKAGES[preset][2]

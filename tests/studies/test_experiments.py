@@ -93,6 +93,43 @@ def test_one_command_finishes_a_grid_whose_runs_wait_for_its_own_line_search(tmp
     assert studies.run_until_settled(study, runs, str(tmp_path), run_one, logged.append)["completed"] == len(runs)
 
 
+def test_a_grid_run_that_finds_the_hub_unreachable_marks_it_for_the_runs_after_it(monkeypatch, tmp_path):
+    """Each run of a grid trains in a process of its own, whose environment goes with it: offline, every run knocked
+    on the hub again and said so (8 lines for a freezing grid of 8 runs). The grid's process now marks the preset a
+    run found unreachable, so the runs after it load the installed package at once and say so at --verbosity=1."""
+    from tf_transfer.core import isolated
+    from tf_transfer.models import backbones
+    from tf_transfer.studies import grid_session
+
+    def in_a_process_of_its_own(function, *args):  # what the call sets in its environment is gone when it returns
+        before = dict(os.environ)
+        try:
+            return function(*args)
+        finally:
+            os.environ.clear()
+            os.environ.update(before)
+
+    def from_preset(location, *args):
+        asked.append(location)
+        if location == "all_minilm_l6_v2_en":
+            raise ConnectionError("Failed to resolve 'www.kaggle.com'")
+        return object(), "tokenizer"
+
+    asked, said = [], []
+    monkeypatch.delenv(backbones.HUB_UNREACHABLE_ENV, raising=False)
+    monkeypatch.setattr(isolated, "call", in_a_process_of_its_own)
+    monkeypatch.setattr(backbones, "_from_preset", from_preset)
+    monkeypatch.setattr(backbones, "offline_folder", lambda preset: str(tmp_path))
+    monkeypatch.setattr(backbones.logging, "info", lambda text, *args: said.append(text % args))
+    monkeypatch.setattr(grid_session, "_train_run", lambda study, settings, folder:
+                        backbones.load_preset(settings["preset"]))
+    for seed in range(3):
+        grid_session._run_one(grid_session.GridOptions(), None, {"preset": "all_minilm_l6_v2_en"}, str(tmp_path))
+    assert asked == ["all_minilm_l6_v2_en"] + [str(tmp_path)] * 3  # the hub asked by the first run alone
+    assert len(said) == 1 and "the model hub is unreachable" in said[0]
+    assert os.environ[backbones.HUB_UNREACHABLE_ENV] == "all_minilm_l6_v2_en"
+
+
 def test_shards_partition_the_grid():
     runs = load_grid("transfer_learning").runs("paper")
     shards = [studies.shard(runs, f"{i}/3") for i in (1, 2, 3)]

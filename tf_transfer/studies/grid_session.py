@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Optional
@@ -21,6 +22,7 @@ from absl import logging
 
 from tf_transfer.core import cli, isolated
 from tf_transfer.core.errors import TransferError
+from tf_transfer.models import backbones
 from tf_transfer.studies import grid
 from tf_transfer.studies.glue.glue_settings import GlueSettings
 
@@ -110,20 +112,33 @@ def _run(study, name: str, selected: list, options: GridOptions) -> dict:
             settings["cache_dir"] = options.cache_dir
     logging.set_verbosity(logging.INFO)
 
-    def run_one(settings, folder):
-        if options.isolate_runs:
-            isolated.call(_train_run, study, settings, folder)
-        else:
-            _train_run(study, settings, folder)
-
     start = time.time()
-    counts = grid.run_until_settled(study, selected, options.runs_dir, run_one,
+    counts = grid.run_until_settled(study, selected, options.runs_dir, functools.partial(_run_one, options, study),
                                     log=lambda line: print(line, flush=True))
     print(f"{name}: {counts['ran']} ran, {counts['completed']} already completed, {counts['failed']} failed, "
           f"{counts['locked']} taken by other processes, {counts['waiting']} waiting, "
           f"{counts['not needed']} not needed; "
           f"{(time.time() - start) / 60:.1f} min")
     return counts
+
+
+def _run_one(options: GridOptions, study, settings: dict, folder: str) -> None:
+    """Trains one run of the grid, with --isolate_runs in a process of its own. A preset that run found unreachable
+    on the hub is marked here too (`backbones.HUB_UNREACHABLE_ENV`), as a sweep marks it for its trials: the runs
+    after it load the installed package at once and do not repeat the line (a freezing grid of 8 runs offline said
+    it 8 times, each run knocking on the hub again)."""
+    if not options.isolate_runs:
+        _train_run(study, settings, folder)
+        return
+    marked = isolated.call(_train_run_marked, study, settings, folder)
+    if marked:
+        os.environ[backbones.HUB_UNREACHABLE_ENV] = marked
+
+
+def _train_run_marked(study, settings: dict, folder: str) -> Optional[str]:
+    """`_train_run` in a process of its own; returns the presets marked unreachable on the hub there."""
+    _train_run(study, settings, folder)
+    return os.environ.get(backbones.HUB_UNREACHABLE_ENV)
 
 
 def _train_run(study, settings: dict, folder: str) -> None:

@@ -355,6 +355,22 @@ def test_python_cache_splits_keras_hubs_own_classifier_of_the_family(key):
                if len(v.shape) == 2 or layer in head)
 
 
+def test_a_misspelled_preset_name_is_one_line_with_the_names_it_is_close_to(monkeypatch):
+    """keras-hub's error for a name it does not know is seven lines, whose first said nothing of the name, and the
+    rest of ours named offline options: now the names it is close to, before the hub is asked."""
+    from tf_transfer.models import backbones
+
+    monkeypatch.setattr(backbones, "_from_preset", lambda *args: pytest.fail("the hub asked for a misspelled name"))
+    with pytest.raises(TransferError) as raised:
+        backbones.load_preset("bert_base_uncased")
+    said = str(raised.value)
+    assert said.startswith("preset 'bert_base_uncased' is neither a keras-hub preset name (did you mean "
+                           "bert_base_en_uncased, ")
+    assert "\n" not in said and "kaggle://" in said
+    with pytest.raises(TransferError, match=r"^preset 'no_such_model_at_all' is neither a keras-hub preset name nor"):
+        backbones.load_preset("no_such_model_at_all")
+
+
 def test_an_unreachable_hub_is_one_short_line(monkeypatch, tmp_path):
     """Offline, every command said the hub's whole ConnectionError (about 400 characters) on each start, and then
     a second line naming the same package folder (the model loader's): now one line, the run's model loaded as

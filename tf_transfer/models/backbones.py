@@ -139,6 +139,8 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         return LoadedPreset(backbone, tokenizer, source)
     if os.sep in preset and "://" not in preset:
         raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
+    if "://" not in preset:
+        _require_known_name(preset)
     folder = offline_folder(preset)
     known = folder is not None and preset in _unreachable()
     hub_error = "unreachable for the process that started this one"
@@ -170,6 +172,24 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
             f"({type(e).__name__}: {_first_line(e)}; loading a Hugging Face folder needs `safetensors`)"
         ) from None
     return LoadedPreset(backbone, tokenizer, source, announced=True)
+
+
+def _require_known_name(preset: str) -> None:
+    """Refuses a name that is neither a keras-hub preset nor one an installed package ships, before the hub is asked:
+    keras-hub's own error for it is seven lines, whose first ("Unknown preset identifier. A preset must be a one
+    of:") said nothing of the name, and the rest named offline options for what is a misspelling."""
+    import difflib
+
+    import keras_hub
+
+    names = keras_hub.models.Backbone.presets  # every built-in preset, its subclasses' too: no network
+    if preset in names or preset in OFFLINE_PACKAGES:
+        return
+    close = difflib.get_close_matches(preset, list(names), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise TransferError(f"preset {preset!r} is neither a keras-hub preset name{hint} nor a folder: give a name "
+                        "keras_hub.models.Backbone.presets lists, a kaggle:// or hf:// handle, or the path of a preset "
+                        "folder")
 
 
 def _unreachable() -> set:

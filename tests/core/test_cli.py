@@ -84,7 +84,7 @@ def test_too_many_trainable_layers(tmp_path, glue_dir, tiny_preset):
 
 @pytest.mark.parametrize("preset, fragment", [
     ("/no/such/preset_folder", "preset folder /no/such/preset_folder does not exist"),
-    ("no_such_preset_en", "could not load preset 'no_such_preset_en'"),
+    ("no_such_preset_en", "preset 'no_such_preset_en' is not a keras-hub preset name: give one that"),
 ])
 def test_unloadable_preset_lists_offline_options(tmp_path, glue_dir, preset, fragment):
     done = _glue(tmp_path / "out", "--task=rte", data_dir=glue_dir, preset=preset)

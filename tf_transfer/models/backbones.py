@@ -177,7 +177,7 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
 def _require_known_name(preset: str) -> None:
     """Refuses a name that is neither a keras-hub preset nor one an installed package ships, before the hub is asked:
     keras-hub's own error for it is seven lines, whose first ("Unknown preset identifier. A preset must be a one
-    of:") said nothing of the name, and the rest named offline options for what is a misspelling."""
+    of:"), all we said of it, named neither the name nor the names it is close to."""
     import difflib
 
     import keras_hub
@@ -187,9 +187,21 @@ def _require_known_name(preset: str) -> None:
         return
     close = difflib.get_close_matches(preset, list(names), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    raise TransferError(f"preset {preset!r} is neither a keras-hub preset name{hint} nor a folder: give a name "
-                        "keras_hub.models.Backbone.presets lists, a kaggle:// or hf:// handle, or the path of a preset "
-                        "folder")
+    raise TransferError(f"preset {preset!r} is not a keras-hub preset name{hint}: give one that "
+                        f"keras_hub.models.Backbone.presets lists, or a kaggle:// or hf:// handle; "
+                        f"{_offline_options(preset)}")
+
+
+def unreachable_marks() -> Optional[str]:
+    """The presets this process found (or was told) unreachable on the hub, as `HUB_UNREACHABLE_ENV` holds them: what a
+    process that ran in another's place (a grid's run) hands back to it (`mark_unreachable`)."""
+    return os.environ.get(HUB_UNREACHABLE_ENV)
+
+
+def mark_unreachable(marks: Optional[str]) -> None:
+    """Adds `marks` (`unreachable_marks` of another process) to this process's, for the processes it starts after."""
+    if marks:
+        os.environ[HUB_UNREACHABLE_ENV] = ",".join(sorted(_unreachable() | set(filter(None, marks.split(",")))))
 
 
 def _unreachable() -> set:

@@ -130,15 +130,13 @@ def _run_one(options: GridOptions, study, settings: dict, folder: str) -> None:
     if not options.isolate_runs:
         _train_run(study, settings, folder)
         return
-    marked = isolated.call(_train_run_marked, study, settings, folder)
-    if marked:
-        os.environ[backbones.HUB_UNREACHABLE_ENV] = marked
+    backbones.mark_unreachable(isolated.call(_train_run_marked, study, settings, folder))
 
 
 def _train_run_marked(study, settings: dict, folder: str) -> Optional[str]:
     """`_train_run` in a process of its own; returns the presets marked unreachable on the hub there."""
     _train_run(study, settings, folder)
-    return os.environ.get(backbones.HUB_UNREACHABLE_ENV)
+    return backbones.unreachable_marks()
 
 
 def _train_run(study, settings: dict, folder: str) -> None:

@@ -180,9 +180,9 @@ def _require_known_name(preset: str) -> None:
     of:"), all we said of it, named neither the name nor the names it is close to."""
     import difflib
 
-    import keras_hub
+    from keras_hub.src.utils.preset_utils import BUILTIN_PRESETS  # keras-hub 0.32: the names its own check reads
 
-    names = keras_hub.models.Backbone.presets  # every built-in preset, its subclasses' too: no network
+    names = BUILTIN_PRESETS  # filled as keras-hub is imported: no network
     if preset in names or preset in OFFLINE_PACKAGES:
         return
     close = difflib.get_close_matches(preset, list(names), n=3)

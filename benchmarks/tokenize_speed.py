@@ -22,8 +22,13 @@ import numpy as np
 from tf_transfer.data import inputs, tasks
 from tf_transfer.models import backbones
 
+from tf_transfer.core.errors import TransferError
+
 data_dir, task, split, mode = sys.argv[1:5]
-examples = tasks.read_glue_split(tasks.get_task(task), data_dir, split)
+try:
+    examples = tasks.read_glue_split(tasks.get_task(task), data_dir, split)
+except (TransferError, KeyError) as e:
+    sys.exit(f"{e} (a split: train or one of the task's test files)" if isinstance(e, KeyError) else str(e))
 tokenizer = backbones.load_preset("all_minilm_l6_v2_en").tokenizer
 inputs.TRACE_FROM_EXAMPLES = 0 if mode == "traced" else 10 ** 12
 start = time.perf_counter()
@@ -43,14 +48,18 @@ def main():
     parser.add_argument("--splits", default="sst2:train,mrpc:train,rte:train",
                         help="comma-separated task:split (a split: train or a key of the task's test files)")
     args = parser.parse_args()
-    for spec in args.splits.split(","):
-        task, split = spec.split(":")
+    specs = [spec.split(":") for spec in args.splits.split(",")]
+    if any(len(spec) != 2 for spec in specs):
+        parser.error(f"--splits={args.splits}: give task:split pairs, e.g. sst2:train,mrpc:dev")  # exit status 2
+    for task, split in specs:
+        spec = f"{task}:{split}"
         results = {}
         for mode in ("eager", "traced"):
             done = subprocess.run([sys.executable, "-c", RUN, args.data_dir, task, split, mode], capture_output=True,
                                   text=True)
-            if done.returncode != 0:
-                sys.exit(f"error: {spec} ({mode}): {done.stderr.strip().splitlines()[-1]}")
+            if done.returncode != 0:  # an unknown task or split, a missing folder: the child's last line says which
+                print(f"error: {spec} ({mode}): {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+                sys.exit(2)
             line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
             results[mode] = json.loads(line[len("RESULT "):])
             print(json.dumps(results[mode]), flush=True)

@@ -161,7 +161,7 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
     (logging.debug if known else logging.info)(
         "preset %s: the model hub is unreachable; loading the same weights from %s", preset, folder)
     logging.debug("preset %s: the hub said %s", preset, hub_error)
-    os.environ[HUB_UNREACHABLE_ENV] = ",".join(sorted(_unreachable() | {preset}))
+    mark_unreachable(preset)
     try:
         backbone, tokenizer = _from_preset(folder, kwargs, preset, supported, purpose)
     except TransferError:

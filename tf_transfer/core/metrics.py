@@ -15,16 +15,21 @@ import warnings
 from typing import Optional
 
 import numpy as np
-from scipy import stats
-from sklearn import metrics as skm
+
+# SciPy and scikit-learn are imported where a metric is computed, not here: a sweep's processes that only plan,
+# queue and report read this module's names and would pay about 2 s of start-up each for them.
 
 
 def accuracy(labels, predictions) -> float:
+    from sklearn import metrics as skm
+
     return float(skm.accuracy_score(labels, predictions))
 
 
 def f1(labels, predictions) -> float:
     """F1 of the positive class (label 1), as GLUE reports it for MRPC and QQP."""
+    from sklearn import metrics as skm
+
     return float(skm.f1_score(labels, predictions, pos_label=1, average="binary", zero_division=0.0))
 
 
@@ -32,6 +37,8 @@ def mcc(labels, predictions) -> float:
     """Matthews correlation (CoLA); 0 when one side is constant."""
     if len(set(map(int, labels)) | set(map(int, predictions))) < 2:
         return 0.0  # one label on both sides: sklearn's answer too, without its confusion-matrix shape warning
+    from sklearn import metrics as skm
+
     return float(skm.matthews_corrcoef(labels, predictions))
 
 
@@ -45,19 +52,27 @@ def _correlation(function, labels, predictions) -> float:
 
 
 def pearson(labels, predictions) -> float:
+    from scipy import stats
+
     return _correlation(stats.pearsonr, labels, predictions)
 
 
 def spearman(labels, predictions) -> float:
+    from scipy import stats
+
     return _correlation(stats.spearmanr, labels, predictions)
 
 
 def macro_f1(labels, predictions) -> float:
     """The unweighted mean of the per-class F1 scores (multi-class data sets)."""
+    from sklearn import metrics as skm
+
     return float(skm.f1_score(labels, predictions, average="macro", zero_division=0.0))
 
 
 def mse(labels, predictions) -> float:
+    from sklearn import metrics as skm
+
     return float(skm.mean_squared_error(labels, predictions))
 
 

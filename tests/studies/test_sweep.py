@@ -336,7 +336,6 @@ def test_the_probes_start_up_counts_the_imports_a_trials_process_pays(monkeypatc
     assert (speed.train_examples, speed.scored_examples, speed.steps_per_epoch) == (90, 10, 3)
 
 
-
 def test_a_sweeps_own_process_imports_no_tensorflow_scipy_or_scikit_learn():
     """The sweep's process plans, queues and reports; its runs train in processes of their own. What it imports is
     paid by each process on the sweep (two on two machines, and each of the tests' made-up sweeps): SciPy and
@@ -351,6 +350,7 @@ def test_a_sweeps_own_process_imports_no_tensorflow_scipy_or_scikit_learn():
               "print(sorted(m for m in ('tensorflow', 'scipy', 'sklearn') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr[-2000:]
+
 
 def test_the_seed_round_takes_each_setting_at_its_best_rate_once(tmp_path):
     """Two rates of one setting (the last 2 over the cache at 3e-4 and 1e-4) ended first and second at seed 0: the

@@ -123,7 +123,7 @@ def test_a_grid_run_that_finds_the_hub_unreachable_marks_it_for_the_runs_after_i
     monkeypatch.setattr(backbones.logging, "info", lambda text, *args: said.append(text % args))
     monkeypatch.setattr(grid_session, "_train_run", lambda study, settings, folder:
                         backbones.load_preset(settings["preset"]))
-    for seed in range(3):
+    for _ in range(3):
         grid_session._run_one(grid_session.GridOptions(), None, {"preset": "all_minilm_l6_v2_en"}, str(tmp_path))
     assert asked == ["all_minilm_l6_v2_en"] + [str(tmp_path)] * 3  # the hub asked by the first run alone
     assert len(said) == 1 and "the model hub is unreachable" in said[0]

@@ -200,6 +200,30 @@ def test_a_refusal_comes_alone_without_the_first_runs_line(tweets, tmp_path):
     assert done.stdout.strip() == "", done.stdout
 
 
+@pytest.mark.parametrize("preset, said", [
+    ("all_minilm_l6_v3_en", "preset 'all_minilm_l6_v3_en' is not a keras-hub preset name (did you mean "
+                            "all_minilm_l6_v2_en"),
+    (os.path.join("no", "such", "folder"), f"preset folder {os.path.join('no', 'such', 'folder')} does not exist"),
+    ("bert_tiny_en_uncased", "could not load preset 'bert_tiny_en_uncased' (ConnectionError: no network here)"),
+])
+def test_a_preset_no_source_gives_is_refused_alone(tweets, tmp_path, monkeypatch, preset, said):
+    """A misspelled name, a folder that does not exist, a name the hub does not give (made unreachable here: the hub
+    is asked for the preset's config file, as loading asks first) and no installed package ships: refused before the
+    first run's line, with the offline options, and no run folder made."""
+    from keras_hub.src.utils import preset_utils
+
+    def unreachable(location):
+        raise ConnectionError("no network here")
+
+    monkeypatch.setattr(preset_utils, "get_preset_loader", unreachable)
+    done = run_module("tf_transfer.glue", f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                      f"--preset={preset}", f"--output_dir={tmp_path / 'run'}")
+    line = _error_line(done)
+    assert said in line and "offline options" in line, line
+    assert done.stdout.strip() == "", done.stdout
+    assert not (tmp_path / "run").exists()
+
+
 def test_labels_the_validation_split_lacks_or_only_it_has_are_said():
     task = user_data.describe(user_data.DataSpec(train_file="t.csv", label_column="y"), ("a", "b", "c"))
 

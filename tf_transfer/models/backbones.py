@@ -137,10 +137,7 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         except Exception as e:
             raise TransferError(f"could not load preset folder {preset}: {type(e).__name__}: {_first_line(e)}") from None
         return LoadedPreset(backbone, tokenizer, source)
-    if os.sep in preset and "://" not in preset:
-        raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
-    if "://" not in preset:
-        _require_known_name(preset)
+    _check_name(preset)
     folder = offline_folder(preset)
     known = folder is not None and preset in _unreachable()
     hub_error = "unreachable for the process that started this one"
@@ -172,6 +169,38 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
             f"({type(e).__name__}: {_first_line(e)}; loading a Hugging Face folder needs `safetensors`)"
         ) from None
     return LoadedPreset(backbone, tokenizer, source, announced=True)
+
+
+def check_preset(preset: str) -> None:
+    """Refuses a preset no source can give before a command says what it chose: a folder path that does not exist, a
+    name neither keras-hub nor an installed package knows (`_require_known_name`), or a name or handle the hub does
+    not give (its `config.json` asked for, as loading would first) and no installed package ships. A folder and a
+    name an installed package ships pass at once; any other imports keras-hub (TensorFlow's import, which loading
+    pays anyway) and asks the hub (offline: kaggle refuses within a second, Hugging Face after its retries).
+
+    >>> check_preset("no/such/folder")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    TransferError: preset folder no/such/folder does not exist; offline options: ...
+    """
+    _check_name(preset)
+    if os.path.isdir(preset) or preset in OFFLINE_PACKAGES:
+        return
+    from keras_hub.src.utils.preset_utils import get_preset_loader  # keras-hub 0.32; reads config.json only
+
+    try:
+        get_preset_loader(preset)
+    except Exception as e:  # as in `load_preset`: ConnectionError, ValueError, FileNotFoundError, kagglehub errors...
+        raise TransferError(f"could not load preset {preset!r} ({type(e).__name__}: {_first_line(e)}); "
+                            f"{_offline_options(preset)}") from None
+
+
+def _check_name(preset: str) -> None:
+    """Refuses a folder path that does not exist and a name neither keras-hub nor an installed package knows."""
+    if os.path.isdir(preset) or "://" in preset or preset in OFFLINE_PACKAGES:
+        return
+    if os.sep in preset:
+        raise TransferError(f"preset folder {preset} does not exist; {_offline_options(preset)}")
+    _require_known_name(preset)
 
 
 def _require_known_name(preset: str) -> None:

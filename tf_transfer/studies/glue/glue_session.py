@@ -26,7 +26,7 @@ def run(config: GlueSettings, first_run: Optional[str], output_dir: Optional[str
         overwrite: bool = False, export_dir: Optional[str] = None, export_format: str = "preset") -> None:
     """Trains (or finds, or exports) the run of `config` in `output_dir` (default under `runs_dir`); `first_run`
     is the line naming the defaults a first run took (None: none), said once the folder has not refused the run."""
-    from tf_transfer.models import loader, serving
+    from tf_transfer.models import backbones, loader, serving
 
     serving.check_format(export_format)
     loader.check_depth(config.model)  # from the preset's config, before the data, TensorFlow or the weights
@@ -35,6 +35,8 @@ def run(config: GlueSettings, first_run: Optional[str], output_dir: Optional[str
         from tf_transfer.data import user_data
 
         read = user_data.check_files(config.data_spec, config.skip_bad_rows, config.metric)  # said once, below
+    if first_run and not config.model.init_checkpoint:  # a preset no source gives, refused before that line
+        backbones.check_preset(config.model.preset)
     output_dir = output_dir or config.default_output_dir(runs_dir)
     logging.set_verbosity(logging.INFO)
     with locks.run_folder(output_dir, config.distribution):  # writable and this command's alone, before TensorFlow

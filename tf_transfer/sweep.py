@@ -115,6 +115,7 @@ def options_of_flags(argv=("sweep",)):
 def _settings_of_flags() -> tuple:
     """`(base, settings, lrs, options)`: every trial's settings (flags/sweep.flags, then the flags given) as a dict
     and checked, the rates given, the methods' sweep options. Bad flags and files fail here, before TensorFlow."""
+    from tf_transfer.models import backbones
     from tf_transfer.studies.sweep import sweep_search as sweep, sweep_session
 
     base = settings_lib.read_flagfile("flags/sweep.flags", GlueSettings)
@@ -122,6 +123,7 @@ def _settings_of_flags() -> tuple:
     base.update({k: v for k, v in {"preset": (FLAGS.presets or [None])[0], "cache_dir": FLAGS.cache_dir}.items() if v})
     settings = GlueSettings.from_dict(base)
     grid_flags.check_files()
+    backbones.check_preset(settings.preset)  # before the sweep's storage holds a study of it
     if settings.data_spec is None:
         base["data_dir"] = grid_flags.glue_data_dir()
     base = {k: list(v) if isinstance(v, tuple) else v for k, v in base.items()}

@@ -1013,6 +1013,7 @@ def test_the_plan_runs_a_file_of_few_steps_an_epoch_for_more_epochs_up_to_max_ep
     (["--budget=1h", "--methods=adapters"], "--methods: 'adapters' is not a method"),
     (["--budget=1h", "--lora_ranks=eight"], "--lora_ranks takes whole numbers"),
     (["--budget=soon"], "is not a duration"),
+    (["--budget=1h", "--presets=all_minilm_l6_v3_en"], "preset 'all_minilm_l6_v3_en' is not a keras-hub preset"),
 ])
 def test_bad_sweep_flags_are_one_error_line_before_anything_is_written(tmp_path, flags, fragment):
     done = run_module("tf_transfer.sweep", "--task=rte", f"--runs_dir={tmp_path}", *flags)

@@ -130,6 +130,51 @@ def test_a_grid_run_that_finds_the_hub_unreachable_marks_it_for_the_runs_after_i
     assert os.environ[backbones.HUB_UNREACHABLE_ENV] == "all_minilm_l6_v2_en"
 
 
+@pytest.mark.parametrize("grid, flags, said", [
+    ("freezing", ["--presets=all_minilm_l6_v3_en"],
+     "preset 'all_minilm_l6_v3_en' is not a keras-hub preset name (did you mean all_minilm_l6_v2_en"),
+    ("layer_freezing", ["--variant=cpu", "--tasks=rte", "--presets=bert_bsae_en_uncased"],
+     "preset 'bert_bsae_en_uncased' is not a keras-hub preset name (did you mean bert_base_en_uncased"),
+    ("freezing", ["--presets=all_minilm_l12_v2_en"],
+     "could not load preset 'all_minilm_l12_v2_en' (ConnectionError: no network here)"),
+])
+def test_a_grid_refuses_a_preset_it_cannot_find_before_any_run(tmp_path, monkeypatch, grid, flags, said):
+    """A misspelled name is one line, not a failed run each (a paper grid's) nor "unknown depth ... add it to
+    studies.PRESET_DEPTHS" (the freezing grid's, whose blocks are the preset's): a depth the grid's table does not
+    hold is read from the config the hub gives, here unreachable."""
+    from keras_hub.src.utils import preset_utils
+
+    def unreachable(preset, path):
+        raise ConnectionError("no network here")
+
+    monkeypatch.setattr(preset_utils, "get_file", unreachable)
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(20)))
+    runs_dir = tmp_path / "runs"
+    own = [f"--train_file={data}", "--text_columns=text", "--label_column=label"] if grid == "freezing" else [
+        f"--data_dir={tmp_path}"]
+    done = run_module("tf_transfer.experiments", "run", grid, *flags, *own, f"--runs_dir={runs_dir}")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and said in errors[0], done.stderr[-2000:]
+    assert not runs_dir.exists() or not list(runs_dir.rglob("*.json"))
+
+
+def test_the_freezing_grid_reads_a_hub_presets_depth_from_its_config(tmp_path, monkeypatch, tiny_preset):
+    """A keras-hub name the grid's table does not hold: its blocks are read from the `config.json` the hub gives
+    (here the tiny preset's, 3 blocks), not refused as an "unknown depth"."""
+    from keras_hub.src.utils import preset_utils
+
+    monkeypatch.setattr(preset_utils, "get_file", lambda preset, path: os.path.join(tiny_preset, path))
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(20)))
+    done = run_module("tf_transfer.experiments", "run", "freezing", "--presets=all_minilm_l12_v2_en", "--dry_run",
+                      f"--train_file={data}", "--text_columns=text", "--label_column=label", f"--runs_dir={tmp_path / 'runs'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    depths = {line.split("trainable_layers=")[1].split()[0] for line in done.stdout.splitlines()
+              if "trainable_layers=" in line}
+    assert depths == {"0", "1", "2", "3", "all"}, done.stdout[-2000:]  # the head alone, each k, everything
+
+
 def test_shards_partition_the_grid():
     runs = load_grid("transfer_learning").runs("paper")
     shards = [studies.shard(runs, f"{i}/3") for i in (1, 2, 3)]

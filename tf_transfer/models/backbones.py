@@ -137,7 +137,7 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
         except Exception as e:
             raise TransferError(f"could not load preset folder {preset}: {type(e).__name__}: {_first_line(e)}") from None
         return LoadedPreset(backbone, tokenizer, source)
-    _check_name(preset)
+    check_name(preset)
     folder = offline_folder(preset)
     known = folder is not None and preset in _unreachable()
     hub_error = "unreachable for the process that started this one"
@@ -182,7 +182,7 @@ def check_preset(preset: str) -> None:
     Traceback (most recent call last):
     TransferError: preset folder no/such/folder does not exist; offline options: ...
     """
-    _check_name(preset)
+    check_name(preset)
     if os.path.isdir(preset) or preset in OFFLINE_PACKAGES:
         return
     from keras_hub.src.utils.preset_utils import get_preset_loader  # keras-hub 0.32; reads config.json only
@@ -194,8 +194,9 @@ def check_preset(preset: str) -> None:
                             f"{_offline_options(preset)}") from None
 
 
-def _check_name(preset: str) -> None:
-    """Refuses a folder path that does not exist and a name neither keras-hub nor an installed package knows."""
+def check_name(preset: str) -> None:
+    """Refuses a folder path that does not exist and a name neither keras-hub nor an installed package knows, without
+    asking the hub (a name no installed package ships imports keras-hub for its list of names)."""
     if os.path.isdir(preset) or "://" in preset or preset in OFFLINE_PACKAGES:
         return
     if os.sep in preset:

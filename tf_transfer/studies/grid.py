@@ -18,14 +18,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Callable, Optional
 
 from tf_transfer.core import disk
 from tf_transfer.core import settings as settings_lib
-from tf_transfer.models import methods
+from tf_transfer.models import backbones, methods
 from tf_transfer.training import locks, record, run_folder, run_record
 from tf_transfer.studies import study_registry
 from tf_transfer.models.first_run_rates import first_run_lr
@@ -43,17 +42,21 @@ PRESET_DEPTHS = {"bert_base_en_uncased": 12, "bert_base_en": 12, "bert_large_en_
 
 
 def preset_depth(preset: str) -> int:
-    if preset in PRESET_DEPTHS:
-        return PRESET_DEPTHS[preset]
-    config_file = os.path.join(preset, "config.json")
-    if os.path.isfile(config_file):
-        with open(config_file) as f:
-            config = json.load(f)
-        config = config.get("config", config)  # Keras preset folders nest the backbone config
-        for key in ("num_layers", "num_hidden_layers"):
-            if key in config:
-                return int(config[key])
-    raise TransferError(f"unknown depth of preset {preset!r}: add it to studies.PRESET_DEPTHS or use a local folder")
+    """The encoder depth of `preset`, read without loading its weights, so that a grid is listed in a moment: the
+    studies' presets from `PRESET_DEPTHS`, a folder's or an installed package's from its `config.json`
+    (`backbones.preset_depth`), any other from the `config.json` the hub gives, once `backbones.check_preset` has
+    refused a preset no source gives (a misspelled name, a folder that does not exist, the hub unreachable)."""
+    depth = PRESET_DEPTHS.get(preset) or backbones.preset_depth(preset)
+    if depth is not None:
+        return depth
+    backbones.check_preset(preset)
+    from keras_hub.src.utils.preset_utils import get_file  # keras-hub 0.32: one file of a preset, cached
+
+    depth = None if os.path.isdir(preset) else backbones.config_depth(get_file(preset, "config.json"))
+    if depth is None:
+        raise TransferError(f"preset {preset!r}: its config.json gives no encoder depth (num_layers or "
+                            "num_hidden_layers); give a preset of an encoder family tf_transfer trains")
+    return depth
 
 
 def own_settings(path: str, base: str, settings_class=None) -> dict:

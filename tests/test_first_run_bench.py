@@ -131,6 +131,32 @@ def test_the_report_says_each_files_verdict_by_how_much_and_the_front_where_miss
     assert os.path.exists(os.path.join(out, "front.png"))
 
 
+def test_a_files_added_seeds_pair_full_fine_tuning_with_the_candidate_in_a_second_look(tmp_path):
+    runs = str(tmp_path)
+    _search(runs, {study.OLD_DEFAULT: (0.86, 480.0), study.cached(2, 1e-4): (0.885, 420.0),
+                   study.cached(2, 3e-4): (0.88, 350.0), study.cached(3, 1e-4): (0.893, 520.0)})
+    choice, reference = study.chosen_candidate(runs), study.full(5e-5)
+    (file, added), = study.POWER_SEEDS.items()
+    assert [job for job in study.jobs(runs) if job[2] in added] == [
+        (file, route, seed) for seed in added for route in (reference, choice)]  # those two routes alone
+    every = study.COMPARED_SEEDS + added
+    for seed in every:  # the candidate -0.4, -0.3, ..., +0.2 points from full fine-tuning
+        _run(runs, file, reference, 0.9, 1000.0, seed=seed, test=0.88)
+        _run(runs, file, choice, 0.9, 350.0, seed=seed, test=0.875 + seed / 1000,
+             cpu="Intel Xeon" if seed == every[-1] else "AMD EPYC")
+    looked = (f"Seeds 1-{every[-1]}, the last {len(added)} added after seeds 1-3 left the verdict inconclusive (a "
+              "second look: the interval is not widened for it)")
+    assert report.second_look(runs, file, choice, reference) == (
+        f"{looked}: {len(every) - 1} of {len(every)} seeds completed on one kind of machine so far.")
+    shutil.rmtree(os.path.join(runs, file, choice, f"seed{every[-1]}"))
+    _run(runs, file, choice, 0.9, 350.0, seed=every[-1], test=0.875 + every[-1] / 1000)
+    assert report.second_look(runs, file, choice, reference) == (
+        f"{looked}: last 2 over the cache, lr 0.0003: target met (within 1 point at no more than 40% of full "
+        "fine-tuning's wall time): -0.1 [-0.3, +0.1] points at 35% [35%, 35%] of its wall time (35% [35%, 35%] of "
+        "its CPU time)")
+    assert report.second_look(runs, "sst2", choice, reference) is None  # no seeds added there
+
+
 def test_a_dead_workers_unfinished_run_is_run_afresh_so_its_times_are_the_whole_process(tmp_path, monkeypatch):
     runs = str(tmp_path)
     _run(runs, "sst2", study.OLD_DEFAULT, 0.87, 300.0)

@@ -18,7 +18,8 @@ The design, fixed before any compared run:
   first run's default as it was (the last 2 blocks over the cache at 2e-5), full fine-tuning at its searched rate,
   the Hugging Face peer (`hf_peer.py`: the Trainer's own recipe, linear decay, no weight decay) at full
   fine-tuning's searched rate (the same model and loss: the peer at its best known rate, found the way ours is),
-  and the chosen candidate.
+  and the chosen candidate. Where those three left the candidate's verdict inconclusive and a few more seeds could
+  decide it, the file's `POWER_SEEDS` run full fine-tuning and the candidate alone, reported as a second look.
 - **Claims**: the test score at the best validation epoch, chosen minus full fine-tuning, seed-paired 95%
   t-interval; within 1 point where its lower bound is above -1. Time: each run's whole process, wall and CPU seconds
   (start-up, cache builds and scoring included), and the training seconds to the best epoch; each run pinned to one
@@ -58,6 +59,11 @@ FILES = {
 }
 SEARCH_SEED = 0
 COMPARED_SEEDS = [1, 2, 3]
+# Seeds added after the compared ones, where those left the chosen candidate's verdict inconclusive and their spread
+# said a few more could decide it (report.py's power line: Quora's paired SD of 0.6 points, a mean 1.6 below full
+# fine-tuning, an interval narrow enough to fall on one side of -1 at about 7 seeds): full fine-tuning and the chosen
+# candidate alone, back to back as the compared seeds' runs. A look after the first three, said beside the verdict.
+POWER_SEEDS = {"quora": [4, 5, 6, 7]}
 FULL_RATES = [2e-5, 5e-5, 1e-4]
 FULL_BEYOND = 2e-4
 PROTOCOL = ["--preset=all_minilm_l6_v2_en", "--batch_size=32", "--max_epochs=5", "--patience=2", "--padding=pack",
@@ -187,6 +193,10 @@ def jobs(runs: str) -> list:
             routes = [full(rate), f"hf_lr{rate:.0e}", OLD_DEFAULT] + ([choice] * (choice != OLD_DEFAULT)) if (
                 rate and choice) else [None] * 4  # a (file, seed)'s runs start together, back to back
             found += [(file, route, seed) for route in routes]
+    for file, seeds in POWER_SEEDS.items():
+        rate = searched_full_rate(runs, file)
+        found += [(file, route, seed) for seed in seeds for route in (
+            [full(rate), choice] if rate and choice else [None] * 2)]
     return found
 
 

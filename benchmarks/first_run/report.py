@@ -140,7 +140,11 @@ def second_look(runs: str, file: str, route: str, reference: str) -> Optional[st
         return f"{looked}: {len(pairs)} of {len(every)} seeds completed on one kind of machine so far."
     got, ref = [pairs[s][route] for s in every], [pairs[s][reference] for s in every]
     score = stats.paired_difference([g["score"] for g in got], [r["score"] for r in ref])
-    return f"{looked}: {verdict_line(route, score, paired_share(got, ref), paired_share(got, ref, 'cpu_s'))}"
+    contended = [str(s) for s in every if pairs[s][route]["contended"] or pairs[s][reference]["contended"]]
+    said = verdict_line(route, score, paired_share(got, ref), paired_share(got, ref, "cpu_s"),
+                        sd=score.se * np.sqrt(score.n))
+    return (f"{looked}: {said}"
+            + (f" (contended pairs: seeds {', '.join(contended)})" if contended else ""))
 
 
 def file_table(runs: str, file: str, routes: list, reference: str) -> tuple:
@@ -275,7 +279,8 @@ def machines_line(runs: str) -> str:
         if summary:
             kind = study.machine_kind(runs, file, route, seed)
             kinds[kind] = kinds.get(kind, 0) + 1
-            finished.append(summary.get("finished_at", "")[:16])
+            finished.append((summary.get("finished_at") or (study.read(os.path.join(
+                runs, file, route, f"seed{seed}", "process.json")) or {}).get("finished_at") or "?")[:16])
     if not kinds:
         return "No run has completed yet."
     return (f"Runs completed: {sum(kinds.values())}, on {'; '.join(f'{k}: {n}' for k, n in kinds.items())}; "

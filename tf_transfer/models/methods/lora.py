@@ -104,6 +104,10 @@ class LoRA(Method):
     # (reports/methods: -2.1, -1.6 and -0.4 points against full fine-tuning); each rank adds 4 candidates to price.
     sweep_options = {"lora_ranks": (["8"], "sweep: the LoRA ranks among the candidates (the paper's 8; e.g. 4,8,16 "
                                            "for more, 4 candidates each).", int)}
+    sweep_left_out = ("in the sweep checks on the first-run benchmark's four 6,000-row files (reports/first_run), "
+                      "rank 8 on the last 2 blocks over the cache scored 1.7-3.7 points below the best candidate on "
+                      "each, never within the recommendation's 1 point, and its 2 rates added 3-10 minutes to the "
+                      "half hour an answer needs there on 2 cores")
     sweep_columns = ("lora_rank",)
     record_fields = (Field("lora", (dict,), "with `--method=lora`: `{rank, alpha, init, targets, layers, weights}` "
                            "(`init` absent in runs made before 2026-11-25, which drew A from a Gaussian)",

@@ -239,6 +239,30 @@ def test_successive_halving_prunes_the_weaker_then_the_best_run_at_more_seeds(tm
     assert sweep.run_sweep(spent, url2, str(tmp_path / "spent"), _fake_trial, log=lambda line: None) == "budget"
 
 
+def test_the_reference_candidate_is_ranked_at_its_first_rung_but_stopped_only_from_the_next():
+    """The first rung is the epoch at which full fine-tuning's reference run had just learned: its seed-0 run is
+    asked there (its score ranks the others) but not stopped by its start; from 3r on it is ranked as any other."""
+    import optuna
+
+    study = optuna.create_study(direction="maximize", pruner=sweep.pruner_of_sweeps(1))
+    study.set_user_attr("first_rung", 1)
+    study.set_user_attr("reference", {"candidate": "full", "learned": True, "epochs": 1, "score": 0.7, "cut": None})
+
+    def run(name: str, curve: list) -> int:
+        study.enqueue_trial({"candidate": name})
+        trial = study.ask()
+        trial.suggest_categorical("candidate", ["k2", "k2b", "full"])
+        pruned_at = next((epoch for epoch, value in enumerate(curve, start=1)
+                          if sweep.report_epoch(trial, value, epoch, 5)), 0)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED) if pruned_at else study.tell(trial, max(curve))
+        return pruned_at
+
+    assert run("k2", [0.80, 0.84, 0.85, 0.85, 0.85]) == 0  # the first at each rung goes on
+    assert run("full", [0.70, 0.80, 0.83, 0.88, 0.89]) == 3  # below k2 at epoch 1 and at epoch 3: pruned at 3
+    assert run("k2b", [0.70, 0.80, 0.83, 0.88, 0.89]) == 1  # another candidate on that curve: pruned at 1
+    assert study.trials[1].system_attrs["completed_rung_0"] == 0.70  # full's epoch 1 was ranked with the others'
+
+
 def test_full_fine_tuning_queued_first_runs_at_every_seed_and_the_seed_round_takes_the_rest(tmp_path):
     """Where the plan puts full fine-tuning first (`order`), its further seeds are queued with it (they fill the
     workers while its seed 0 runs) and do not report to the pruner; the seed round then takes the best `top - 1` of
@@ -711,6 +735,10 @@ def test_a_reference_killed_after_the_epoch_it_learned_pauses_there_when_run_aga
     answer = sweep_trial._ended_before({"epochs": epochs}, None, 2, 0.86, start=0.0)
     assert answer["cut"] == "reference" and answer["learned_at"] == 2 and answer["value"] == 0.86
     assert not answer["pruned"] and answer["epoch_time_s"] == 21.0 and answer["epochs"] == 2
+    # Pruned at an epoch it had trained: its line names the best score so far (it said "no score").
+    pruned = sweep_trial._ended_before({"epochs": epochs[:1]}, 1, None, 0.78, start=0.0)
+    assert pruned["pruned"] and sweep.ended_line("full", 0, pruned, "f1", 12.0) == (
+        "[sweep] full seed 0: stopped by successive halving after 1 epoch (best validation f1 0.780), 0.2 min")
 
 
 def test_full_fine_tuning_queued_first_measures_the_first_rung_as_it_goes_on(tmp_path, monkeypatch):

@@ -441,8 +441,20 @@ def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
     """Reports a candidate's validation score after `epoch`; True when successive halving prunes it. A run at its
     `last_epoch` has ended anyway: its score is final, never pruned. Runs of the seed round neither report nor get
     pruned: they measure the noise of candidates already chosen; nor does the reference, which measures the first
-    rung, nor full fine-tuning's seed 0 queued first (`unpruned`: `open_study`)."""
+    rung, nor full fine-tuning's seed 0 queued first (`unpruned`: `open_study`). The reference's candidate is asked
+    at the first rung (its score there ranks the others) but not stopped there (`_sets_the_rung`)."""
     if trial.user_attrs.get("seed_round") or trial.user_attrs.get("reference") or trial.user_attrs.get("unpruned"):
         return False
     trial.report(value, epoch)
-    return epoch < last_epoch and trial.should_prune()
+    pruned = trial.should_prune()
+    return epoch < last_epoch and pruned and not (epoch <= trial.study.user_attrs.get("first_rung", 0)
+                                                  and _sets_the_rung(trial))
+
+
+def _sets_the_rung(trial) -> bool:
+    """Whether `trial` is a run of the candidate whose reference run set the first rung, the epoch at which it had
+    just learned. Ranked by that epoch against candidates at larger rates it would be judged by its start (on the
+    first-run benchmark's STS-B file, 2026-11-30, full fine-tuning was pruned there after epoch 1, where run to its
+    own end it scored best); it is ranked from the next rung on, as the plan prices it (`sweep_plan._goes_on`)."""
+    reference = trial.study.user_attrs.get("reference") or {}
+    return reference.get("candidate") is not None and trial.params.get("candidate") == reference["candidate"]

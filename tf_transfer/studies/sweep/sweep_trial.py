@@ -195,10 +195,10 @@ def _learned_before(study, name: str, epochs: list, metric: str, lower: bool, se
 def _ended_before(summary: dict, pruned_at: Optional[int], learned_at: Optional[int], best: Optional[float],
                   start: float) -> dict:
     """`train_trial`'s answer for a resumed run that had ended before its process died, with nothing more to
-    train: pruned at an epoch it had trained (`pruned_at`), or the reference, which had learned (`learned_at`, its
-    best score `best`: it pauses there)."""
+    train: pruned at an epoch it had trained (`pruned_at`), or the reference, which had learned (`learned_at`: it
+    pauses there); `best`, its best score so far (what its line says)."""
     times = [e["epoch_time_s"] for e in summary["epochs"] if e.get("epoch_time_s")]
-    return {"value": None if pruned_at else best, "pruned": bool(pruned_at), "pruned_at": pruned_at,
+    return {"value": best, "pruned": bool(pruned_at), "pruned_at": pruned_at,
             "cut": "pruned" if pruned_at else "reference", "learned_at": None if pruned_at else learned_at,
             "epoch_time_s": max(times) if times else None, "epochs": len(summary["epochs"]),
             "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),

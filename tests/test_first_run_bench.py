@@ -314,6 +314,9 @@ def test_the_sweep_check_records_what_the_sweep_said_took_and_recommended_and_ju
     assert lines[3].endswith("compared seeds: not run there |")
     assert sweep_check.said("[sweep] an answer over all 5 candidates needs about 33m on 2 workers, one per core, if "
                             "...; --budget=30m is enough in the first case, in the second ...")["fits_said"] == "likely"
+    assert sweep_check.said("[sweep] an answer over all 3 candidates needs about 28m ...; --budget=30m (29m left after "
+                            "timing this machine) is enough by the plan, with less than 10% to spare (...): give "
+                            "--budget=32m for room")["fits_said"] == "yes, little to spare"
     assert sweep_check.benchmark_route("freeze_kall_lr5e-05") == study.full(5e-5)
     assert sweep_check.benchmark_route("lora_r8_k2_lr0.002") is None
     assert sweep_check.on_front([runs], "sst2", "freeze_k2_lr0.0003").startswith("search: yes (91.0 in 300 CPU s)")

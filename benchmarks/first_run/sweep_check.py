@@ -56,8 +56,10 @@ def command(data: str, file: str, work: str) -> list:
 def said(output: str) -> dict:
     """The sweep's first line and how it ended, read from its output."""
     first = next((line for line in output.splitlines() if line.startswith("[sweep] an answer over all")), None)
-    fits = None if first is None else ("yes" if first.endswith("is enough") else
-                                       "likely" if "is enough in the first case" in first else "no")
+    fits = None if first is None else ("likely" if "is enough in the first case" in first else
+                                       "yes" if " is enough" in first else "no")
+    if fits in ("yes", "likely") and "to spare" in first:  # within what a plan may fall short of its sweep
+        fits += ", little to spare"
     ended = next((line for line in output.splitlines() if line.startswith("sweep done")
                   or line.startswith("sweep stopped")), None)
     recommended = next((line for line in output.splitlines() if line.startswith("Recommended: ")), None)

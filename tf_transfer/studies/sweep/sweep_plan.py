@@ -323,14 +323,14 @@ def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Op
         needed = (f"an answer over all {p.candidates} candidates needs about {_minutes(likely.needed_s)} on {on}, "
                   f"if successive halving stops full fine-tuning by epoch {STOPPED_BY} as it usually does "
                   f"(docs/methods.md), {_minutes(p.needed_s)} if not")
-    left, give = _minutes(budget_s), _minutes(p.needed_s + timing_s, up=True)
+    # The budget it suggests has the room a plan may fall short by (`PLAN_SHORTFALL`).
+    left, give = _minutes(budget_s), _minutes(p.needed_s * (1 + PLAN_SHORTFALL) + timing_s, up=True)
     budget = f"--budget={given} ({left} left after timing this machine)" if given and given != left else \
         f"--budget={left}"
     if p.reached is None or budget_s >= p.needed_s:
         if budget_s >= p.needed_s * (1 + PLAN_SHORTFALL):
             return f"[sweep] {needed}; {budget} is enough"
-        return (f"[sweep] {needed}; {budget} is enough by the plan, {LITTLE_TO_SPARE}: give "
-                f"--budget={_minutes(p.needed_s * (1 + PLAN_SHORTFALL) + timing_s, up=True)} for room")
+        return f"[sweep] {needed}; {budget} is enough by the plan, {LITTLE_TO_SPARE}: give --budget={give} for room"
     if not p.answers:
         return (f"[sweep] {needed}; {budget} is too little for any answer (the reference, one candidate and the seed "
                 f"round need more): give --budget={give}")

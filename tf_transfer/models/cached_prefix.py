@@ -75,14 +75,29 @@ def blocks_model(backbone, start: int, stop: int, hidden_dtype: str = "float16",
 
 
 def cache_splits(backbone, trainable_layers, encoded: dict, weights: str, dataset: str, batching,
-                 precision: str = "float32", cache_dir=None, packed: bool = False) -> dict:
+                 precision: str = "float32", cache_dir=None, packed: bool = False, pooled: tuple = ()) -> dict:
     """`{split: (CachedSplit, seconds spent, reused?)}`: the frozen prefix's outputs of every encoded split
     (`cache.build`, keyed by `cache.Prefix(weights, dataset, depth, ...)`), the prefix run once for them all. The
     commands' `--cache_frozen` and the Python API's `CachedClassifier` build their caches here. `packed`: the
-    prefix runs on packed rows (`--padding=pack`), a cache of its own."""
+    prefix runs on packed rows (`--padding=pack`), a cache of its own. `pooled`: the names of splits cached
+    together (`cache.pool`; a run's training and validation splits, which its seed draws from one file), each
+    charged its share of the build by its real tokens."""
     prefix = prefix_model(backbone, trainable_layers, packed)
     depth = frozen_depth(trainable_layers, backbone.num_layers)
     cls_only = depth == backbone.num_layers
     identity = cache.Prefix(weights, dataset, depth, cls_only, precision, packed)
-    return {name: cache.build(prefix, split, identity.key(name, split), batching, cls_only, cache_dir, packed=packed)
-            for name, split in encoded.items()}
+
+    def built(name, split):
+        return cache.build(prefix, split, identity.key(name, split), batching, cls_only, cache_dir, packed=packed)
+
+    together = [name for name in pooled if name in encoded]
+    together = together if len(together) > 1 else []
+    result = {name: built(name, split) for name, split in encoded.items() if name not in together}
+    if together:
+        union, rows = cache.pool({name: encoded[name] for name in together})
+        whole, spent, reused = built("+".join(together), union)
+        tokens = {name: float(encoded[name].lengths.sum()) for name in together}
+        for name in together:
+            share = tokens[name] / (sum(tokens.values()) or 1.0)
+            result[name] = (cache.select(whole, rows[name], encoded[name], share), spent * share, reused)
+    return {name: result[name] for name in encoded}

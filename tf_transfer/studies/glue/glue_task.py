@@ -202,7 +202,8 @@ class GlueTask(Task):
         settings = self.settings
         built = cached_prefix.cache_splits(self.backbone, settings.trainable_layers, self.encoded,
                                            settings.model.weights, settings.dataset, settings.inputs,
-                                           settings.precision, settings.cache_dir, packed=settings.padding == "pack")
+                                           settings.precision, settings.cache_dir, packed=settings.padding == "pack",
+                                           pooled=("train", "validation"))
         cached, self.cache_cost, self.cache_mb = {}, {"build_s": 0.0, "build_cpu_s": 0.0}, 0.0
         for name, (cached[name], spent, reused) in built.items():
             self.cache_time_s += spent

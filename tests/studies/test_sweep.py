@@ -435,10 +435,11 @@ def test_a_setting_seeded_at_one_rate_is_not_seeded_again_at_another_that_ends_b
         states=(optuna.trial.TrialState.WAITING,))] == [("k2_fast", 1), ("k2_fast", 2), ("k3", 1), ("k3", 2)]
 
 
-def test_the_plan_counts_one_cache_build_per_depth_and_seed():
-    """The runs of one seed that freeze as many blocks read one cache, built by the first (`_run_trial`): on the
-    first-run files, the LoRA and last-2 runs after the first of that depth at seed 0 started in 9-12 s where the
-    first took 41-54 s more (2026-11-29). LoRA over the last 2 and the last 2 alone share a cache at every seed."""
+def test_the_plan_counts_one_cache_build_per_depth():
+    """The runs that freeze as many blocks read one cache, built by the first (`_run_trial`), whatever their seed
+    (`cache.pool`): on the first-run files, the LoRA and last-2 runs after the first of that depth at seed 0
+    started in 9-12 s where the first took 41-54 s more (2026-11-29). LoRA over the last 2 and the last 2 alone
+    share a cache, built once."""
     from tf_transfer.studies.sweep import sweep_plan
 
     speed = sweep_plan.Speed(example_s=0.02, block_s=0.001, startup_s=20.0, num_layers=6, train_examples=5400,
@@ -453,10 +454,10 @@ def test_the_plan_counts_one_cache_build_per_depth_and_seed():
     build = sweep_plan.build_s(found["freeze_k2_lr0.0003"], speed)
     assert build == pytest.approx(0.001 * 6000 * 4) and build == sweep_plan.build_s(found["lora_r8_k2_lr0.002"], speed)
     # The reference's epoch; full fine-tuning's seed 0 on from it to epoch 3; LoRA at seed 0 builds the cache the
-    # last 2 read; each of seeds 1 and 2 runs both settings (the mean of their whole runs), one building the cache.
-    mean = (lora_fixed + 5 * lora_epoch + k2_fixed + 5 * k2_epoch) / 2
+    # last 2 read; each of seeds 1 and 2 runs both settings (the mean of their whole runs), neither building it.
+    mean = (lora_fixed + 5 * lora_epoch + k2_fixed + 5 * k2_epoch) / 2 - build
     expected = (full_fixed + full_epoch) + (full_fixed + 2 * full_epoch) + (lora_fixed + 5 * lora_epoch) + (
-        k2_fixed - build + 5 * k2_epoch) + 2 * (mean + mean - build)
+        k2_fixed - build + 5 * k2_epoch) + 2 * (mean + mean)
     assert p.training_s == pytest.approx(expected)
 
 
@@ -833,9 +834,12 @@ def test_the_seed_round_is_kept_beside_what_running_trials_will_still_spend(tmp_
     assert waiting == [("k1", 1), ("k1", 2), ("full", 0)]
 
 
-def test_a_trial_whose_cache_a_run_of_its_seed_built_is_priced_without_the_build(tmp_path):
+def test_a_trial_whose_cache_a_run_built_is_priced_without_the_build(tmp_path):
     """k1 at 1e-3 ran over 5 frozen blocks at seed 0: k1b (the same blocks at 1e-4) reads its cache, so its
-    estimate holds no build; k2 (4 frozen blocks) still builds its own, priced from k1's build."""
+    estimate holds no build; k2 (4 frozen blocks) still builds its own, priced from k1's build. k1's seed-round
+    runs read the cache its seed-0 run built (`cache.pool`): each is priced at that run less its 3-s build."""
+    from tf_transfer.studies.sweep import sweep_seed_round
+
     import optuna
 
     from tf_transfer.studies.sweep import sweep_storage
@@ -846,11 +850,12 @@ def test_a_trial_whose_cache_a_run_of_its_seed_built_is_priced_without_the_build
     _ran(study, found, {"epoch_time_s": 18.0, "epochs": 1, "train_s": 20.0, "reference": True}, None,
          optuna.trial.TrialState.PRUNED)
     sweep_rung.set_first_rung(study, "full", {"learned_at": 1, "epochs": 1, "value": 0.86}, 3, lambda line: None)
-    _ran(study, found, {"epoch_time_s": 3.0, "epochs": 3, "cache_build_s": 3.0, "train_s": 14.0}, 0.84,
-         optuna.trial.TrialState.COMPLETE)
+    _ran(study, found, {"epoch_time_s": 3.0, "epochs": 3, "cache_build_s": 3.0, "cache_time_s": 3.0,
+                        "train_s": 14.0}, 0.84, optuna.trial.TrialState.COMPLETE)
     waiting = {sweep_storage.key_of(t)[0]: t for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))}
     assert sweep_estimate.estimate_s(study, found, waiting["k1b"]) == pytest.approx(2 + 3.0)  # to the first rung
     assert sweep_estimate.estimate_s(study, found, waiting["k2"]) == pytest.approx(2 + 3.0 * 4 / 5 + 6.0)
+    assert sweep_seed_round.cost(study, 1, 3) == pytest.approx(2 * (14.0 - 3.0))
 
 
 def test_a_worker_starts_no_trial_that_would_end_after_its_deadline(tmp_path, monkeypatch):

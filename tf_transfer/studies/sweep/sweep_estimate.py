@@ -74,7 +74,8 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
 
     Per epoch, runs of the same method, depth and cache (the slowest of them); else any measured run scaled by its
     work per step (`relative_cost`). The cache's build, the same shape's; else a measured one scaled by the frozen
-    blocks; else one epoch's; none where a run of its seed over as many frozen blocks built it (`_cache_built`).
+    blocks; else one epoch's; none where a run over as many frozen blocks built it (`_cache_built`). A seed-round
+    run, its candidate's seed-0 run less what that run spent building caches (`seed_round_s`).
     Start-up, the longest measured."""
     import optuna
 
@@ -84,7 +85,7 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
     measured = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("epoch_time_s")
                 and t.user_attrs.get("epochs") and t.params.get("candidate") in found]
     if trial.user_attrs.get("seed_round"):
-        own = [t.user_attrs["train_s"] for t in measured if t.params["candidate"] == name and t.params["seed"] == 0
+        own = [seed_round_s(t) for t in measured if t.params["candidate"] == name and t.params["seed"] == 0
                and not t.user_attrs.get("reference") and t.state == optuna.trial.TrialState.COMPLETE]
         if own:
             return max(own)
@@ -113,13 +114,20 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
 
 
 def _cache_built(measured: list, found: dict, trial, layers: int) -> bool:
-    """Whether a run that ended built `trial`'s frozen-prefix cache: one of its seed over as many frozen blocks (a
-    cache's key is its data, whose split the seed draws, its depth and preset: `sweep_search._run_trial`), whose
-    run reads it rather than building it again."""
-    name, seed, _ = sweep_storage.key_of(trial)
+    """Whether a run that ended built `trial`'s frozen-prefix cache: one over as many frozen blocks, at any seed (a
+    cache's key is its data, depth and preset; every seed's training and validation splits read one cache of the
+    file's examples: `cache.pool`, `sweep_search._run_trial`), whose run reads it rather than building it again."""
+    name = sweep_storage.key_of(trial)[0]
     frozen = cache_of(found[name], layers)
     return bool(layers) and frozen is not None and any(
-        t.params.get("seed") == seed and cache_of(found[t.params["candidate"]], layers) == frozen for t in measured)
+        cache_of(found[t.params["candidate"]], layers) == frozen for t in measured)
+
+
+def seed_round_s(trial) -> float:
+    """What a seed-round run of `trial`'s candidate (`trial`: its seed-0 run, ended) is expected to take: that run's
+    wall time less what it spent building frozen-prefix caches, which every seed's run of it reads
+    (`cache.pool`)."""
+    return max((trial.user_attrs.get("train_s") or 0.0) - (trial.user_attrs.get("cache_time_s") or 0.0), 0.0)
 
 
 def _epochs(study, trial, whole: bool) -> int:

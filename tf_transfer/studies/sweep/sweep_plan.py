@@ -29,7 +29,7 @@ Example:
 ...          "freeze_kall_lr5e-05": {"trainable_layers": "all", "lr": 5e-5}}
 >>> p = sweep_plan.plan(found, "freeze_kall_lr5e-05", speed, workers=2, max_epochs=5, patience=2)
 >>> round(p.needed_s / 60), p.candidates
-(23, 2)
+(22, 2)
 >>> queue, p = sweep_plan.order(found, "freeze_kall_lr5e-05", speed, 2, 5, 2, budget_s=900)
 >>> queue, p.reached  # too little to compare full fine-tuning: the cheapest first, and it decides among 1
 (['freeze_k2_lr0.0003', 'freeze_kall_lr5e-05'], 1)
@@ -175,8 +175,8 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     (`reference`'s candidate always goes on; with `front`, candidates chosen from the score/time front, every one:
     `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest, the mean run to the stopping
     rule of the others weighted by how likely each gets there, one per setting (the seed round takes each at one
-    rate: `sweep_seed_round.candidates`); a run whose cache a run of its seed built before it, without the build
-    (`sweep_estimate.cache_of`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
+    rate: `sweep_seed_round.candidates`); a run whose cache a run built before it (of any seed: a seed's splits read
+    one cache of the file's examples, `cache.pool`), without the build (`sweep_estimate.cache_of`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
     the second rung and so not in the seed round, the likely case (`STOPPED_BY`)."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
@@ -228,17 +228,11 @@ def _seed_round(full: list, others: list, found: dict, whole: Callable, goes_on:
     """The seed round's runs (each of seeds 1..`seeds`-1): full fine-tuning's (`full`: its whole run, where it is
     among the best) and, of the `others` that ran to their stopping rule, `slots` settings (each at one rate:
     `sweep_seed_round.configuration`) at the mean run of the others weighted by how likely each gets there
-    (`goes_on`); where the settings cache fewer depths than they are, a run of each seed reads the cache another
-    run of that seed built (the mean build less)."""
+    (`goes_on`), without its cache's build: every seed's run reads the cache its seed-0 run built (`cache.pool`)."""
     weights = [goes_on[name][1] for name in others]
-    mean = sum(w * whole(n) for w, n in zip(weights, others)) / (sum(weights) or 1)
-    mean_build = sum(w * build_s(found[n], speed) for w, n in zip(weights, others)) / (sum(weights) or 1)
+    mean = sum(w * (whole(n) - build_s(found[n], speed)) for w, n in zip(weights, others)) / (sum(weights) or 1)
     settings = {sweep_seed_round.configuration(name, found): name for name in others}
-    count = min(slots, len(settings))
-    # Uncached settings count apart.
-    caches = len({sweep_estimate.cache_of(found[name], speed.num_layers) or name for name in settings.values()})
-    sharing = max(count - caches, 0)
-    chosen = full + [mean] * (count - sharing) + [mean - mean_build] * sharing
+    chosen = full + [mean] * min(slots, len(settings))
     return [run for run in chosen for _ in range(seeds - 1)]
 
 

@@ -296,9 +296,10 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     trial, name, seed = taken
     base, max_epochs = study.user_attrs["base"], int(study.user_attrs["base"].get("max_epochs", 9))
     settings = {**base, **study.user_attrs["candidates"][name], "seed": seed}
-    # One frozen-prefix cache per depth and split on disk, built by the first candidate that needs it and read by
-    # every other (each rate, LoRA over the same blocks, a rerun): a cache's key is its data, depth and preset, so
-    # what a run computes is the same; only its build is not paid again.
+    # One frozen-prefix cache per depth on disk, built by the first candidate that needs it and read by every other
+    # (each rate, LoRA over the same blocks, every seed: a seed's training and validation splits read one cache of
+    # the file's examples, `cache.pool`; a rerun): a cache's key is its data, depth and preset, so what a run
+    # computes is the same; only its build is not paid again.
     settings["cache_dir"] = settings.get("cache_dir") or os.path.join(sweep_dir, "cache")
     is_reference = bool(trial.user_attrs.get("reference"))
     # The reference's run is full fine-tuning's seed 0 begun: it pauses where it learned, and that candidate's
@@ -418,7 +419,7 @@ def _tell(study, trial, name: str, result: dict, start: float, ended: float, max
     trial.set_user_attr("train_s", spent)
     if last_epoch_s > 0.0:  # an epoch trained in this try
         trial.set_user_attr("tail_s", spent - last_epoch_s)
-    for key in ("epoch_time_s", "epochs", "cache_build_s", "startup_s", "cut", "num_layers"):
+    for key in ("epoch_time_s", "epochs", "cache_build_s", "cache_time_s", "startup_s", "cut", "num_layers"):
         trial.set_user_attr(key, result.get(key))
     if result.get("startup_s") is not None and result.get("elapsed_s") is not None:
         # A run in a child process: its start-up includes starting the process, which only this one sees.

@@ -46,8 +46,11 @@ def configuration(name: str, found: dict) -> tuple:
 
 
 def cost(study, top: int, seeds: int) -> float:
-    """The seed round's estimated seconds, were it queued now: each chosen candidate's seed-0 run, once per seed."""
-    return (seeds - 1) * sum(t.user_attrs.get("train_s", 0.0) for t in candidates(study, top))
+    """The seed round's estimated seconds, were it queued now: each chosen candidate's seed-0 run without its cache
+    builds (`sweep_estimate.seed_round_s`), once per seed."""
+    from tf_transfer.studies.sweep import sweep_estimate
+
+    return (seeds - 1) * sum(sweep_estimate.seed_round_s(t) for t in candidates(study, top))
 
 
 def queue(study, top: int, seeds: int, running: int = 0) -> bool:

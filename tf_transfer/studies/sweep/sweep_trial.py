@@ -201,8 +201,8 @@ def _ended_before(summary: dict, pruned_at: Optional[int], learned_at: Optional[
     return {"value": best, "pruned": bool(pruned_at), "pruned_at": pruned_at,
             "cut": "pruned" if pruned_at else "reference", "learned_at": None if pruned_at else learned_at,
             "epoch_time_s": max(times) if times else None, "epochs": len(summary["epochs"]),
-            "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
-            "startup_s": None, "elapsed_s": time.time() - start}
+            "cache_build_s": summary.get("cache_build_s"), "cache_time_s": summary.get("cache_time_s"),
+            "num_layers": summary.get("num_layers"), "startup_s": None, "elapsed_s": time.time() - start}
 
 
 def _trial_result(summary: dict, metric: str, state: dict, done_before: int, start: float) -> dict:
@@ -213,10 +213,13 @@ def _trial_result(summary: dict, metric: str, state: dict, done_before: int, sta
     cut = "reference" if state.get("paused") else next((e["sweep"] for e in reversed(epochs) if e.get("sweep")),
                                                        "pruned" if pruned else None)
     wall = epoch_wall(state["at"], epochs[done_before]["epoch_time_s"]) if len(epochs) > done_before else None
-    built = summary.get("cache_build_s") or 0.0
+    # What this run spent building caches (none where it read one another run built); runs before it was
+    # recorded: what its caches cost.
+    built = summary.get("cache_time_s", summary.get("cache_build_s")) or 0.0
     return {"value": best["val"][metric] if best else None, "pruned": pruned, "cut": cut,
             "learned_at": state["learned_at"], "epoch_time_s": wall, "epochs": len(epochs),
-            "cache_build_s": summary.get("cache_build_s"), "num_layers": summary.get("num_layers"),
+            "cache_build_s": summary.get("cache_build_s"), "cache_time_s": summary.get("cache_time_s"),
+            "num_layers": summary.get("num_layers"),
             "startup_s": max(state["at"][0] - wall - built, 0.0) if state["at"] and wall else None,
             "elapsed_s": time.time() - start}
 

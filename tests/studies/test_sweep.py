@@ -437,7 +437,7 @@ def test_a_setting_seeded_at_one_rate_is_not_seeded_again_at_another_that_ends_b
 
 def test_the_plan_counts_one_cache_build_per_depth():
     """The runs that freeze as many blocks read one cache, built by the first (`_run_trial`), whatever their seed
-    (`cache.pool`): on the first-run files, the LoRA and last-2 runs after the first of that depth at seed 0
+    (`cache_pool.pool`): on the first-run files, the LoRA and last-2 runs after the first of that depth at seed 0
     started in 9-12 s where the first took 41-54 s more (2026-11-29). LoRA over the last 2 and the last 2 alone
     share a cache, built once."""
     from tf_transfer.studies.sweep import sweep_plan
@@ -837,7 +837,7 @@ def test_the_seed_round_is_kept_beside_what_running_trials_will_still_spend(tmp_
 def test_a_trial_whose_cache_a_run_built_is_priced_without_the_build(tmp_path):
     """k1 at 1e-3 ran over 5 frozen blocks at seed 0: k1b (the same blocks at 1e-4) reads its cache, so its
     estimate holds no build; k2 (4 frozen blocks) still builds its own, priced from k1's build. k1's seed-round
-    runs read the cache its seed-0 run built (`cache.pool`): each is priced at that run less its 3-s build."""
+    runs read the cache its seed-0 run built (`cache_pool.pool`): each is priced at that run less its 3-s build."""
     from tf_transfer.studies.sweep import sweep_seed_round
 
     import optuna

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tf_transfer.data import cache
+from tf_transfer.data import cache_pool
 from tf_transfer.models import cached_prefix
 from tf_transfer.models import freezing
 from tf_transfer.models import heads
@@ -219,7 +220,7 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
 
 @pytest.mark.parametrize("padding", ["bucket", "pack"])
 def test_splits_a_seed_draws_from_one_file_share_one_cache_computed_alike_for_every_seed(encoded_rte, padding):
-    """`cache.pool` and `cache.select`: the training and validation splits of two seeds (other validation shares of
+    """`cache_pool.pool` and `cache_pool.select`: the training and validation splits of two seeds (other validation shares of
     the same file, a text repeated in it) pool to the same examples; each seed's splits read the one cache built
     over them, every example's rows the ones its own text was given (so a rerun of one seed alone, its cache built
     afresh, trains on the same bits), and a model fed the selected splits scores what it scores on the pool's rows.
@@ -239,7 +240,7 @@ def test_splits_a_seed_draws_from_one_file_share_one_cache_computed_alike_for_ev
     for seed in (0, 1):
         train, validation = train_validation_split(_Rows(len(repeated)), 0.25, seed)
         seeds[seed] = {"train": take(repeated, train.rows), "validation": take(repeated, validation.rows)}
-    pools = {seed: cache.pool(splits) for seed, splits in seeds.items()}
+    pools = {seed: cache_pool.pool(splits) for seed, splits in seeds.items()}
     (zero, zero_rows), (one, one_rows) = pools[0], pools[1]
     distinct = {(tuple(t), tuple(g)) for t, g in zip(repeated.token_ids, repeated.segment_ids)}
     assert len(zero) == len(distinct) < len(repeated)  # a repeated text once
@@ -259,7 +260,7 @@ def test_splits_a_seed_draws_from_one_file_share_one_cache_computed_alike_for_ev
         tokens = {name: split.lengths.sum() for name, split in seeds[seed].items()}
         for name, split in seeds[seed].items():
             share = tokens[name] / sum(tokens.values())
-            selected = cache.select(whole, rows[name], split, share)
+            selected = cache_pool.select(whole, rows[name], split, share)
             assert selected.build_s == pytest.approx(whole.build_s * share)
             np.testing.assert_array_equal(selected.labels, split.labels)
             for i in range(len(split)):
@@ -275,7 +276,7 @@ def test_splits_a_seed_draws_from_one_file_share_one_cache_computed_alike_for_ev
                         np.testing.assert_array_equal(features["hidden"][row, :split.lengths[index]],
                                                       whole.hidden[slice(*whole.span(rows[name][index]))])
     # Memory: the splits' shares of the one array, not a copy each.
-    assert (sum(cache.select(whole, rows, seeds[0][name], 0.5).nbytes for name, rows in zero_rows.items())
+    assert (sum(cache_pool.select(whole, rows, seeds[0][name], 0.5).nbytes for name, rows in zero_rows.items())
             == pytest.approx(whole.nbytes * sum(split.lengths.sum() for split in seeds[0].values())
                              / whole.lengths.sum()))
     cache.clear_memory()
@@ -394,7 +395,7 @@ def test_run_with_cache_records_and_reuses_it(glue_dir, two_block_preset, tmp_pa
     assert first["completed"] and first["cache_frozen"] is True and first["cache_time_s"] > 0
     assert first["trainable_params"] < first["total_params"]
     # Seed 1 holds out another validation share of the same training file: the training and validation splits are
-    # cached together (`cache.pool`), so its caches are seed 0's, charged what they cost to build.
+    # cached together (`cache_pool.pool`), so its caches are seed 0's, charged what they cost to build.
     assert second["cache_time_s"] == 0.0
     assert second["cache_build_s"] == pytest.approx(first["cache_build_s"])
     third = runner.run_glue(GlueSettings(**{**settings, "lr": 2e-3}), str(tmp_path / "c"))

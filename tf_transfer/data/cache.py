@@ -17,7 +17,8 @@ Caches are keyed by preset, task, split, sequence length, the exact token ids (s
 frozen depth, precision and, for `--padding=pack`, packing (the prefix then runs on packed rows,
 `packed.prefix_model`, and the feed lays each batch out in packed rows again for `packed.suffix_classifier`); they
 are kept in memory for the process (a learning-rate or seed sweep pays once; a run's training and validation
-splits, which its seed draws from one file, are cached together: `pool`, `select`) and, with `cache_dir`, on disk as
+splits, which its seed draws from one file, are cached together: `tf_transfer.data.cache_pool`) and, with
+`cache_dir`, on disk as
 `.npy` files loaded by memory map (for tasks too large for memory). A cache on disk is trusted only whole: its
 meta.json records each array's SHA-256 as written, every process checks them when it opens the cache, and one that
 fails (damaged, cut short, or written before digests were recorded) is named, removed and built again. A build
@@ -74,7 +75,7 @@ class CachedSplit:
     # charged for it when times are compared (None for caches written before this was recorded).
     build_s: Optional[float] = None
     build_cpu_s: Optional[float] = None
-    # A split read from a pooled cache (`select`): example i is the pool's example `rows[i]` (`hidden` and
+    # A split read from a pooled cache (`cache_pool.select`): example i is the pool's example `rows[i]` (`hidden` and
     # `offsets` are the pool's); None: example i is row i.
     rows: Optional[np.ndarray] = None
 
@@ -88,9 +89,8 @@ class CachedSplit:
     @property
     def nbytes(self) -> int:
         """The bytes of its examples' outputs (a split read from a pool: its share of the pool's)."""
-        if self.rows is None:
-            return int(self.hidden.nbytes)
-        return int(self.lengths.sum()) * self.hidden_dim * self.hidden.itemsize
+        rows = self.hidden.shape[0] if self.rows is None else int(self.lengths.sum())
+        return rows * self.hidden_dim * self.hidden.itemsize
 
     def span(self, index: int) -> tuple:
         """`(start, stop)`: example `index`'s rows of `hidden`."""
@@ -174,7 +174,7 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
             return loaded, 0.0, True
     start, cpu_start = time.perf_counter(), machine.cpu_seconds()
     lengths = np.ones_like(encoded.lengths) if cls_only else encoded.lengths.copy()
-    offsets = _offsets(lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])  # where each example's rows start, and end
     hidden_dim = int(prefix.output.shape[-1])
     shape = (int(offsets[-1]), hidden_dim)
     import tensorflow as tf
@@ -216,13 +216,6 @@ def build(prefix, encoded: inputs.Encoded, key: str, batching: InputSettings = I
     return cached, cached.build_s, False
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    """Where each example's rows start in a flat array of examples of `lengths`, and (last) where they end."""
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
-
-
 def _store_outputs(run_prefix, encoded: inputs.Encoded, batching: InputSettings, packed: bool, lengths: np.ndarray,
                    offsets: np.ndarray, hidden: np.ndarray) -> None:
     """Runs the prefix over `encoded` in scoring batches (padded to buckets, or packed) and writes each example's
@@ -245,37 +238,6 @@ def _store_batch(output: np.ndarray, starts, indices: np.ndarray, offsets: np.nd
         n = lengths[index]
         hidden[offsets[index]:offsets[index] + n] = (output[starts[row]:starts[row] + n] if starts is not None
                                                      else output[row, :n])
-
-
-def pool(splits: dict) -> tuple:
-    """`(pooled, {name: rows})`: the distinct examples of `splits` (`inputs.Encoded` of one sequence length), ordered
-    by their token ids, and which of them each split's examples are. Splits a seed draws from one file (training
-    and the validation share held out of it) pool to the same examples whatever the seed, so one cache built over
-    the pool (`build`) serves every seed's splits (`select`): built once, and computed the same way for all
-    (a cache's outputs depend in their last bits on which examples were batched together)."""
-    from tf_transfer.data import inputs
-
-    names = list(splits)
-    token_ids = np.concatenate([splits[name].token_ids for name in names])
-    segment_ids = np.concatenate([splits[name].segment_ids for name in names])
-    both = np.ascontiguousarray(np.concatenate([token_ids, segment_ids], axis=1))
-    as_bytes = both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel()
-    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
-    one = splits[names[0]]
-    pooled = inputs.Encoded(token_ids[first], segment_ids[first],
-                            np.concatenate([splits[name].lengths for name in names])[first],
-                            np.zeros(len(first), one.labels.dtype), one.regression, one.input_names)
-    bounds = np.cumsum([0] + [len(splits[name]) for name in names])
-    return pooled, {name: inverse.ravel()[bounds[i]:bounds[i + 1]] for i, name in enumerate(names)}
-
-
-def select(pooled: CachedSplit, rows: np.ndarray, split, share: float) -> CachedSplit:
-    """The split `split` (its labels: an `inputs.Encoded`) as the examples `rows` of a `pool`'s cache, its arrays
-    not copied; charged `share` of what the pool's cache cost to build (`build_s`, `build_cpu_s`)."""
-    return CachedSplit(pooled.hidden, pooled.offsets, pooled.lengths[rows], split.labels, split.regression,
-                       None if pooled.build_s is None else pooled.build_s * share,
-                       None if pooled.build_cpu_s is None else pooled.build_cpu_s * share,
-                       rows=rows if pooled.rows is None else pooled.rows[rows])
 
 
 def traced_inference(model):
@@ -311,7 +273,7 @@ def extend(blocks, cached: CachedSplit, key: str, batching: InputSettings = Inpu
         return _labelled(_MEMORY[key], cached), 0.0, True
     start, cpu_start = time.perf_counter(), machine.cpu_seconds()
     run_blocks = run or traced_inference(blocks)
-    offsets = _offsets(cached.lengths)  # its own (a split read from a pool holds the pool's)
+    offsets = np.concatenate([[0], np.cumsum(cached.lengths, dtype=np.int64)])  # its own, not a pool's
     hidden = np.empty((int(offsets[-1]), int(blocks.output.shape[-1])), np.float16)
     plan = inputs.plan_eval_batches(cached.lengths, batching.eval_batch_size, "pack" if packed else "bucket")
     step = packing.ROW_STEP if packed else batching.bucket_step

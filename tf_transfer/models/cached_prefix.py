@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from tf_transfer.data import cache
+from tf_transfer.data import cache, cache_pool
 from tf_transfer.data.cache import frozen_depth
 from tf_transfer.models import families
 
@@ -80,7 +80,7 @@ def cache_splits(backbone, trainable_layers, encoded: dict, weights: str, datase
     (`cache.build`, keyed by `cache.Prefix(weights, dataset, depth, ...)`), the prefix run once for them all. The
     commands' `--cache_frozen` and the Python API's `CachedClassifier` build their caches here. `packed`: the
     prefix runs on packed rows (`--padding=pack`), a cache of its own. `pooled`: the names of splits cached
-    together (`cache.pool`; a run's training and validation splits, which its seed draws from one file), each
+    together (`cache_pool.pool`; a run's training and validation splits, which its seed draws from one file), each
     charged its share of the build by its real tokens."""
     prefix = prefix_model(backbone, trainable_layers, packed)
     depth = frozen_depth(trainable_layers, backbone.num_layers)
@@ -94,10 +94,10 @@ def cache_splits(backbone, trainable_layers, encoded: dict, weights: str, datase
     together = together if len(together) > 1 else []
     result = {name: built(name, split) for name, split in encoded.items() if name not in together}
     if together:
-        union, rows = cache.pool({name: encoded[name] for name in together})
+        union, rows = cache_pool.pool({name: encoded[name] for name in together})
         whole, spent, reused = built("+".join(together), union)
         tokens = {name: float(encoded[name].lengths.sum()) for name in together}
         for name in together:
             share = tokens[name] / (sum(tokens.values()) or 1.0)
-            result[name] = (cache.select(whole, rows[name], encoded[name], share), spent * share, reused)
+            result[name] = (cache_pool.select(whole, rows[name], encoded[name], share), spent * share, reused)
     return {name: result[name] for name in encoded}

@@ -116,7 +116,7 @@ def estimate_s(study, found: dict, trial, whole: bool = False) -> Optional[float
 def _cache_built(measured: list, found: dict, trial, layers: int) -> bool:
     """Whether a run that ended built `trial`'s frozen-prefix cache: one over as many frozen blocks, at any seed (a
     cache's key is its data, depth and preset; every seed's training and validation splits read one cache of the
-    file's examples: `cache.pool`, `sweep_search._run_trial`), whose run reads it rather than building it again."""
+    file's examples: `cache_pool.pool`, `sweep_search._run_trial`), whose run reads it rather than building it again."""
     name = sweep_storage.key_of(trial)[0]
     frozen = cache_of(found[name], layers)
     return bool(layers) and frozen is not None and any(
@@ -126,7 +126,7 @@ def _cache_built(measured: list, found: dict, trial, layers: int) -> bool:
 def seed_round_s(trial) -> float:
     """What a seed-round run of `trial`'s candidate (`trial`: its seed-0 run, ended) is expected to take: that run's
     wall time less what it spent building frozen-prefix caches, which every seed's run of it reads
-    (`cache.pool`)."""
+    (`cache_pool.pool`)."""
     return max((trial.user_attrs.get("train_s") or 0.0) - (trial.user_attrs.get("cache_time_s") or 0.0), 0.0)
 
 

@@ -298,7 +298,7 @@ def _run_trial(study, where: tuple, sweep_dir: str, train_trial: Callable, taken
     settings = {**base, **study.user_attrs["candidates"][name], "seed": seed}
     # One frozen-prefix cache per depth on disk, built by the first candidate that needs it and read by every other
     # (each rate, LoRA over the same blocks, every seed: a seed's training and validation splits read one cache of
-    # the file's examples, `cache.pool`; a rerun): a cache's key is its data, depth and preset, so what a run
+    # the file's examples, `cache_pool.pool`; a rerun): a cache's key is its data, depth and preset, so what a run
     # computes is the same; only its build is not paid again.
     settings["cache_dir"] = settings.get("cache_dir") or os.path.join(sweep_dir, "cache")
     is_reference = bool(trial.user_attrs.get("reference"))

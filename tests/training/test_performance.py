@@ -220,11 +220,11 @@ def test_cached_path_equals_uncached_inference(encoded_rte, k, tmp_path):
 
 @pytest.mark.parametrize("padding", ["bucket", "pack"])
 def test_splits_a_seed_draws_from_one_file_share_one_cache_computed_alike_for_every_seed(encoded_rte, padding):
-    """`cache_pool.pool` and `cache_pool.select`: the training and validation splits of two seeds (other validation shares of
-    the same file, a text repeated in it) pool to the same examples; each seed's splits read the one cache built
-    over them, every example's rows the ones its own text was given (so a rerun of one seed alone, its cache built
-    afresh, trains on the same bits), and a model fed the selected splits scores what it scores on the pool's rows.
-    The splits are charged the build by their real tokens."""
+    """`cache_pool.pool` and `cache_pool.select`: the training and validation splits of two seeds (other validation
+    shares of the same file, a text repeated in it) pool to the same examples; each seed's splits read the one cache
+    built over them, every example's rows the ones its own text was given (so a rerun of one seed alone, its cache
+    built afresh, trains on the same bits), and a model fed the selected splits scores what it scores on the pool's
+    rows. The splits are charged the build by their real tokens."""
     from tf_transfer.data.examples import train_validation_split
 
     cache.clear_memory()
@@ -266,7 +266,8 @@ def test_splits_a_seed_draws_from_one_file_share_one_cache_computed_alike_for_ev
             for i in range(len(split)):
                 start, stop = selected.span(i)
                 assert stop - start == split.lengths[i]
-                np.testing.assert_array_equal(selected.hidden[start:stop], whole.hidden[slice(*whole.span(rows[name][i]))])
+                np.testing.assert_array_equal(selected.hidden[start:stop],
+                                              whole.hidden[slice(*whole.span(rows[name][i]))])
             plan = inputs.plan_eval_batches(split.lengths, 8, padding)
             for indices, (features, labels, _) in zip(plan, cache.batches(selected, plan, 8, MAX_LEN,
                                                                           packed=padding == "pack")):

@@ -176,8 +176,9 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     `_goes_on`); the seed round's runs, `reference`'s candidate's and, for the rest, the mean run to the stopping
     rule of the others weighted by how likely each gets there, one per setting (the seed round takes each at one
     rate: `sweep_seed_round.candidates`); a run whose cache a run built before it (of any seed: a seed's splits read
-    one cache of the file's examples, `cache_pool.pool`), without the build (`sweep_estimate.cache_of`). `full_pruned` (queued cheapest first only): full fine-tuning stopped at
-    the second rung and so not in the seed round, the likely case (`STOPPED_BY`)."""
+    one cache of the file's examples, `cache_pool.pool`), without the build (`sweep_estimate.cache_of`).
+    `full_pruned` (queued cheapest first only): full fine-tuning stopped at the second rung and so not in the seed
+    round, the likely case (`STOPPED_BY`)."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
@@ -228,7 +229,8 @@ def _seed_round(full: list, others: list, found: dict, whole: Callable, goes_on:
     """The seed round's runs (each of seeds 1..`seeds`-1): full fine-tuning's (`full`: its whole run, where it is
     among the best) and, of the `others` that ran to their stopping rule, `slots` settings (each at one rate:
     `sweep_seed_round.configuration`) at the mean run of the others weighted by how likely each gets there
-    (`goes_on`), without its cache's build: every seed's run reads the cache its seed-0 run built (`cache_pool.pool`)."""
+    (`goes_on`), without its cache's build: every seed's run reads the cache its seed-0 run built
+    (`cache_pool.pool`)."""
     weights = [goes_on[name][1] for name in others]
     mean = sum(w * (whole(n) - build_s(found[n], speed)) for w, n in zip(weights, others)) / (sum(weights) or 1)
     settings = {sweep_seed_round.configuration(name, found): name for name in others}

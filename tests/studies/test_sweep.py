@@ -263,6 +263,48 @@ def test_the_reference_candidate_is_ranked_at_its_first_rung_but_stopped_only_fr
     assert study.trials[1].system_attrs["completed_rung_0"] == 0.70  # full's epoch 1 was ranked with the others'
 
 
+def test_full_fine_tuning_kept_at_its_second_rung_says_the_first_lines_second_case(capsys, monkeypatch):
+    """A first line that called the budget enough in the first case only (successive halving stops full
+    fine-tuning by epoch 3) is followed, when successive halving keeps it there instead, by a line saying so at once,
+    with what the budget then decides and what to give for all: once, from full fine-tuning's ranked run only."""
+    import optuna
+
+    from tf_transfer.studies.sweep import sweep_session, sweep_trial
+
+    said = "[sweep] kept past epoch {epoch}: the second case"
+    study = optuna.create_study(direction="maximize", pruner=sweep.pruner_of_sweeps(1))
+    study.set_user_attr("first_rung", 1)
+    study.set_user_attr("reference", {"candidate": "full", "learned": True, "epochs": 1, "score": 0.7, "cut": None})
+    study.set_user_attr("budget_s", 3600.0)
+    study.set_user_attr("plan", {"line": "[sweep] ...", "second_case": said, "for_budget_s": 3600.0})
+
+    def trial_of(name: str, **marks):
+        study.enqueue_trial({"candidate": name}, user_attrs=marks)
+        trial = study.ask()
+        trial.suggest_categorical("candidate", ["k2", "full"])
+        return trial
+
+    full, k2, full_seed_1 = trial_of("full"), trial_of("k2"), trial_of("full", seed_round=True)
+    for trial, epoch in ((full, 1), (full, 2), (k2, 3), (full_seed_1, 3)):
+        sweep_trial.say_second_case(study, trial, epoch)
+    assert capsys.readouterr().out == ""
+    sweep_trial.say_second_case(study, full, 3)
+    assert capsys.readouterr().out == "[sweep] kept past epoch 3: the second case\n"
+    monkeypatch.setenv(sweep_session.WORKER, "1 1e12")  # from the second worker's run: its mark
+    sweep_trial.say_second_case(study, full, 3)
+    assert capsys.readouterr().out == "[sweep w1] kept past epoch 3: the second case\n"
+    # Said where the report is made: a run's held reports, once the first rung is known, included.
+    held = sweep_trial.HeldReports(study, last_epoch=5)
+    held.report(full, 0.8, 3)
+    assert capsys.readouterr().out == "[sweep w1] kept past epoch 3: the second case\n"
+    study.set_user_attr("budget_s", 7200.0)  # a rerun with a larger budget: the first line spoke of another
+    sweep_trial.say_second_case(study, full, 3)
+    study.set_user_attr("budget_s", 3600.0)
+    study.set_user_attr("first_rung", 2)  # the reference learned at epoch 2: the second rung is epoch 6
+    sweep_trial.say_second_case(study, full, 3)
+    assert capsys.readouterr().out == ""
+
+
 def test_full_fine_tuning_queued_first_runs_at_every_seed_and_the_seed_round_takes_the_rest(tmp_path):
     """Where the plan puts full fine-tuning first (`order`), its further seeds are queued with it (they fill the
     workers while its seed 0 runs) and do not report to the pruner; the seed round then takes the best `top - 1` of
@@ -988,17 +1030,30 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     cut = sweep_plan.plan(found, reference, speed, 2, 5, 2, full_first=False)
     assert likely.needed_s < cut.needed_s and likely.training_s < cut.training_s
     assert (f"needs about {sweep_plan._minutes(likely.needed_s)} on 2 workers, one per core, if successive halving "
-            f"stops full fine-tuning by epoch 3 as it usually does (docs/methods.md), "
-            f"{sweep_plan._minutes(cut.needed_s)} if not;" in sweep_plan.first_line(short, 1500, likely=likely))
+            f"stops full fine-tuning by epoch 3 (it goes on there only among the best third of the runs; "
+            f"docs/methods.md), {sweep_plan._minutes(cut.needed_s)} if not;"
+            in sweep_plan.first_line(short, 1500, likely=likely))
+    assert sweep_plan.second_case_line(short, 1500, likely=likely) is None  # not enough in the first case either
     between = (likely.needed_s + cut.needed_s) / 2
     short = sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=between, full_first=False)
     assert short.answers and short.reached < len(found)
     assert (f"is enough in the first case, in the second decides among the {short.reached} cheapest (about "
             in sweep_plan.first_line(short, between, likely=likely))
+    # When the second case comes, the sweep says so (`sweep_trial.say_second_case`): what the budget decides then,
+    # and the budget for all, as the first line gave it.
+    give = sweep_plan._minutes(short.needed_s * 1.1 + 60, up=True)
+    assert sweep_plan.first_line(short, between, "30m", likely=likely, timing_s=60).endswith(f"--budget={give} for "
+                                                                                             "all in either")
+    assert sweep_plan.second_case_line(short, between, "30m", likely, timing_s=60).format(epoch=3) == (
+        f"[sweep] successive halving kept full fine-tuning past epoch 3, the first line's second case: --budget=30m "
+        f"decides among the {short.reached} cheapest (about {sweep_plan._minutes(short.spent_s)}); for an answer "
+        f"over all, run this command again with --budget={give} when it ends (it goes on from its runs)")
+    assert sweep_plan.second_case_line(short, between) is None  # a first line that stated one case
     edge = likely.needed_s * 1.05
     short = sweep_plan.plan(found, reference, speed, 2, 5, 2, budget_s=edge, full_first=False)
     assert ("is enough in the first case, with less than 10% to spare (the machine's speed drifts as it runs), in the "
             f"second decides among the {short.reached} cheapest" in sweep_plan.first_line(short, edge, likely=likely))
+    assert sweep_plan.second_case_line(short, edge, likely=likely).startswith("[sweep] successive halving kept full")
     # Queued first, full fine-tuning is never ranked at a rung: no such case.
     assert sweep_plan.plan(found, reference, speed, 2, 5, 2, full_pruned=True) == whole
 

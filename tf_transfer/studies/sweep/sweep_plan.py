@@ -17,8 +17,8 @@ reaches its best score after `ASSUMED_BEST_STEPS` optimizer steps and stops `pat
 epochs on a small file, whose epochs are few steps), full fine-tuning goes on at every rung and into the seed round (it
 is what every answer is compared with, and often the best), and the others' scores at a rung come in random order, so
 that one goes on by its place in the queue alone (`promoted`). Queued cheapest first, full fine-tuning meets the others
-at the rungs, and the first line states before that bound the likely case, where successive halving stops it by epoch 3
-(`STOPPED_BY`, `full_pruned`).
+at the rungs, and the first line states before that bound the case where successive halving stops it by epoch 3
+(`STOPPED_BY`, `full_pruned`); where it does not, the sweep says so then (`second_case_line`).
 
 Example:
 
@@ -52,11 +52,12 @@ ASSUMED_FIRST_RUNG = 1  # the reference (full fine-tuning at its larger rate) be
 # had their best epochs after 360, 407 and at least 275 steps on the mean, while a fixed 3 epochs put the smallest
 # file's runs at about half their length.
 ASSUMED_BEST_STEPS = 350
-# The likely case the first line states beside the bound: queued cheapest first, full fine-tuning is ranked with the
-# others at the rungs (r and 3r), and in 11 of the 12 sweeps so far on the first-run benchmark's files that queued it
-# so and started it, it was pruned there, after epoch 1 or 3 (in the other the budget cut it after epoch 2;
-# benchmarks/LOG.md, 2026-11-28 and 29): its later epochs and further seeds are then not trained. The bound (it goes
-# on, into the seed round) is what the budget's queue is ordered by.
+# The first case the first line states beside the bound: queued cheapest first, full fine-tuning is ranked with the
+# others at the rungs (r and 3r), and in every sweep on the first-run benchmark's SST-5 and STS-B files it was pruned
+# there, after epoch 1 or 3: its later epochs and further seeds are then not trained. On Quora, where it scores best,
+# it went on in both sweeps with the 3 default candidates that ranked it at epoch 3 (2026-11-30 and 12-01): the
+# second case, said when it comes (`second_case_line`). The bound (it goes on, into the seed round) is what the
+# budget's queue is ordered by.
 STOPPED_BY = 3 * ASSUMED_FIRST_RUNG
 # How far a plan may fall short of what the sweep then takes: it prices from a few steps timed as it starts, and a
 # VM's speed drifts within the half hour. On the first-run benchmark's files (2-core AVX2 EPYC, 2026-11-30) its
@@ -178,7 +179,7 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     rate: `sweep_seed_round.candidates`); a run whose cache a run built before it (of any seed: a seed's splits read
     one cache of the file's examples, `cache_pool.pool`), without the build (`sweep_estimate.cache_of`).
     `full_pruned` (queued cheapest first only): full fine-tuning stopped at the second rung and so not in the seed
-    round, the likely case (`STOPPED_BY`)."""
+    round, the first line's first case (`STOPPED_BY`)."""
     best = min(max(math.ceil(ASSUMED_BEST_STEPS / speed.steps_per_epoch), 1), max_epochs)
     stop = min(max_epochs, best + patience)
     rung = min(ASSUMED_FIRST_RUNG, max_epochs)
@@ -317,10 +318,9 @@ def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Op
     needed = f"an answer over all {p.candidates} candidates needs about {_minutes(p.needed_s)} on {on}"
     if likely is not None and _minutes(likely.needed_s) != _minutes(p.needed_s):
         needed = (f"an answer over all {p.candidates} candidates needs about {_minutes(likely.needed_s)} on {on}, "
-                  f"if successive halving stops full fine-tuning by epoch {STOPPED_BY} as it usually does "
-                  f"(docs/methods.md), {_minutes(p.needed_s)} if not")
-    # The budget it suggests has the room a plan may fall short by (`PLAN_SHORTFALL`).
-    left, give = _minutes(budget_s), _minutes(p.needed_s * (1 + PLAN_SHORTFALL) + timing_s, up=True)
+                  f"if successive halving stops full fine-tuning by epoch {STOPPED_BY} (it goes on there only "
+                  f"among the best third of the runs; docs/methods.md), {_minutes(p.needed_s)} if not")
+    left, give = _budget_words(p, budget_s, timing_s)
     budget = f"--budget={given} ({left} left after timing this machine)" if given and given != left else \
         f"--budget={left}"
     if p.reached is None or budget_s >= p.needed_s:
@@ -343,6 +343,27 @@ def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Op
             ", more where successive halving stops some early (full fine-tuning, queued last, only then)"
     return (f"[sweep] {needed}; {budget} decides among {among} (about {_minutes(p.spent_s)}){rest}: "
             f"give --budget={give} for all")
+
+
+def second_case_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Optional[Plan] = None,
+                     timing_s: float = 0.0) -> Optional[str]:
+    """What the sweep says when the second case of its first line comes (`first_line`'s arguments), where that line
+    called the budget enough in the first case only: successive halving kept full fine-tuning at its second rung
+    (`{epoch}`, filled in then by `sweep_trial`), so the budget decides among the cheapest, and a rerun with the
+    budget for all goes on from the runs it has. None where there is nothing to say then. A user told "enough" learns
+    it about a third of the way in, not from the report."""
+    if likely is None or p.reached is None or not p.answers or not likely.needed_s <= budget_s < p.needed_s:
+        return None
+    left, give = _budget_words(p, budget_s, timing_s)
+    return (f"[sweep] successive halving kept full fine-tuning past epoch {{epoch}}, the first line's second case: "
+            f"--budget={given or left} decides among the {p.reached} cheapest (about {_minutes(p.spent_s)}); for an "
+            f"answer over all, run this command again with --budget={give} when it ends (it goes on from its runs)")
+
+
+def _budget_words(p: Plan, budget_s: float, timing_s: float) -> tuple:
+    """`(left, give)`: the budget left after the probe, and the one to give for all, with the room a plan may fall
+    short by (`PLAN_SHORTFALL`) and what the probe took (`timing_s`)."""
+    return _minutes(budget_s), _minutes(p.needed_s * (1 + PLAN_SHORTFALL) + timing_s, up=True)
 
 
 def _minutes(seconds: float, up: bool = False) -> str:

@@ -47,6 +47,25 @@ from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F40
 from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401
                                                    run_of)
 
+WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers `run` starts: their number, then their deadline
+
+
+def worker_of_environment() -> tuple:
+    """`(number, deadline)` of a worker the sweep command started (`sweep_session`), or of a run it trains, else
+    `(None, None)`."""
+    given = os.environ.get(WORKER)
+    if not given:
+        return None, None
+    number, deadline = given.split()
+    return int(number), float(deadline)
+
+
+def said(line: str) -> str:
+    """A `[sweep]` line as this process says it: `[sweep w1]` from the worker on the second core or a run it
+    trains, which write into the same terminal."""
+    worker = worker_of_environment()[0]
+    return line.replace("[sweep]", f"[sweep w{worker}]") if worker else line
+
 
 def parse_budget(text: str) -> float:
     """Seconds in `30m`, `2h`, `1h30m`, `90s` or a plain number of seconds."""

@@ -34,7 +34,7 @@ from tf_transfer.core.errors import TransferError
 from tf_transfer.models import methods as methods_lib
 from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
 
-WORKER = "TF_TRANSFER_SWEEP_WORKER"  # set in the workers `run` starts: their number, then their deadline
+WORKER = sweep.WORKER  # set in the workers `run` starts: their number, then their deadline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +121,7 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
     if options.storage:  # a missing driver or a server that does not answer: one line, before anything is loaded
         sweep_storage.storage_of(options.storage, None)
     cores = sorted(os.sched_getaffinity(0))
-    worker, deadline = _worker_of_environment()  # (None, None) in the process the user started
+    worker, deadline = sweep.worker_of_environment()  # (None, None) in the process the user started
     workers = 1 if name == sweep_storage.LEGACY_NAME else options.workers or len(cores)
 
     def make_candidates():
@@ -130,8 +130,7 @@ def run(options: SweepOptions, base: dict, settings, lrs, sweep_options: dict, w
         depth = backbones.load_preset(settings.preset).backbone.num_layers
         return sweep.candidates(options.methods, depth, lrs, sweep_options)
 
-    log = (lambda line: print(line.replace("[sweep]", f"[sweep w{worker}]"), flush=True)) if worker \
-        else (lambda line: print(line, flush=True))
+    log = (lambda line: print(sweep.said(line), flush=True))  # `[sweep w1]` from the worker on the second core
     # A new sweep's runs pack their batches (the same model on fewer tokens) unless its flagfile says otherwise. Not
     # part of its identity: a sweep begun before keeps its name and the settings it stored, so its runs are found.
     lower_is_better = settings.metric_name in metrics.LOWER_IS_BETTER
@@ -266,18 +265,12 @@ def _say_what_it_needs(options: SweepOptions, study, workers: int, deadline: flo
         p = sweep_plan.plan(**_played(options, base, found, speed, workers), budget_s=deadline - time.time(),
                             full_first=bool(queued) and queued[0] == sweep.reference(found))
     likely = _likely(options, base, found, p, speed, workers)
-    line = sweep_plan.first_line(p, p.budget_s, options.budget, likely, timing_s=options.budget_s - p.budget_s)
-    study.set_user_attr("plan", {"line": line, "speed": dataclasses.asdict(speed), **dataclasses.asdict(p)})
+    stated = (p, p.budget_s, options.budget, likely, options.budget_s - p.budget_s)
+    line = sweep_plan.first_line(*stated)
+    study.set_user_attr("plan", {"line": line, "second_case": sweep_plan.second_case_line(*stated),
+                                 "for_budget_s": study.user_attrs["budget_s"], "speed": dataclasses.asdict(speed),
+                                 **dataclasses.asdict(p)})
     print(line, flush=True)
-
-
-def _worker_of_environment() -> tuple:
-    """`(number, deadline)` of a worker this command started (`_start_worker`), else `(None, None)`."""
-    given = os.environ.get(WORKER)
-    if not given:
-        return None, None
-    number, deadline = given.split()
-    return int(number), float(deadline)
 
 
 def _start_worker(options: SweepOptions, number: int, workers: int, name: str, cores: list, deadline: float):

@@ -79,6 +79,17 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
     return _trial_result(summary, metric, state, len(before), start)
 
 
+def say_second_case(study, trial, epoch: int) -> None:
+    """Says the second case of the sweep's first line where it comes (`sweep_plan.second_case_line`): `trial`, a
+    ranked run of full fine-tuning, was kept by successive halving at `epoch`, its second rung (the first it is
+    ranked at: `sweep._sets_the_rung`). Printed by the run's own process, at once, with its worker's mark; not
+    where the sweep goes on with another budget than the one its first line spoke of (a rerun)."""
+    planned, rung = study.user_attrs.get("plan") or {}, study.user_attrs.get("first_rung")
+    if (planned.get("second_case") and rung and epoch == 3 * rung and sweep.ranked(trial)
+            and sweep._sets_the_rung(trial) and planned.get("for_budget_s") == study.user_attrs.get("budget_s")):
+        print(sweep.said(planned["second_case"].format(epoch=epoch)), flush=True)
+
+
 class HeldReports:
     """A ranked run's reports (`sweep.report_epoch`) while the first rung is not known: started while the reference
     measures it (`sweep_rung.await_reference`), the run trains on, and is asked at each rung in order once the rung
@@ -119,9 +130,11 @@ class HeldReports:
             return False
         self.study.pruner = sweep.pruner_of_sweeps(self.study.user_attrs["first_rung"])
         while self._held:
-            if sweep.report_epoch(trial, *self._held.pop(0), self.last_epoch):
+            value, epoch = self._held.pop(0)
+            if sweep.report_epoch(trial, value, epoch, self.last_epoch):
                 self._held.clear()
                 return True
+            say_second_case(self.study, trial, epoch)
         return False
 
     def await_rung(self, trial) -> bool:

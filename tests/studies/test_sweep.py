@@ -1,5 +1,6 @@
 """The budgeted sweep: candidates, successive halving, the seed round, a killed sweep's rerun, the recommendation."""
 
+import dataclasses
 import json
 import os
 import re
@@ -1054,6 +1055,11 @@ def test_the_plan_says_what_an_answer_needs_and_what_the_budget_decides():
     assert ("is enough in the first case, with less than 10% to spare (the machine's speed drifts as it runs), in the "
             f"second decides among the {short.reached} cheapest" in sweep_plan.first_line(short, edge, likely=likely))
     assert sweep_plan.second_case_line(short, edge, likely=likely).startswith("[sweep] successive halving kept full")
+    # One candidate reached (the Quora file's probe on a slow hour, 2026-12-01): said as one.
+    one = sweep_plan.Plan(3520, 6535, 3, 2, reached=1, answers=True, spent_s=851, full_first=False, budget_s=1859)
+    assert "--budget=31m decides the cheapest of them alone (about 14m), more where" in sweep_plan.first_line(one, 1859)
+    assert "--budget=31m decides full fine-tuning alone (about 14m): give" in sweep_plan.first_line(
+        dataclasses.replace(one, full_first=True), 1859)
     # Queued first, full fine-tuning is never ranked at a rung: no such case.
     assert sweep_plan.plan(found, reference, speed, 2, 5, 2, full_pruned=True) == whole
 

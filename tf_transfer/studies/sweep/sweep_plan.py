@@ -332,17 +332,30 @@ def first_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Op
                 f"round need more): give --budget={give}")
     if likely is not None and budget_s >= likely.needed_s:
         spare = "" if budget_s >= likely.needed_s * (1 + PLAN_SHORTFALL) else f", {LITTLE_TO_SPARE}"
-        return (f"[sweep] {needed}; {budget} is enough in the first case{spare}, in the second decides among the "
-                f"{p.reached} cheapest (about {_minutes(p.spent_s)}): give --budget={give} for all in "
-                f"either")
+        return (f"[sweep] {needed}; {budget} is enough in the first case{spare}, in the second "
+                f"{_decides(p.reached)} (about {_minutes(p.spent_s)}): give --budget={give} for all in either")
     if p.full_first:
-        among, rest = f"full fine-tuning and the {p.reached - 1} cheapest of the others", ""
+        decides, rest = ("decides full fine-tuning alone" if p.reached == 1 else
+                         f"decides among full fine-tuning and {_cheapest(p.reached - 1)} of the others"), ""
     else:  # a run stopped early frees its time: sweeps on the benchmark's files reached more, full fine-tuning too
-        among = f"the {p.reached} cheapest of them"
+        decides = _decides(p.reached, " of them")
         rest = "" if p.reached == p.candidates else \
             ", more where successive halving stops some early (full fine-tuning, queued last, only then)"
-    return (f"[sweep] {needed}; {budget} decides among {among} (about {_minutes(p.spent_s)}){rest}: "
+    return (f"[sweep] {needed}; {budget} {decides} (about {_minutes(p.spent_s)}){rest}: "
             f"give --budget={give} for all")
+
+
+def _cheapest(n: int) -> str:
+    return "the cheapest" if n == 1 else f"the {n} cheapest"
+
+
+def _decides(reached: int, of: str = "") -> str:
+    """What a budget that reaches the `reached` cheapest candidates decides (`of`: " of them").
+
+    >>> _decides(2), _decides(1, " of them")
+    ('decides among the 2 cheapest', 'decides the cheapest of them alone')
+    """
+    return f"decides {_cheapest(reached)}{of} alone" if reached == 1 else f"decides among {_cheapest(reached)}{of}"
 
 
 def second_case_line(p: Plan, budget_s: float, given: Optional[str] = None, likely: Optional[Plan] = None,
@@ -356,7 +369,7 @@ def second_case_line(p: Plan, budget_s: float, given: Optional[str] = None, like
         return None
     left, give = _budget_words(p, budget_s, timing_s)
     return (f"[sweep] successive halving kept full fine-tuning past epoch {{epoch}}, the first line's second case: "
-            f"--budget={given or left} decides among the {p.reached} cheapest (about {_minutes(p.spent_s)}); for an "
+            f"--budget={given or left} {_decides(p.reached)} (about {_minutes(p.spent_s)}); for an "
             f"answer over all, run this command again with --budget={give} when it ends (it goes on from its runs)")
 
 

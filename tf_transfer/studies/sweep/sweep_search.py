@@ -462,16 +462,16 @@ def report_epoch(trial, value: float, epoch: int, last_epoch: int) -> bool:
     `last_epoch` has ended anyway: its score is final, never pruned. Runs of the seed round neither report nor get
     pruned: they measure the noise of candidates already chosen; nor does the reference, which measures the first
     rung, nor full fine-tuning's seed 0 queued first (`unpruned`: `open_study`). The reference's candidate is asked
-    at the first rung (its score there ranks the others) but not stopped there (`_sets_the_rung`)."""
+    at the first rung (its score there ranks the others) but not stopped there (`of_the_reference`)."""
     if trial.user_attrs.get("seed_round") or trial.user_attrs.get("reference") or trial.user_attrs.get("unpruned"):
         return False
     trial.report(value, epoch)
     pruned = trial.should_prune()
     return epoch < last_epoch and pruned and not (epoch <= trial.study.user_attrs.get("first_rung", 0)
-                                                  and _sets_the_rung(trial))
+                                                  and of_the_reference(trial))
 
 
-def _sets_the_rung(trial) -> bool:
+def of_the_reference(trial) -> bool:
     """Whether `trial` is a run of the candidate whose reference run set the first rung, the epoch at which it had
     just learned. Ranked by that epoch against candidates at larger rates it would be judged by its start (on the
     first-run benchmark's STS-B file, 2026-11-30, full fine-tuning was pruned there after epoch 1, where run to its

@@ -82,11 +82,11 @@ def train_trial(where: tuple, trial_id: int, settings: dict, folder: str, keep_s
 def say_second_case(study, trial, epoch: int) -> None:
     """Says the second case of the sweep's first line where it comes (`sweep_plan.second_case_line`): `trial`, a
     ranked run of full fine-tuning, was kept by successive halving at `epoch`, its second rung (the first it is
-    ranked at: `sweep._sets_the_rung`). Printed by the run's own process, at once, with its worker's mark; not
+    ranked at: `sweep.of_the_reference`). Printed by the run's own process, at once, with its worker's mark; not
     where the sweep goes on with another budget than the one its first line spoke of (a rerun)."""
     planned, rung = study.user_attrs.get("plan") or {}, study.user_attrs.get("first_rung")
     if (planned.get("second_case") and rung and epoch == 3 * rung and sweep.ranked(trial)
-            and sweep._sets_the_rung(trial) and planned.get("for_budget_s") == study.user_attrs.get("budget_s")):
+            and sweep.of_the_reference(trial) and planned.get("for_budget_s") == study.user_attrs.get("budget_s")):
         print(sweep.said(planned["second_case"].format(epoch=epoch)), flush=True)
 
 

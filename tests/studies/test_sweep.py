@@ -267,7 +267,8 @@ def test_the_reference_candidate_is_ranked_at_its_first_rung_but_stopped_only_fr
 def test_full_fine_tuning_kept_at_its_second_rung_says_the_first_lines_second_case(capsys, monkeypatch):
     """A first line that called the budget enough in the first case only (successive halving stops full
     fine-tuning by epoch 3) is followed, when successive halving keeps it there instead, by a line saying so at once,
-    with what the budget then decides and what to give for all: once, from full fine-tuning's ranked run only."""
+    with what the budget then decides and what to give for all: at that rung, from full fine-tuning's ranked run
+    only."""
     import optuna
 
     from tf_transfer.studies.sweep import sweep_session, sweep_trial

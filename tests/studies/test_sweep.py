@@ -271,7 +271,7 @@ def test_full_fine_tuning_kept_at_its_second_rung_says_the_first_lines_second_ca
     only."""
     import optuna
 
-    from tf_transfer.studies.sweep import sweep_session, sweep_trial
+    from tf_transfer.studies.sweep import sweep_trial
 
     said = "[sweep] kept past epoch {epoch}: the second case"
     study = optuna.create_study(direction="maximize", pruner=sweep.pruner_of_sweeps(1))
@@ -292,7 +292,7 @@ def test_full_fine_tuning_kept_at_its_second_rung_says_the_first_lines_second_ca
     assert capsys.readouterr().out == ""
     sweep_trial.say_second_case(study, full, 3)
     assert capsys.readouterr().out == "[sweep] kept past epoch 3: the second case\n"
-    monkeypatch.setenv(sweep_session.WORKER, "1 1e12")  # from the second worker's run: its mark
+    monkeypatch.setenv(sweep.WORKER, "1 1e12")  # from the second worker's run: its mark
     sweep_trial.say_second_case(study, full, 3)
     assert capsys.readouterr().out == "[sweep w1] kept past epoch 3: the second case\n"
     # Said where the report is made: a run's held reports, once the first rung is known, included.
@@ -1216,5 +1216,5 @@ def test_a_second_worker_gets_the_flags_given_the_workers_count_and_the_deadline
     # Its own core alone would make it count one worker: the count is given, so it keeps the sweep's ledger.
     assert argv[1:3] == ["-m", "tf_transfer.sweep"] and argv[-2:] == ["--workers=2", "--sweep_name=tweets-1a2b3c4d"]
     assert {"--train_file=t.csv", "--text_columns=text", "--label_column=stars", "--budget=30m"} <= set(argv)
-    assert "--sweep_name=old" not in argv and env[sweep_session.WORKER] == "1 1234.5"
+    assert "--sweep_name=old" not in argv and env[sweep.WORKER] == "1 1234.5"
 

@@ -3,7 +3,8 @@ Optuna study opened or joined, the first line (what an answer needs), the worker
 cores, the trials, and at the end the report and the last lines (what it spent, the recommendation).
 
 The command reads its flags into `SweepOptions` (the sweep's own choices, checked) and its runs' settings, and
-calls `run`; a worker it started (`WORKER` in its environment) runs the same `run` and leaves the report to it.
+calls `run`; a worker it started (`sweep_search.WORKER` in its environment) runs the same `run` and leaves the
+report to it.
 
 Example:
 
@@ -33,8 +34,6 @@ from tf_transfer.core import cli, isolated
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import methods as methods_lib
 from tf_transfer.studies.sweep import sweep_search as sweep, sweep_storage
-
-WORKER = sweep.WORKER  # set in the workers `run` starts: their number, then their deadline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +276,7 @@ def _start_worker(options: SweepOptions, number: int, workers: int, name: str, c
     """Another process of this sweep (the command's flags given, the sweep's name, the count of its `workers`,
     which its own core alone would not give), pinned to its own core; it stops at `deadline` and leaves the report
     to this one. It dies with this process."""
-    env = {**os.environ, WORKER: f"{number} {deadline!r}"}
+    env = {**os.environ, sweep.WORKER: f"{number} {deadline!r}"}
 
     def pin():
         isolated.die_with_parent()

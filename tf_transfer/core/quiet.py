@@ -25,8 +25,8 @@ What is dropped (`LineFilter`): Abseil's "All log messages before absl::Initiali
 lines in Abseil's pre-initialisation format (`I0000 00:00:<seconds> <thread> <file>:<line>] ...`, never produced by
 Python's absl logging, whose lines carry a real date) and the continuation line of the CPU-feature notice; the
 "failed call to cuInit" ERROR line, only when the same output has said there is no CUDA driver or the error is "no
-CUDA-capable device" (on a machine with a GPU and a broken driver it is a real error and passes); oneDNN's ERROR line
-that float16 falls back to Eigen on a CPU without AVX-512 (the expected path there). Everything else passes
+CUDA-capable device" (on a machine with a GPU and a broken driver it is a real error and passes); oneDNN's ERROR lines
+that a type (float16, int64) falls back to Eigen on a CPU without AVX-512 (the expected path there). Everything else passes
 unchanged, partial lines (prompts, `\\r` progress bars) at once.
 
 This file runs as the filter process itself (`python -I -S quiet.py`): the standard library only.
@@ -50,9 +50,11 @@ _CPU_FEATURE_TAIL = re.compile(rb"^To enable the following instructions: .*rebui
 _NO_DRIVER = b"Could not find cuda drivers on your machine"
 _CUINIT = b"failed call to cuInit"
 _NO_DEVICE = (b"CUDA_ERROR_NO_DEVICE", b"no CUDA-capable device")
-# Logged as an error on every CPU without AVX-512 when float16 meets a oneDNN kernel (the frozen-prefix cache's
-# float16 outputs): TensorFlow falls back to its Eigen kernel, which is what it should do; nothing is wrong.
-_ONEDNN_HALF = b"oneDNN supports DT_HALF only on platforms with AVX-512. Falling back to the default Eigen-based"
+# Logged as an error on every CPU without AVX-512 when a type oneDNN leaves to AVX-512 meets one of its kernels
+# (float16: the frozen-prefix cache's outputs; int64: an op of a first run on a 6,000-row file, not on 64 rows):
+# TensorFlow falls back to its Eigen kernel, which is what it should do; nothing is wrong.
+_ONEDNN_FALLBACK = re.compile(rb"^oneDNN supports DT_[A-Z0-9]+ only on platforms with AVX-512\. Falling back to the "
+                              rb"default Eigen-based")
 # A partial line that could still become noise is held until its newline; anything else goes out at once.
 _NOISE_STARTS = (_ABSL_PREINIT, b"I0000 00:00:", b"W0000 00:00:", b"E0000 00:00:", b"To enable the following")
 _MAX_HELD = 1 << 16
@@ -114,7 +116,7 @@ class LineFilter:
             self._no_driver = True
         if severity in (b"I", b"W"):
             return True
-        if severity == b"E" and message.startswith(_ONEDNN_HALF):
+        if severity == b"E" and _ONEDNN_FALLBACK.match(message):
             return True
         return (severity == b"E" and _CUINIT in message
                 and (self._no_driver or any(text in message for text in _NO_DEVICE)))

@@ -9,6 +9,7 @@ then the commands at the top of `tf_transfer/`. docs/layout.md draws the same pi
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 import os
 
@@ -17,13 +18,17 @@ from conftest import REPO
 LAYERS = ("core", "data", "models", "training", "studies", "reporting", "commands")
 
 
-def _sources(folder: str):
+@functools.lru_cache(maxsize=None)
+def _sources(folder: str) -> tuple:
+    """`(path, tree)` of every module under `folder`, parsed once per test process: the tests here only read them."""
+    found = []
     for root, _, files in os.walk(os.path.join(REPO, folder)):
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(root, name)
                 with open(path) as f:
-                    yield os.path.relpath(path, REPO), ast.parse(f.read())
+                    found.append((os.path.relpath(path, REPO), ast.parse(f.read())))
+    return tuple(found)
 
 
 def _layer(path: str) -> str:

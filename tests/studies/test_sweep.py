@@ -268,7 +268,7 @@ def test_full_fine_tuning_kept_at_its_second_rung_says_the_first_lines_second_ca
     """A first line that called the budget enough in the first case only (successive halving stops full
     fine-tuning by epoch 3) is followed, when successive halving keeps it there instead, by a line saying so at once,
     with what the budget then decides and what to give for all: at that rung, from full fine-tuning's ranked run
-    only."""
+    only, and not once another machine has joined the sweep."""
     import optuna
 
     from tf_transfer.studies.sweep import sweep_trial
@@ -303,6 +303,13 @@ def test_full_fine_tuning_kept_at_its_second_rung_says_the_first_lines_second_ca
     sweep_trial.say_second_case(study, full, 3)
     study.set_user_attr("budget_s", 3600.0)
     study.set_user_attr("first_rung", 2)  # the reference learned at epoch 2: the second rung is epoch 6
+    sweep_trial.say_second_case(study, full, 3)
+    assert capsys.readouterr().out == ""
+    study.set_user_attr("first_rung", 1)
+    k2.set_user_attr("host", socket.gethostname())  # a trial of this machine's: said
+    sweep_trial.say_second_case(study, full, 3)
+    assert capsys.readouterr().out == "[sweep w1] kept past epoch 3: the second case\n"
+    k2.set_user_attr("host", "another-machine")  # another machine joined: the plan was this one's alone
     sweep_trial.say_second_case(study, full, 3)
     assert capsys.readouterr().out == ""
 

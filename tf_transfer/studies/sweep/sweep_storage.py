@@ -297,6 +297,12 @@ def take(study, candidates: list):
     return trial, name, seed
 
 
+def other_hosts(study) -> set:
+    """The hosts other than this one that have run a trial of `study` (`take` records each trial's)."""
+    return {t.user_attrs["host"] for t in study.get_trials(deepcopy=False) if "host" in t.user_attrs} - {
+        socket.gethostname()}
+
+
 def retried_from(trial) -> Optional[int]:
     """The number of the trial this one runs again (its process died), or None."""
     history = trial.system_attrs.get("retry_history") or []

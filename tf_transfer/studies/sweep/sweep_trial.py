@@ -83,10 +83,12 @@ def say_second_case(study, trial, epoch: int) -> None:
     """Says the second case of the sweep's first line where it comes (`sweep_plan.second_case_line`): `trial`, a
     ranked run of full fine-tuning, was kept by successive halving at `epoch`, its second rung (the first it is
     ranked at: `sweep.of_the_reference`). Printed by the run's own process, at once, with its worker's mark; not
-    where the sweep goes on with another budget than the one its first line spoke of (a rerun)."""
+    where the sweep goes on with another budget than the one its first line spoke of (a rerun), nor once another
+    machine has run a trial of it: the first line planned one machine's workers, and more may well fit the rest."""
     planned, rung = study.user_attrs.get("plan") or {}, study.user_attrs.get("first_rung")
     if (planned.get("second_case") and rung and epoch == 3 * rung and sweep.ranked(trial)
-            and sweep.of_the_reference(trial) and planned.get("for_budget_s") == study.user_attrs.get("budget_s")):
+            and sweep.of_the_reference(trial) and planned.get("for_budget_s") == study.user_attrs.get("budget_s")
+            and not sweep_storage.other_hosts(study)):
         print(sweep.said(planned["second_case"].format(epoch=epoch)), flush=True)
 
 

@@ -52,8 +52,8 @@ def test_filter_works_across_chunk_boundaries():
 
 @pytest.mark.parametrize("dtype", [b"DT_HALF", b"DT_INT64"])
 def test_onednn_s_fallback_on_a_cpu_without_avx512_is_not_shown_as_an_error(dtype):
-    """Every cached run on an AVX2 machine printed the float16 line (seen on a user's first run, 2026-11-25); every
-    packed first run the int64 one (2026-12-01)."""
+    """Every cached run on an AVX2 machine printed the float16 line (seen on a user's first run, 2026-11-25); a first
+    run on a 6,000-row file the int64 one (2026-12-01)."""
     fallback = (b"E0000 00:00:1795637560.640121   17347 util.cc:131] oneDNN supports " + dtype + b" only on platforms "
                 b"with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
     assert _feed(fallback + REAL) == REAL

@@ -26,8 +26,8 @@ lines in Abseil's pre-initialisation format (`I0000 00:00:<seconds> <thread> <fi
 Python's absl logging, whose lines carry a real date) and the continuation line of the CPU-feature notice; the
 "failed call to cuInit" ERROR line, only when the same output has said there is no CUDA driver or the error is "no
 CUDA-capable device" (on a machine with a GPU and a broken driver it is a real error and passes); oneDNN's ERROR lines
-that a type (float16, int64) falls back to Eigen on a CPU without AVX-512 (the expected path there). Everything else passes
-unchanged, partial lines (prompts, `\\r` progress bars) at once.
+that a type (float16, int64) falls back to Eigen on a CPU without AVX-512 (the expected path there). Everything else
+passes unchanged, partial lines (prompts, `\\r` progress bars) at once.
 
 This file runs as the filter process itself (`python -I -S quiet.py`): the standard library only.
 """

@@ -58,7 +58,7 @@ ASSUMED_BEST_STEPS = 350
 # it went on in all three sweeps with the 3 default candidates that ranked it at epoch 3 (2026-11-30, 12-01): the
 # second case, said when it comes (`second_case_line`). The bound (it goes on, into the seed round) is what the
 # budget's queue is ordered by.
-STOPPED_BY = 3 * ASSUMED_FIRST_RUNG
+STOPPED_BY = sweep.REDUCTION_FACTOR * ASSUMED_FIRST_RUNG
 # How far a plan may fall short of what the sweep then takes: it prices from a few steps timed as it starts, and a
 # VM's speed drifts within the half hour. On the first-run benchmark's files (2-core AVX2 EPYC, 2026-11-30) its
 # trials took 25.1, 24.8 and 29.4 minutes where the plans said 25, 25 and 27 (STS-B: its budget was spent with one
@@ -187,7 +187,7 @@ def plan(found: dict, reference: str, speed: Speed, workers: int, max_epochs: in
     names = ([reference] if full_first else []) + [name for name in found if name != reference or not full_first]
     full_pruned = full_pruned and not full_first  # queued first, full fine-tuning is never ranked at a rung
     goes_on = _goes_on(names, names[1:] if full_first else names, reference, front, full_pruned)
-    middle = min(3 * rung, stop)
+    middle = min(sweep.REDUCTION_FACTOR * rung, stop)
     first_runs = {name: costs[name][0] + costs[name][1] * (rung + p1 * (middle - rung) + p2 * (stop - middle))
                   for name, (p1, p2) in goes_on.items()}
     fixed, epoch = costs[reference]
@@ -286,7 +286,7 @@ def order(found: dict, reference: str, speed: Speed, workers: int, max_epochs: i
     return list(found), plan(found, reference, speed, workers, max_epochs, patience, top, seeds, budget_s, False, front)
 
 
-def promoted(trials: int, reduction_factor: int = 3) -> list:
+def promoted(trials: int, reduction_factor: int = sweep.REDUCTION_FACTOR) -> list:
     """The chance that the i-th of `trials` to reach a rung goes on, by Optuna's successive-halving rule with scores
     in random order: the best `i // reduction_factor` of the `i` that have reached it so far, or the best alone
     while that is 0 (the first always goes on). The cheap candidates, queued first, go on more often.

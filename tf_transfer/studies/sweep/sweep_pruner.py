@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+# Successive halving's factor: the rungs are r, 3r, 9r, ... and the best third of the runs at each goes on. The plan
+# (`sweep_plan`) and the second-case line (`sweep_trial.say_second_case`) read the same.
+REDUCTION_FACTOR = 3
+
 
 class _AmongLiveTrials:
     """A pruner that ranks a trial among the trials that did not fail: a trial whose process died is queued again
@@ -39,4 +43,5 @@ def pruner_of_sweeps(first_rung: Optional[int] = None):
     that reports to the study loads it with this pruner (Optuna does not store it)."""
     import optuna
 
-    return _AmongLiveTrials(optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung or 1, reduction_factor=3))
+    return _AmongLiveTrials(optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung or 1,
+                                                                   reduction_factor=REDUCTION_FACTOR))

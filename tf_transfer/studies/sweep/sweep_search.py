@@ -42,7 +42,8 @@ from typing import Callable, Optional, Sequence
 from tf_transfer.core.errors import TransferError
 from tf_transfer.models import freezing, methods
 from tf_transfer.studies.sweep import sweep_estimate, sweep_rung, sweep_seed_round, sweep_storage
-from tf_transfer.studies.sweep.sweep_pruner import pruner_of_sweeps  # noqa: F401 (every process loads it: `load`)
+from tf_transfer.studies.sweep.sweep_pruner import (REDUCTION_FACTOR,  # noqa: F401 (every process loads it: `load`)
+                                                    pruner_of_sweeps)
 # The recommendation (one rule over finished runs) and the constant prediction every candidate must beat.
 from tf_transfer.studies.sweep.sweep_rule import (MARGIN, MIN_SEEDS, Run, constant_prediction, recommend,  # noqa: F401
                                                    run_of)

@@ -86,7 +86,7 @@ def say_second_case(study, trial, epoch: int) -> None:
     where the sweep goes on with another budget than the one its first line spoke of (a rerun), nor once another
     machine has run a trial of it: the first line planned one machine's workers, and more may well fit the rest."""
     planned, rung = study.user_attrs.get("plan") or {}, study.user_attrs.get("first_rung")
-    if (planned.get("second_case") and rung and epoch == 3 * rung and sweep.ranked(trial)
+    if (planned.get("second_case") and rung and epoch == sweep.REDUCTION_FACTOR * rung and sweep.ranked(trial)
             and sweep.of_the_reference(trial) and planned.get("for_budget_s") == study.user_attrs.get("budget_s")
             and not sweep_storage.other_hosts(study)):
         print(sweep.said(planned["second_case"].format(epoch=epoch)), flush=True)
